@@ -1,0 +1,1 @@
+"""asv benchmark suite for tapegrad (see ``bench_core`` and ``workloads``)."""

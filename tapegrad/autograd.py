@@ -1,0 +1,103 @@
+"""Reverse mode: seed the root's adjoint, run the compiled sweep, fill ``.grad``.
+
+Nothing observable changes until the sweep has finished without error: the
+leaves' ``.grad`` are updated and the graph is freed only afterwards, so a
+failed backward leaves the tape, other graphs and accumulated gradients as
+they were.
+"""
+import numpy as np
+
+from .kernels import codes as C
+from .kernels.sweep import sweep
+from .ops.registry import REGISTRY
+from .tensor import Tensor, _plain
+
+_NOT_OPS = C.K_NONE
+
+
+def _seed(t, gradient):
+    shape = t.shape
+    if gradient is None:
+        if t.size != 1:
+            raise RuntimeError(
+                f"grad can be implicitly created only for scalar outputs; this output "
+                f"has shape {shape}: pass backward(gradient) with a seed of that shape")
+        return np.ones(1)
+    g = gradient._data if isinstance(gradient, Tensor) else gradient
+    try:
+        g = np.asarray(g)
+    except ValueError as e:
+        raise TypeError(f"backward: the gradient is not a rectangular array: {e}") from None
+    if g.dtype.kind not in "biuf":
+        raise TypeError(f"backward: the gradient must be real numbers, got dtype {g.dtype}")
+    if g.shape != shape and not (g.ndim == 0 and t.size == 1):
+        raise RuntimeError(
+            f"Mismatch in shape: gradient has shape {g.shape} and output has shape "
+            f"{shape}; the gradient must have the output's shape")
+    return np.asarray(g, dtype=np.float64).reshape(-1)
+
+
+def _freed_error():
+    return RuntimeError(
+        "Trying to backward through the graph a second time (or directly access "
+        "saved values after they have already been freed). Saved intermediate "
+        "values of the graph are freed when you call .backward(). Specify "
+        "retain_graph=True if you need to backward through the graph a second time.")
+
+
+def backward(t, gradient=None, retain_graph=False):
+    if not t._requires_grad:
+        raise RuntimeError(
+            "element 0 of tensors does not require grad and does not have a grad_fn: "
+            "create the inputs with requires_grad=True and compute the output with "
+            "grad enabled (not under tg.no_grad())")
+    seed = _seed(t, gradient)
+    if t._leaf:  # d t / d t = identity
+        _accumulate(t, seed.reshape(t.shape))
+        return
+    tape = t._tape
+    from .tape import current
+    if tape is not current():
+        raise RuntimeError("backward() must run on the thread that recorded the graph")
+    if t._epoch != tape.epoch:
+        raise _freed_error()
+    root = t._rec
+    T, total = tape.arrays(root + 1)
+    A = np.zeros(total)
+    o = T[12][root]
+    A[o:o + seed.size] = seed
+    reached = np.zeros(root + 1, np.bool_)
+    reached[root] = True
+    start = root
+    while True:
+        s = sweep(T, A, reached, tape.freed, start)
+        if s == -1:
+            break
+        if s < -1:
+            raise _freed_error()
+        REGISTRY[int(tape.op[s])].host_vjp(tape, T, A, s)
+        a0, a1 = T[1][s], T[1][s + 1]
+        reached[T[5][a0:a1]] = True
+        start = s - 1
+    aoff, size = T[12], T[2]
+    updates = [(leaf, A[aoff[r]:aoff[r] + size[r]])
+               for r, leaf in tape.leaves.items() if r <= root and reached[r]]
+    for leaf, g in updates:
+        _accumulate(leaf, g.reshape(leaf.shape))
+    if not retain_graph:
+        ops = (tape.op[:root + 1] >> C.SHIFT) != _NOT_OPS
+        tape.freed[:root + 1] |= reached & ops
+        tape.release_freed(T)
+        tape.recount()
+
+
+def _accumulate(leaf, g):
+    g = g.astype(leaf.dtype, copy=True)
+    if leaf._grad is None:
+        leaf._grad = _plain(g if g.ndim else g[()])
+    else:
+        old = leaf._grad._data
+        if isinstance(old, np.ndarray) and old.flags.writeable:
+            old += g
+        else:
+            leaf._grad._data = np.asarray(old + g)[()] if np.ndim(old) == 0 else old + g

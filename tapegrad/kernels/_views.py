@@ -1,0 +1,93 @@
+"""Views of the tape that every kernel uses.
+
+A kernel receives the tape as one tuple ``T`` of flat arrays (see
+:func:`tapegrad.tape.Tape.arrays`) and the adjoint arena ``A``:
+
+====  ======  ===========================================================
+ idx  name    meaning (per record ``r`` unless noted)
+====  ======  ===========================================================
+  0   op      op code: ``kind << 6 | sub``
+  1   arg0    start of r's parents in ``args``; ``arg0[n]`` ends the last
+  2   size    element count of r's output value
+  3   ip0     start of r's integer parameters in ``ip``
+  4   fp0     start of r's float parameters in ``fp``
+  5   args    parent record ids (CSR, in argument order)
+  6   ip      integer parameters (shapes, strides, index maps)
+  7   fp      float parameters (constants such as the 0.5 in ``x * 0.5``)
+  8   vals    arena of small output values, float64
+  9   voff    offset of r's value in ``vals`` (small values)
+ 10   rix     index of r's value in ``ptrs`` (large values)
+ 11   ptrs    data addresses of large values, held alive by the tape
+ 12   aoff    offset of r's adjoint in ``A``
+====  ======  ===========================================================
+"""
+import numba
+import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ._jit import inline
+
+#: Values with at most this many elements are copied into the value arena;
+#: larger ones are referenced in place (no copy on the recording path).
+SMALL = 16
+
+
+@intrinsic
+def _voidptr(typingctx, addr):
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], cgutils.voidptr_t)
+
+    return types.voidptr(addr), codegen
+
+
+@inline
+def value(T, v):
+    """Output value of record ``v`` as a flat float64 view."""
+    n = T[2][v]
+    if n <= SMALL:
+        o = T[9][v]
+        return T[8][o:o + n]
+    return numba.carray(_voidptr(T[11][T[10][v]]), (n,), np.float64)
+
+
+@inline
+def adjoint(T, A, v):
+    """Adjoint of record ``v``'s output as a flat view of the arena."""
+    o = T[12][v]
+    return A[o:o + T[2][v]]
+
+
+@inline
+def parent(T, r, i):
+    """Record id of the ``i``-th parent of record ``r``."""
+    return T[5][T[1][r] + i]
+
+
+@inline
+def iparam(T, r, i):
+    return T[6][T[3][r] + i]
+
+
+@inline
+def fparam(T, r, i):
+    return T[7][T[4][r] + i]
+
+
+@inline
+def bindex(i, ip, shape0, strides0, nd):
+    """Flat index into an operand broadcast to an output of the given shape.
+
+    ``ip[shape0:shape0+nd]`` is the output shape and ``ip[strides0:...]`` the
+    operand's C-order element strides with 0 on broadcast axes.
+    """
+    idx = 0
+    for d in range(nd - 1, -1, -1):
+        s = ip[shape0 + d]
+        idx += (i % s) * ip[strides0 + d]
+        i //= s
+    return idx

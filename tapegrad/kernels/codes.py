@@ -1,0 +1,44 @@
+"""Op codes shared by the recorder and the kernels.
+
+An op code is ``kind << 6 | sub``: the sweep dispatches on the kind (one
+branch, one call per kernel family) and the family kernel on the sub code.
+The registry (:mod:`tapegrad.ops.registry`) gives each code its name and its
+forward; this file only fixes the numbers, because compiled kernels freeze
+them.
+"""
+SHIFT = 6
+MASK = (1 << SHIFT) - 1
+
+# kinds ----------------------------------------------------------------------
+K_NONE = 0     # no VJP: leaves, constants, multi-output slots, freed stubs
+K_UNARY = 1    # y = f(x), elementwise
+K_SCALAR = 2   # y = f(x, c) with a Python-number constant c
+K_NARY = 3     # broadcasting elementwise ops of tensors (binary, where)
+K_REDUCE = 4   # reductions over axes
+K_GATHER = 5   # y is a selection of x's elements (index map): views, indexing
+K_CONCAT = 6   # y gathers from several inputs (concatenate, stack)
+K_HOST = 7     # VJP applied by Python/NumPy (BLAS-bound: matmul)
+
+# K_NONE subs
+LEAF, CONST, OUTPUT, FREED = 0, 1, 2, 3
+
+# K_UNARY subs
+(IDENT, NEG, EXP, LOG, LOG1P, EXPM1, SQRT, SQUARE, SIN, COS, TAN, TANH, SINH,
+ COSH, ARCSIN, ARCCOS, ARCTAN, ABS, ZERO) = range(19)
+
+#: K_UNARY subs from here on are views with identity VJP (reshape, squeeze,
+#: astype, ...): distinct codes only so that ``grad_fn.name()`` can tell them apart.
+VIEW_FIRST = 32
+
+# K_SCALAR subs: x op c, c op x
+ADDC, MULC, DIVC, RSUBC, RDIVC, POWC, RPOWC = range(7)
+
+# K_NARY subs
+ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM, WHERE = range(8)
+
+# K_REDUCE subs
+SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP = range(6)
+
+
+def code(kind, sub):
+    return (kind << SHIFT) | sub

@@ -1,0 +1,107 @@
+"""VJP kernels of reductions and of ops that move elements around.
+
+Reductions map each input element to its output element with the same
+broadcast-index rule the elementwise ops use (output strides are 0 on the
+reduced axes).  Every op whose output is a selection of its input's elements
+(indexing, transpose, broadcast_to, split, ...) is one *gather* with an index
+map; its VJP is a scatter-add, so repeated indices accumulate.
+"""
+import math
+
+import numpy as np
+
+from . import codes as C
+from ._jit import inline, kernel
+from ._views import adjoint, bindex, parent, value
+
+
+@inline
+def _out_index(i, m, ip, b, nd):
+    if m == 1:
+        return 0
+    return bindex(i, ip, b + 1, b + 1 + nd, nd)
+
+
+@kernel
+def reduce_vjp(T, A, r, sub):
+    """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
+    ip = T[6]
+    b = T[3][r]
+    nd = ip[b]
+    xr = parent(T, r, 0)
+    g = adjoint(T, A, r)
+    gx = adjoint(T, A, xr)
+    n, m = gx.size, g.size
+    if sub == C.SUM:
+        for i in range(n):
+            gx[i] += g[_out_index(i, m, ip, b, nd)]
+        return
+    if sub == C.MEAN:
+        scale = m / n if n > 0 else 0.0
+        for i in range(n):
+            gx[i] += g[_out_index(i, m, ip, b, nd)] * scale
+        return
+    x = value(T, xr)
+    y = value(T, r)
+    if sub == C.MAX or sub == C.MIN:
+        # ties share the gradient equally (as torch.amax / jax.numpy.max do)
+        ties = np.zeros(m)
+        for i in range(n):
+            j = _out_index(i, m, ip, b, nd)
+            if x[i] == y[j] or (x[i] != x[i] and y[j] != y[j]):
+                ties[j] += 1.0
+        for i in range(n):
+            j = _out_index(i, m, ip, b, nd)
+            if x[i] == y[j] or (x[i] != x[i] and y[j] != y[j]):
+                gx[i] += g[j] / ties[j]
+    elif sub == C.PROD:
+        # product of the others, exact with zeros present
+        zeros = np.zeros(m, np.int64)
+        rest = np.ones(m)
+        for i in range(n):
+            j = _out_index(i, m, ip, b, nd)
+            if x[i] == 0.0:
+                zeros[j] += 1
+            else:
+                rest[j] *= x[i]
+        for i in range(n):
+            j = _out_index(i, m, ip, b, nd)
+            if zeros[j] == 0:
+                gx[i] += g[j] * rest[j] / x[i]
+            elif zeros[j] == 1 and x[i] == 0.0:
+                gx[i] += g[j] * rest[j]
+    elif sub == C.LOGSUMEXP:
+        for i in range(n):
+            j = _out_index(i, m, ip, b, nd)
+            gx[i] += g[j] * math.exp(x[i] - y[j])
+
+
+@kernel
+def gather_vjp(T, A, r, sub):
+    """``ip`` holds ``[m, idx_0 .. idx_{m-1}]``: output k is input ``idx_k``.
+
+    A multi-output record (split, unbind) has size 0 and its outputs are the
+    next records, whose adjoints follow its own in the arena: one gather covers
+    all of them.
+    """
+    ip = T[6]
+    b = T[3][r]
+    m = ip[b]
+    o = T[12][r]
+    g = A[o:o + m]
+    gx = adjoint(T, A, parent(T, r, 0))
+    for k in range(m):
+        gx[ip[b + 1 + k]] += g[k]
+
+
+@kernel
+def concat_vjp(T, A, r, sub):
+    """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
+    ip = T[6]
+    b = T[3][r]
+    m = ip[b]
+    g = adjoint(T, A, r)
+    aoff = T[12]
+    for k in range(m):
+        v = parent(T, r, ip[b + 1 + k])
+        A[aoff[v] + ip[b + 1 + m + k]] += g[k]

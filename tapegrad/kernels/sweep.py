@@ -1,0 +1,58 @@
+"""The reverse sweep: one compiled loop over the tape, from the root back.
+
+Recording order is a topological order, so walking record ids downwards
+visits every record after all of its consumers: no graph search and no
+dependency counts.  A record is visited only if some consumer reached it.
+"""
+from . import codes as C
+from ._jit import kernel
+from .elementwise import nary_vjp, scalar_vjp, unary_vjp
+from .structural import concat_vjp, gather_vjp, reduce_vjp
+
+
+@kernel
+def sweep(T, A, reached, freed, start):
+    """Run VJPs of reached records ``start, start-1, ..., 0``.
+
+    Returns -1 when done, ``r >= 0`` when record r is a host record (Python
+    applies its VJP, marks its parents and resumes at ``r - 1``), and
+    ``-2 - r`` when record r was freed by an earlier backward.
+    """
+    op, arg0, args = T[0], T[1], T[5]
+    for r in range(start, -1, -1):
+        if not reached[r]:
+            continue
+        if freed[r]:
+            return -2 - r
+        code = op[r]
+        kind = code >> C.SHIFT
+        sub = code & C.MASK
+        if kind == C.K_HOST:
+            return r
+        if kind == C.K_UNARY:
+            unary_vjp(T, A, r, sub)
+        elif kind == C.K_SCALAR:
+            scalar_vjp(T, A, r, sub)
+        elif kind == C.K_NARY:
+            nary_vjp(T, A, r, sub)
+        elif kind == C.K_REDUCE:
+            reduce_vjp(T, A, r, sub)
+        elif kind == C.K_GATHER:
+            gather_vjp(T, A, r, sub)
+        elif kind == C.K_CONCAT:
+            concat_vjp(T, A, r, sub)
+        for j in range(arg0[r], arg0[r + 1]):
+            reached[args[j]] = True
+    return -1
+
+
+@kernel
+def consumed(T, n, freed):
+    """Mask of records that some not-freed record among the first n reads."""
+    op, arg0, args = T[0], T[1], T[5]
+    keep = freed[:n] != freed[:n]  # all False, right dtype
+    for r in range(n):
+        if not freed[r]:
+            for j in range(arg0[r], arg0[r + 1]):
+                keep[args[j]] = True
+    return keep

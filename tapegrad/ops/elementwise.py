@@ -1,0 +1,266 @@
+"""Elementwise ops: unary functions, arithmetic with broadcasting, where.
+
+Each op is one ``register`` row; the VJP is the kernel family's branch for
+its sub code (:mod:`tapegrad.kernels.elementwise`).
+"""
+import numbers
+
+import numpy as np
+
+from ..kernels import codes as C
+from ..tape import current
+from ..tensor import Tensor, _node, _plain, _result
+from .registry import register
+
+_SCALARS = (numbers.Real, np.number)
+
+
+# -- unary -------------------------------------------------------------------
+def _unary(code, fn, x):
+    if type(x) is not Tensor:
+        if not isinstance(x, Tensor):
+            return fn(x)  # plain NumPy: nothing to record
+    data = fn(x._data)
+    if x._requires_grad:
+        tape = current()
+        if tape.enabled:
+            return _result(tape, tape.record(code, (_node(tape, x),), data), data)
+    return _plain(data)
+
+
+def _def_unary(name, sub, fn, doc_name=None):
+    code = register(name, C.K_UNARY, sub, fn)
+
+    def op(x):
+        return _unary(code, fn, x)
+    op.__name__ = op.__qualname__ = doc_name or fn.__name__
+    op.__doc__ = (f"Elementwise ``numpy.{fn.__name__}`` of a tensor, differentiable.\n\n"
+                  f"Examples\n--------\n>>> import tapegrad as tg\n"
+                  f">>> tg.{op.__name__}(tg.tensor([0.5])).shape\n(1,)\n")
+    return op
+
+
+negative = _def_unary("Neg", C.NEG, np.negative)
+positive = _def_unary("Positive", C.IDENT, np.positive)
+exp = _def_unary("Exp", C.EXP, np.exp)
+log = _def_unary("Log", C.LOG, np.log)
+log1p = _def_unary("Log1p", C.LOG1P, np.log1p)
+expm1 = _def_unary("Expm1", C.EXPM1, np.expm1)
+sqrt = _def_unary("Sqrt", C.SQRT, np.sqrt)
+square = _def_unary("Square", C.SQUARE, np.square)
+sin = _def_unary("Sin", C.SIN, np.sin)
+cos = _def_unary("Cos", C.COS, np.cos)
+tan = _def_unary("Tan", C.TAN, np.tan)
+tanh = _def_unary("Tanh", C.TANH, np.tanh)
+sinh = _def_unary("Sinh", C.SINH, np.sinh)
+cosh = _def_unary("Cosh", C.COSH, np.cosh)
+arcsin = _def_unary("Asin", C.ARCSIN, np.arcsin)
+arccos = _def_unary("Acos", C.ARCCOS, np.arccos)
+arctan = _def_unary("Atan", C.ARCTAN, np.arctan)
+absolute = _def_unary("Abs", C.ABS, np.absolute)
+abs = absolute  # noqa: A001  (NumPy's alias)
+sign = _def_unary("Sign", C.ZERO, np.sign)
+
+
+# -- binary --------------------------------------------------------------------
+# (tensor op c) and (c op tensor) with a Python/NumPy number c: the K_SCALAR
+# family stores c as a float parameter instead of recording a constant.
+_LEFT = {}   # nary sub -> (scalar sub, how to turn c into the parameter)
+_RIGHT = {}
+
+
+def _bstrides(shape, out_shape):
+    """C-order element strides of ``shape`` broadcast to ``out_shape``."""
+    nd = len(out_shape)
+    s = (1,) * (nd - len(shape)) + tuple(shape)
+    st = [0] * nd
+    acc = 1
+    for d in range(nd - 1, -1, -1):
+        st[d] = acc if s[d] != 1 else 0
+        acc *= s[d]
+    return st
+
+
+def broadcast_params(out_shape, operand_shapes, out_size):
+    """``ip`` of a broadcasting record: ``[nd, out_shape, strides...]``.
+
+    When every operand is full-size or a single element the kernel never
+    needs strides, and one zero is recorded.
+    """
+    sizes = [int(np.prod(s)) for s in operand_shapes]
+    if all(m == out_size or m == 1 for m in sizes):
+        return (0,)
+    p = [len(out_shape), *out_shape]
+    for s in operand_shapes:
+        p.extend(_bstrides(s, out_shape))
+    return p
+
+
+def _operand(tape, x):
+    """Record id of an operand: tensors that require grad, else a constant."""
+    if isinstance(x, Tensor):
+        if x._requires_grad:
+            return _node(tape, x)
+        return tape.constant(x._data)
+    return tape.constant(x)
+
+
+def _binary(code, fn, a, b):
+    ta, tb = type(a) is Tensor, type(b) is Tensor
+    if ta and tb:
+        data = fn(a._data, b._data)
+        if not (a._requires_grad or b._requires_grad):
+            return _plain(data)
+    elif ta:
+        data = fn(a._data, b._data if isinstance(b, Tensor) else b)
+        if not a._requires_grad:
+            return _plain(data)
+        if isinstance(b, _SCALARS):
+            left = _LEFT.get(code)
+            if left is not None:
+                tape = current()
+                if not tape.enabled:
+                    return _plain(data)
+                r = tape.record(left[0], (_node(tape, a),), data, None, (left[1](b),))
+                return _result(tape, r, data)
+    elif tb:
+        data = fn(a._data if isinstance(a, Tensor) else a, b._data)
+        if not b._requires_grad:
+            return _plain(data)
+        if isinstance(a, _SCALARS):
+            right = _RIGHT.get(code)
+            if right is not None:
+                tape = current()
+                if not tape.enabled:
+                    return _plain(data)
+                r = tape.record(right[0], (_node(tape, b),), data, None, (right[1](a),))
+                return _result(tape, r, data)
+    else:
+        return fn(a, b)
+    tape = current()
+    if not tape.enabled:
+        return _plain(data)
+    ra = _operand(tape, a)
+    rb = _operand(tape, b)
+    out_shape = np.shape(data)
+    p = broadcast_params(out_shape, (np.shape(a), np.shape(b)), np.size(data))
+    return _result(tape, tape.record(code, (ra, rb), data, p), data)
+
+
+def _def_binary(name, sub, fn, left=None, right=None):
+    code = register(name, C.K_NARY, sub, fn)
+    if left:
+        _LEFT[code] = left
+    if right:
+        _RIGHT[code] = right
+
+    def op(a, b):
+        return _binary(code, fn, a, b)
+    op.__name__ = op.__qualname__ = fn.__name__
+    op.__doc__ = (f"``numpy.{fn.__name__}`` with broadcasting, differentiable in both "
+                  f"operands.\n\nExamples\n--------\n>>> import tapegrad as tg\n"
+                  f">>> tg.{fn.__name__}(tg.tensor([1.0, 2.0]), 2.0).shape\n(2,)\n")
+    return op, code
+
+
+def _scalar_code(name, sub):
+    return register(name, C.K_SCALAR, sub)
+
+
+_ADDC = _scalar_code("AddScalar", C.ADDC)
+_MULC = _scalar_code("MulScalar", C.MULC)
+_DIVC = _scalar_code("DivScalar", C.DIVC)
+_RSUBC = _scalar_code("RsubScalar", C.RSUBC)
+_RDIVC = _scalar_code("RdivScalar", C.RDIVC)
+_POWC = _scalar_code("PowScalar", C.POWC)
+_RPOWC = _scalar_code("RpowScalar", C.RPOWC)
+_same = float
+
+add, ADD = _def_binary("Add", C.ADD, np.add, (_ADDC, _same), (_ADDC, _same))
+subtract, SUB = _def_binary("Sub", C.SUB, np.subtract, (_ADDC, _same), (_RSUBC, _same))
+multiply, MUL = _def_binary("Mul", C.MUL, np.multiply, (_MULC, _same), (_MULC, _same))
+divide, DIV = _def_binary("Div", C.DIV, np.divide, (_DIVC, _same), (_RDIVC, _same))
+power, POW = _def_binary("Pow", C.POW, np.power, (_POWC, _same), (_RPOWC, _same))
+maximum, _ = _def_binary("Maximum", C.MAXIMUM, np.maximum)
+minimum, _ = _def_binary("Minimum", C.MINIMUM, np.minimum)
+true_divide = divide
+
+_WHERE = register("Where", C.K_NARY, C.WHERE, np.where)
+
+
+def where(condition, x, y):
+    """``numpy.where(condition, x, y)``, differentiable in ``x`` and ``y``.
+
+    The gradient flows to ``x`` where the condition holds and to ``y``
+    elsewhere.  ``condition`` is never differentiated (a boolean tensor from a
+    comparison, or an array).
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> x = tg.tensor([-1.0, 2.0], requires_grad=True)
+    >>> tg.where(x > 0, x, 0.0)
+    tensor([0.0, 2.0], grad_fn=<WhereBackward>)
+    """
+    cond = condition._data if isinstance(condition, Tensor) else np.asarray(condition)
+    cond = np.asarray(cond, dtype=bool)
+    xd = x._data if isinstance(x, Tensor) else x
+    yd = y._data if isinstance(y, Tensor) else y
+    data = np.where(cond, xd, yd)
+    need = any(isinstance(v, Tensor) and v._requires_grad for v in (x, y))
+    tape = current()
+    if not need or not tape.enabled:
+        return _plain(data)
+    rc = tape.constant(cond)
+    rx, ry = _operand(tape, x), _operand(tape, y)
+    p = broadcast_params(data.shape, (cond.shape, np.shape(xd), np.shape(yd)), data.size)
+    return _result(tape, tape.record(_WHERE, (rc, rx, ry), data, p), data)
+
+
+def clip(a, a_min=None, a_max=None):
+    """``numpy.clip``; the gradient passes where ``a_min <= a <= a_max``.
+
+    Tensor bounds receive the gradient where they clip.
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> tg.clip(tg.tensor([-2.0, 0.5, 3.0]), -1.0, 1.0)
+    tensor([-1.0, 0.5, 1.0])
+    """
+    if a_min is None and a_max is None:
+        raise ValueError("clip needs at least one of a_min and a_max")
+    out = a
+    if a_min is not None:
+        out = where(less(out, a_min), a_min, out)
+    if a_max is not None:
+        out = where(greater(out, a_max), a_max, out)
+    if not isinstance(out, Tensor):
+        return out
+    # the forward must equal NumPy's exactly (dtype included)
+    ref = np.clip(a._data if isinstance(a, Tensor) else a,
+                  a_min._data if isinstance(a_min, Tensor) else a_min,
+                  a_max._data if isinstance(a_max, Tensor) else a_max)
+    if out._data.dtype != ref.dtype:
+        from .shape import astype
+        out = astype(out, ref.dtype)
+    return out
+
+
+# -- comparisons: boolean tensors that carry no gradient -------------------------
+def _def_compare(fn):
+    def op(a, b):
+        ad = a._data if isinstance(a, Tensor) else a
+        bd = b._data if isinstance(b, Tensor) else b
+        return _plain(fn(ad, bd))
+    op.__name__ = op.__qualname__ = fn.__name__
+    op.__doc__ = f"``numpy.{fn.__name__}``: a boolean tensor that carries no gradient."
+    return op
+
+
+less = _def_compare(np.less)
+less_equal = _def_compare(np.less_equal)
+greater = _def_compare(np.greater)
+greater_equal = _def_compare(np.greater_equal)
+equal = _def_compare(np.equal)
+not_equal = _def_compare(np.not_equal)

@@ -1,0 +1,163 @@
+"""Binds the ops to ``Tensor``: operators, NumPy-named methods, in-place
+updates, and the NumPy protocol (``__array_ufunc__``, ``__array_function__``)
+that makes plain NumPy code (``np.sin(t)``, ``X @ t``) record unchanged.
+"""
+import numpy as np
+
+from ..tape import current
+from ..tensor import Tensor, _plain
+from . import elementwise as E
+from . import linalg as L
+from . import reductions as Rd
+from . import shape as S
+from .numpy_api import HANDLED_FUNCTIONS, UFUNCS, REDUCE_UFUNCS, unsupported
+
+
+def _swap(fn):
+    return lambda self, other: fn(other, self)
+
+
+_OPERATORS = {
+    "__add__": E.add, "__radd__": _swap(E.add),
+    "__sub__": E.subtract, "__rsub__": _swap(E.subtract),
+    "__mul__": E.multiply, "__rmul__": _swap(E.multiply),
+    "__truediv__": E.divide, "__rtruediv__": _swap(E.divide),
+    "__pow__": E.power, "__rpow__": _swap(E.power),
+    "__matmul__": L.matmul, "__rmatmul__": _swap(L.matmul),
+    "__lt__": E.less, "__le__": E.less_equal, "__gt__": E.greater,
+    "__ge__": E.greater_equal, "__eq__": E.equal, "__ne__": E.not_equal,
+}
+for _name, _fn in _OPERATORS.items():
+    setattr(Tensor, _name, _fn)
+Tensor.__neg__ = E.negative
+Tensor.__pos__ = E.positive
+Tensor.__abs__ = E.absolute
+Tensor.__hash__ = object.__hash__   # __eq__ is elementwise, identity hashes
+Tensor.__getitem__ = S.getitem
+
+
+def _inplace(fn):
+    """``t op= other``: a functional update of a tensor in a graph, or an
+    in-place update of a leaf's value when no graph records it."""
+    def method(self, other):
+        if self._requires_grad and current().enabled:
+            if self._leaf:
+                raise RuntimeError(
+                    "a leaf tensor that requires grad is being used in an in-place "
+                    "operation; update it under `with tg.no_grad():` or write "
+                    "x = x + ... to make a new tensor")
+            _become(self, fn(self, other))
+            return self
+        new = fn(_plain(self._data), other._data if isinstance(other, Tensor) else other)
+        _set_value(self, new._data)
+        return self
+    return method
+
+
+def _become(self, new):
+    """Let ``self`` take ``new``'s place on the tape (and new take self's)."""
+    for slot in ("_data", "_tape", "_epoch", "_rec", "_slot"):
+        a, b = getattr(self, slot), getattr(new, slot)
+        setattr(self, slot, b)
+        setattr(new, slot, a)
+
+
+def _set_value(self, value):
+    value = np.asarray(value)
+    if value.shape != self.shape:
+        raise ValueError(f"in-place update would change the shape from {self.shape} "
+                         f"to {value.shape}")
+    value = value.astype(self.dtype, copy=False)
+    old = self._data
+    if isinstance(old, np.ndarray) and old.flags.writeable:
+        old[...] = value
+    else:  # a graph holds the old value read-only: copy on write
+        self._data = value.copy() if value.ndim else value[()]
+
+
+for _name, _fn in (("__iadd__", E.add), ("__isub__", E.subtract),
+                   ("__imul__", E.multiply), ("__itruediv__", E.divide),
+                   ("__ipow__", E.power)):
+    setattr(Tensor, _name, _inplace(_fn))
+
+
+def _setitem(self, key, value):
+    if self._requires_grad and current().enabled:
+        raise RuntimeError(
+            "item assignment on a tensor that requires grad is not supported yet; "
+            "build the result with tg.where or tg.concatenate, or assign under "
+            "`with tg.no_grad():`")
+    new = np.array(self._data, copy=True)
+    new[S._index_key(key)] = value._data if isinstance(value, Tensor) else value
+    _set_value(self, new)
+
+
+Tensor.__setitem__ = _setitem
+
+
+def _iter(self):
+    if self.ndim == 0:
+        raise TypeError("iteration over a 0-d tensor")
+    if self._requires_grad:
+        return iter(S.unbind(self, 0))
+    return iter([_plain(d) for d in self._data])
+
+
+Tensor.__iter__ = _iter
+
+# NumPy-named methods
+_METHODS = {
+    "sum": Rd.sum, "mean": Rd.mean, "prod": Rd.prod, "max": Rd.max, "min": Rd.min,
+    "reshape": S.reshape, "ravel": S.ravel, "flatten": S.ravel,
+    "transpose": lambda self, *axes: S.transpose(
+        self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)),
+    "swapaxes": S.swapaxes, "squeeze": S.squeeze, "clip": E.clip, "dot": L.dot,
+    "astype": S.astype,
+    "exp": E.exp, "log": E.log, "sqrt": E.sqrt, "sin": E.sin, "cos": E.cos,
+    "tanh": E.tanh, "abs": E.absolute, "unbind": S.unbind, "split": S.split,
+}
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)
+Tensor.T = property(lambda self: S.transpose(self))
+
+
+# -- NumPy protocol ---------------------------------------------------------------
+def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    out = kwargs.pop("out", None)
+    if out is not None:
+        raise TypeError(
+            f"numpy.{ufunc.__name__}(..., out=...) cannot write into arrays when "
+            "tensors are involved (a recorded value must not change); drop out= "
+            "and use the returned tensor")
+    if kwargs.get("where", True) is not True:
+        raise TypeError(
+            f"numpy.{ufunc.__name__}(..., where=...) is not supported on tensors; "
+            "use tg.where(mask, numpy.{0}(x), fallback)".format(ufunc.__name__))
+    kwargs.pop("where", None)
+    dtype = kwargs.pop("dtype", None)
+    if kwargs:
+        raise TypeError(f"numpy.{ufunc.__name__}: keyword(s) {sorted(kwargs)} are not "
+                        "supported on tensors")
+    if dtype is not None:
+        inputs = tuple(S.astype(x, dtype) if isinstance(x, Tensor) else x for x in inputs)
+    if method == "__call__":
+        fn = UFUNCS.get(ufunc)
+        if fn is not None:
+            return fn(*inputs)
+    elif method == "reduce":
+        fn = REDUCE_UFUNCS.get(ufunc)
+        if fn is not None:
+            return fn(*inputs, **kwargs)
+    return unsupported(f"{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"),
+                       inputs)
+
+
+def _array_function(self, func, types, args, kwargs):
+    fn = HANDLED_FUNCTIONS.get(func)
+    if fn is None:
+        return unsupported(func.__name__, args)
+    return fn(*args, **kwargs)
+
+
+Tensor.__array_ufunc__ = _array_ufunc
+Tensor.__array_function__ = _array_function

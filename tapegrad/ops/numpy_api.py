@@ -1,0 +1,69 @@
+"""Which NumPy functions and ufuncs dispatch to which tapegrad op.
+
+NumPy calls ``Tensor.__array_ufunc__``/``__array_function__`` for any
+argument that is a Tensor; these tables route the call.  Functions whose
+results carry no gradient (shapes, comparisons, argmax, ...) run on the plain
+values.  Anything else raises a TypeError that names the function.
+"""
+import numpy as np
+
+from . import elementwise as E
+from . import linalg as L
+from . import reductions as Rd
+from . import shape as S
+
+UFUNCS = {
+    np.add: E.add, np.subtract: E.subtract, np.multiply: E.multiply,
+    np.divide: E.divide, np.power: E.power, np.negative: E.negative,
+    np.positive: E.positive, np.exp: E.exp, np.log: E.log, np.log1p: E.log1p,
+    np.expm1: E.expm1, np.sqrt: E.sqrt, np.square: E.square, np.sin: E.sin,
+    np.cos: E.cos, np.tan: E.tan, np.tanh: E.tanh, np.sinh: E.sinh,
+    np.cosh: E.cosh, np.arcsin: E.arcsin, np.arccos: E.arccos,
+    np.arctan: E.arctan, np.absolute: E.absolute, np.maximum: E.maximum,
+    np.minimum: E.minimum, np.sign: E.sign, np.matmul: L.matmul,
+    np.less: E.less, np.less_equal: E.less_equal, np.greater: E.greater,
+    np.greater_equal: E.greater_equal, np.equal: E.equal,
+    np.not_equal: E.not_equal,
+}
+
+REDUCE_UFUNCS = {
+    np.add: Rd.sum, np.multiply: Rd.prod, np.maximum: Rd.max, np.minimum: Rd.min,
+}
+
+HANDLED_FUNCTIONS = {
+    np.sum: Rd.sum, np.mean: Rd.mean, np.prod: Rd.prod, np.max: Rd.max,
+    np.min: Rd.min, np.amax: Rd.max, np.amin: Rd.min,
+    np.reshape: S.reshape, np.ravel: S.ravel, np.transpose: S.transpose,
+    np.swapaxes: S.swapaxes, np.squeeze: S.squeeze,
+    np.expand_dims: S.expand_dims, np.broadcast_to: S.broadcast_to,
+    np.concatenate: S.concatenate, np.stack: S.stack, np.split: S.split,
+    np.where: E.where, np.clip: E.clip, np.dot: L.dot, np.abs: E.absolute,
+}
+
+
+def _plain_values(fn):
+    """Run ``fn`` on the tensors' values: its result carries no gradient."""
+    def run(*args, **kwargs):
+        from ..tensor import Tensor
+        conv = lambda x: np.asarray(x._data) if isinstance(x, Tensor) else x  # noqa: E731
+        args = [conv(a) if not isinstance(a, (list, tuple)) else type(a)(conv(x) for x in a)
+                for a in args]
+        return fn(*args, **{k: conv(v) for k, v in kwargs.items()})
+    return run
+
+
+for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort,
+           np.nonzero, np.isnan, np.isfinite, np.isinf, np.allclose, np.isclose,
+           np.array_equal, np.result_type, np.count_nonzero, np.any, np.all,
+           np.searchsorted, np.iscomplexobj, np.isrealobj, np.may_share_memory,
+           np.shares_memory, np.copyto, np.array_repr, np.array_str, np.around,
+           np.round):
+    HANDLED_FUNCTIONS[_f] = _plain_values(_f)
+# np.around/np.round of a tensor give plain arrays: their gradient is zero.
+
+
+def unsupported(name, args):
+    raise TypeError(
+        f"tapegrad cannot differentiate numpy.{name} yet. To compute it on plain "
+        f"values, pass t.numpy() (or np.asarray(t.detach())) instead of the tensor; "
+        f"the result will not be differentiable.")

@@ -1,0 +1,107 @@
+"""Reductions over axes: sum, mean, prod, max, min, logsumexp.
+
+Each output element is tied to the input elements it reduces by the same
+broadcast-index rule the elementwise kernels use, so one kernel family
+covers every axis combination and ``keepdims``.
+"""
+import builtins
+import operator
+
+import numpy as np
+
+from ..kernels import codes as C
+from ..tape import current
+from ..tensor import Tensor, _node, _plain, _result
+from .elementwise import _bstrides
+from .registry import register
+
+
+def normalize_axis(axis, ndim, fname):
+    """A sorted tuple of non-negative axes, with NumPy's errors made clearer."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    out = []
+    for a in axes:
+        try:
+            a = operator.index(a)
+        except TypeError:
+            raise TypeError(f"{fname}: axis must be an int or a tuple of ints, "
+                            f"got {axis!r}") from None
+        if not -ndim <= a < builtins.max(ndim, 1):
+            raise np.exceptions.AxisError(
+                f"{fname}: axis {a} is out of bounds for a tensor of dimension {ndim}")
+        out.append(a % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{fname}: repeated axis in {axis!r}")
+    return tuple(sorted(out))
+
+
+def _reduce(code, fname, fn, x, axis, keepdims):
+    if not isinstance(x, Tensor):
+        return fn(x, axis=axis, keepdims=keepdims)
+    xd = x._data
+    shape = np.shape(xd)
+    axes = normalize_axis(axis, len(shape), fname)
+    data = fn(xd, axis=axes, keepdims=keepdims)
+    if not x._requires_grad:
+        return _plain(data)
+    tape = current()
+    if not tape.enabled:
+        return _plain(data)
+    if np.size(data) == 1:
+        p = (0,)
+    else:
+        kshape = tuple(1 if d in axes else n for d, n in enumerate(shape))
+        p = (len(shape), *shape, *_bstrides(kshape, shape))
+    return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
+
+
+def _logsumexp(a, axis=None, keepdims=False):
+    m = np.max(a, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def _def_reduce(name, sub, fn, pyname):
+    code = register(name, C.K_REDUCE, sub, fn)
+
+    def op(a, axis=None, keepdims=False):
+        return _reduce(code, pyname, fn, a, axis, keepdims)
+    op.__name__ = op.__qualname__ = pyname
+    return op
+
+
+sum = _def_reduce("Sum", C.SUM, np.sum, "sum")  # noqa: A001
+mean = _def_reduce("Mean", C.MEAN, np.mean, "mean")
+prod = _def_reduce("Prod", C.PROD, np.prod, "prod")
+max = _def_reduce("Max", C.MAX, np.max, "max")  # noqa: A001
+min = _def_reduce("Min", C.MIN, np.min, "min")  # noqa: A001
+logsumexp = _def_reduce("Logsumexp", C.LOGSUMEXP, _logsumexp, "logsumexp")
+amax, amin = max, min
+
+sum.__doc__ = """Sum over ``axis`` (int, tuple or None), as ``numpy.sum``.
+
+Examples
+--------
+>>> import tapegrad as tg
+>>> tg.sum(tg.tensor([[1.0, 2.0], [3.0, 4.0]]), axis=0)
+tensor([4.0, 6.0])
+"""
+mean.__doc__ = "Mean over ``axis``, as ``numpy.mean``."
+prod.__doc__ = ("Product over ``axis``, as ``numpy.prod``; the gradient is the product "
+                "of the other elements, exact when some are zero.")
+max.__doc__ = ("Maximum over ``axis``, as ``numpy.max``; tied maxima share the "
+               "gradient equally.")
+min.__doc__ = ("Minimum over ``axis``, as ``numpy.min``; tied minima share the "
+               "gradient equally.")
+logsumexp.__doc__ = """``log(sum(exp(a)))`` over ``axis``, computed stably (as scipy.special.logsumexp).
+
+Examples
+--------
+>>> import tapegrad as tg
+>>> tg.logsumexp(tg.tensor([0.0, 0.0]))
+tensor(0.6931471805599453)
+"""

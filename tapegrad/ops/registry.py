@@ -1,0 +1,48 @@
+"""The op registry: one entry per differentiable operation.
+
+An entry names the op (``grad_fn.name()`` is the name plus ``Backward``),
+fixes its op code (the kernel family and sub code the sweep dispatches on),
+and says how its forward is computed.  Host ops (VJP in Python with NumPy,
+for BLAS-bound work) carry their VJP function here as well.  The test suite
+checks that every entry has a gradient test.
+"""
+from typing import Callable, NamedTuple, Optional
+
+from ..kernels import codes as C
+
+
+class OpDef(NamedTuple):
+    name: str                  # PyTorch-style node name without "Backward"
+    code: int                  # kind << SHIFT | sub
+    forward: Optional[Callable]  # the NumPy function that computes the value
+    host_vjp: Optional[Callable] = None  # (tape, T, A, r) -> None, for K_HOST
+
+
+REGISTRY = {}   # code -> OpDef
+BY_NAME = {}    # name -> OpDef
+
+
+def register(name, kind, sub, forward=None, host_vjp=None):
+    """Add one op; returns its code.  Names and codes must be unique."""
+    code = C.code(kind, sub)
+    if code in REGISTRY or name in BY_NAME:
+        raise ValueError(f"op {name!r} (code {code}) is registered twice")
+    if (kind == C.K_HOST) != (host_vjp is not None):
+        raise ValueError(f"op {name!r}: host_vjp is required exactly for host ops")
+    d = OpDef(name, code, forward, host_vjp)
+    REGISTRY[code] = d
+    BY_NAME[name] = d
+    return code
+
+
+def differentiable_ops():
+    """Names of every op with a VJP (what the gradient tests must cover)."""
+    return sorted(d.name for d in REGISTRY.values()
+                  if d.code >> C.SHIFT != C.K_NONE)
+
+
+# Records that are not operations.
+LEAF = register("AccumulateGrad", C.K_NONE, C.LEAF)
+CONST = register("Constant", C.K_NONE, C.CONST)
+OUTPUT = register("Output", C.K_NONE, C.OUTPUT)
+FREED = register("Freed", C.K_NONE, C.FREED)

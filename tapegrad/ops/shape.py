@@ -1,0 +1,218 @@
+"""Ops that reshape, reorder or select elements, and their multi-input twins.
+
+Views whose flat C-order layout equals the input's (reshape, squeeze,
+expand_dims, astype) have an identity VJP.  Every op whose output is a
+selection of its input (transpose, indexing, broadcast_to, split, unbind)
+records an index map and shares one scatter-add VJP; concatenate and stack
+record which input and position each output element comes from.
+"""
+import numpy as np
+
+from ..kernels import codes as C
+from ..tape import current
+from ..tensor import Tensor, _node, _plain, _result
+from .elementwise import _operand
+from .registry import register
+
+
+# -- identity-VJP views ----------------------------------------------------------
+def _view(code, fn, x, *args, **kwargs):
+    if not isinstance(x, Tensor):
+        return fn(x, *args, **kwargs)
+    data = fn(x._data, *args, **kwargs)
+    if not x._requires_grad:
+        return _plain(data)
+    tape = current()
+    if not tape.enabled:
+        return _plain(data)
+    return _result(tape, tape.record(code, (_node(tape, x),), data), data)
+
+
+_RESHAPE = register("Reshape", C.K_UNARY, C.VIEW_FIRST, np.reshape)
+_SQUEEZE = register("Squeeze", C.K_UNARY, C.VIEW_FIRST + 1, np.squeeze)
+_EXPAND = register("Unsqueeze", C.K_UNARY, C.VIEW_FIRST + 2, np.expand_dims)
+_ASTYPE = register("ToCopy", C.K_UNARY, C.VIEW_FIRST + 3, None)
+
+
+def reshape(a, shape, *more, order="C"):
+    """``numpy.reshape`` (C order).
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> tg.reshape(tg.tensor([1.0, 2.0, 3.0, 4.0]), (2, 2)).shape
+    (2, 2)
+    """
+    if order != "C":
+        raise NotImplementedError("tapegrad.reshape supports order='C' only")
+    if more:
+        shape = (shape, *more)
+    return _view(_RESHAPE, np.reshape, a, shape)
+
+
+def ravel(a):
+    """``numpy.ravel``: a flat view (C order)."""
+    return reshape(a, -1)
+
+
+def squeeze(a, axis=None):
+    """``numpy.squeeze``."""
+    return _view(_SQUEEZE, np.squeeze, a, axis=axis)
+
+
+def expand_dims(a, axis):
+    """``numpy.expand_dims``."""
+    return _view(_EXPAND, np.expand_dims, a, axis)
+
+
+def astype(a, dtype):
+    """Cast to another floating dtype; the gradient is cast back."""
+    return _view(_ASTYPE, lambda d, t: np.asarray(d).astype(t), a, dtype)
+
+
+# -- gathers: output = input elements picked by an index map ------------------------
+def _gather(code, fn, x):
+    """Record ``fn(x)`` where fn only selects elements (fn applied to an index grid)."""
+    if not isinstance(x, Tensor):
+        return fn(x)
+    xd = x._data
+    data = fn(xd)
+    if not x._requires_grad:
+        return _plain(data)
+    tape = current()
+    if not tape.enabled:
+        return _plain(data)
+    idx = np.ravel(fn(np.arange(np.size(xd)).reshape(np.shape(xd))))
+    p = np.empty(idx.size + 1, np.int64)
+    p[0] = idx.size
+    p[1:] = idx
+    return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
+
+
+_TRANSPOSE = register("Transpose", C.K_GATHER, 0, np.transpose)
+_INDEX = register("Index", C.K_GATHER, 1, None)
+_BROADCAST = register("Expand", C.K_GATHER, 2, np.broadcast_to)
+_SWAPAXES = register("Swapaxes", C.K_GATHER, 3, np.swapaxes)
+_SPLIT = register("Split", C.K_GATHER, 4, np.split)
+_UNBIND = register("Unbind", C.K_GATHER, 5, None)
+
+
+def transpose(a, axes=None):
+    """``numpy.transpose``."""
+    return _gather(_TRANSPOSE, lambda d: np.transpose(d, axes), a)
+
+
+def swapaxes(a, axis1, axis2):
+    """``numpy.swapaxes``."""
+    return _gather(_SWAPAXES, lambda d: np.swapaxes(d, axis1, axis2), a)
+
+
+def broadcast_to(a, shape):
+    """``numpy.broadcast_to``; the gradient sums over the broadcast axes."""
+    return _gather(_BROADCAST, lambda d: np.broadcast_to(d, shape), a)
+
+
+def _index_key(key):
+    """Indices from tensors become arrays; boolean-mask tensors stay masks."""
+    if isinstance(key, Tensor):
+        return np.asarray(key._data)
+    if isinstance(key, tuple):
+        return tuple(_index_key(k) for k in key)
+    if isinstance(key, list):
+        return np.asarray(key)
+    return key
+
+
+def getitem(a, key):
+    """``a[key]`` with ints, slices, None, Ellipsis, masks and integer arrays.
+
+    Repeated indices accumulate in the gradient (scatter-add).
+    """
+    key = _index_key(key)
+    return _gather(_INDEX, lambda d: d[key], a)
+
+
+def _multi(code, x, pieces_of):
+    """Record an op with several outputs: one record, then one per output."""
+    xd = x._data
+    pieces = pieces_of(xd)
+    if not (x._requires_grad and current().enabled):
+        return tuple(_plain(p) for p in pieces)
+    tape = current()
+    grid = np.arange(np.size(xd)).reshape(np.shape(xd))
+    idx = np.concatenate([np.ravel(p) for p in pieces_of(grid)] or [np.zeros(0, np.int64)])
+    p = np.empty(idx.size + 1, np.int64)
+    p[0] = idx.size
+    p[1:] = idx
+    u = tape.record(code, (_node(tape, x),), np.zeros(0), p)
+    outs = []
+    for s, piece in enumerate(pieces):
+        r = tape.record(_OUTPUT, (u,), piece, (s,))
+        t = _result(tape, r, piece)
+        t._slot = s
+        outs.append(t)
+    return tuple(outs)
+
+
+_OUTPUT = C.code(C.K_NONE, C.OUTPUT)
+
+
+def unbind(a, axis=0):
+    """Split along ``axis`` into a tuple of tensors with that axis removed.
+
+    One record with several outputs: ``grad_fn.next_functions`` of a tensor
+    built from them shows the shared ``UnbindBackward`` node with each
+    output's slot.
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> a, b = tg.unbind(tg.tensor([1.0, 2.0], requires_grad=True))
+    >>> (a + b).grad_fn.next_functions[1][1]
+    1
+    """
+    a = a if isinstance(a, Tensor) else _plain(np.asarray(a))
+    n = a.shape[axis]
+    return _multi(_UNBIND, a, lambda d: [np.take(d, i, axis=axis) for i in range(n)])
+
+
+def split(a, indices_or_sections, axis=0):
+    """``numpy.split``: a list of tensors, one record with several outputs."""
+    a = a if isinstance(a, Tensor) else _plain(np.asarray(a))
+    return list(_multi(_SPLIT, a, lambda d: np.split(d, indices_or_sections, axis=axis)))
+
+
+# -- concatenate / stack ----------------------------------------------------------------
+_CONCAT = register("Cat", C.K_CONCAT, 0, np.concatenate)
+_STACK = register("Stack", C.K_CONCAT, 1, np.stack)
+
+
+def _join(code, fn, arrays, axis):
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError(f"{fn.__name__} needs at least one array")
+    datas = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in arrays]
+    data = fn(datas, axis=axis)
+    need = any(isinstance(x, Tensor) and x._requires_grad for x in arrays)
+    tape = current()
+    if not need or not tape.enabled:
+        return _plain(data)
+    src = fn([np.full(np.shape(d), j, np.int64) for j, d in enumerate(datas)], axis=axis)
+    pos = fn([np.arange(np.size(d)).reshape(np.shape(d)) for d in datas], axis=axis)
+    m = src.size
+    p = np.empty(2 * m + 1, np.int64)
+    p[0] = m
+    p[1:m + 1] = src.ravel()
+    p[m + 1:] = pos.ravel()
+    parents = [_operand(tape, x) for x in arrays]
+    return _result(tape, tape.record(code, parents, data, p), data)
+
+
+def concatenate(arrays, axis=0):
+    """``numpy.concatenate`` of tensors and arrays."""
+    return _join(_CONCAT, np.concatenate, arrays, axis)
+
+
+def stack(arrays, axis=0):
+    """``numpy.stack`` of tensors and arrays."""
+    return _join(_STACK, np.stack, arrays, axis)

@@ -1,0 +1,310 @@
+"""``Tensor``: a NumPy value plus its place on this thread's tape.
+
+A tensor that requires grad and was made by an op is a *non-leaf*: it knows
+its record on the tape and pins it (see :mod:`tapegrad.tape` for liveness).
+A leaf that requires grad gets a ``LEAF`` record lazily, the first time an op
+on the current tape uses it, so parameters reused across many graphs never
+keep an old graph alive.  Operators, NumPy-named methods and the NumPy
+protocol are bound in :mod:`tapegrad.ops.methods`.
+"""
+import numpy as np
+
+from . import tape as _tape
+from .ops import registry as R
+
+_new = object.__new__
+_current = _tape.current
+_FLOAT_KINDS = "f"
+
+
+class Tensor:
+    """An array that records the operations applied to it.
+
+    Create tensors with :func:`tapegrad.tensor`.  Differentiable operations
+    are NumPy's: operators, ``tg.sin(t)`` or ``np.sin(t)``, methods such as
+    ``t.sum(axis=0)``.
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> y = (x * x).sum()
+    >>> y.backward()
+    >>> x.grad
+    tensor([2.0, 4.0, 6.0])
+    """
+
+    __slots__ = ("_data", "_requires_grad", "_leaf", "_tape", "_epoch", "_rec",
+                 "_slot", "_grad", "__weakref__")
+    __array_priority__ = 1000
+
+    # -- basic properties ---------------------------------------------------
+    @property
+    def data(self):
+        """The value as a plain tensor that shares memory (like ``detach``)."""
+        return self.detach()
+
+    @property
+    def shape(self):
+        return np.shape(self._data)
+
+    @property
+    def ndim(self):
+        return np.ndim(self._data)
+
+    @property
+    def size(self):
+        return np.size(self._data)
+
+    @property
+    def dtype(self):
+        return self._data.dtype
+
+    @property
+    def requires_grad(self):
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, flag):
+        self.requires_grad_(flag)
+
+    @property
+    def is_leaf(self):
+        """True unless the tensor was made by a recorded operation."""
+        return self._leaf
+
+    @property
+    def grad(self):
+        """Accumulated gradient (a Tensor) or None; assign None to reset."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is None:
+            self._grad = None
+            return
+        g = value._data if isinstance(value, Tensor) else np.asarray(value)
+        if np.shape(g) != self.shape:
+            raise RuntimeError(
+                f"assigned grad has shape {np.shape(g)} but the tensor has shape "
+                f"{self.shape}")
+        self._grad = _plain(np.array(g, dtype=self.dtype))
+
+    @property
+    def grad_fn(self):
+        """The graph node that made this tensor, or None for a leaf."""
+        if self._leaf:
+            return None
+        from .graph import node_of
+        return node_of(self)
+
+    def requires_grad_(self, requires_grad=True):
+        """Set ``requires_grad`` in place on a leaf; returns the tensor."""
+        if not self._leaf:
+            raise RuntimeError(
+                "you can only change requires_grad of leaf tensors; use "
+                "t.detach() to get a leaf that shares the value")
+        if requires_grad and self._data.dtype.kind not in _FLOAT_KINDS:
+            raise RuntimeError(
+                f"only tensors of floating point dtype can require gradients, "
+                f"this one is {self._data.dtype}; create it with dtype=float64")
+        self._requires_grad = bool(requires_grad)
+        self._tape = None
+        return self
+
+    # -- conversion ----------------------------------------------------------
+    def numpy(self):
+        """The value as an ndarray (shares memory; read-only while a graph holds it)."""
+        return np.asarray(self._data)
+
+    def __array__(self, dtype=None, copy=None):
+        a = np.asarray(self._data)
+        if dtype is not None and a.dtype != dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
+
+    def item(self):
+        """The value of a one-element tensor as a Python number."""
+        if self.size != 1:
+            raise ValueError(
+                f"item() needs a tensor with one element, this one has shape {self.shape}")
+        return np.asarray(self._data).item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __bool__(self):
+        if self.size != 1:
+            raise ValueError(
+                f"the truth value of a tensor with {self.size} elements is ambiguous; "
+                "use .any() or .all() on t.numpy()")
+        return bool(self.item())
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def detach(self):
+        """A leaf that shares this value and does not require grad."""
+        return _plain(self._data)
+
+    def tolist(self):
+        return np.asarray(self._data).tolist()
+
+    def __repr__(self):
+        a = np.asarray(self._data)
+        if a.dtype.kind in "fc":
+            body = np.array2string(a, separator=", ", formatter={"float_kind": _fmt},
+                                   prefix="tensor(")
+        else:
+            body = np.array2string(a, separator=", ", prefix="tensor(")
+        extra = ""
+        if a.dtype.kind == "f" and a.dtype != np.float64:
+            extra += f", dtype={a.dtype}"
+        if not self._leaf:
+            extra += f", grad_fn=<{self.grad_fn.name()}>"
+        elif self._requires_grad:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    # -- liveness ----------------------------------------------------------------
+    def __del__(self):
+        try:
+            t = self._tape
+            if t is not None and not self._leaf and self._epoch == t.epoch:
+                t.unpin(self._rec)
+        except AttributeError:  # half-built, or interpreter shutting down
+            pass
+
+    # -- backward ------------------------------------------------------------------
+    def backward(self, gradient=None, retain_graph=False):
+        """Accumulate ``gradient``-weighted derivatives of this tensor into leaves.
+
+        Computes the vector-Jacobian product ``gradient^T dself/dleaf`` for
+        every leaf that requires grad and adds it to ``leaf.grad``.
+
+        Parameters
+        ----------
+        gradient : Tensor, ndarray, list or number, optional
+            The seed, of this tensor's shape.  May be omitted for one-element
+            tensors (then 1).
+        retain_graph : bool, default False
+            Keep the graph for another backward.  Without it the graph is
+            freed and a second backward through it raises RuntimeError.
+
+        Examples
+        --------
+        >>> import tapegrad as tg
+        >>> a = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        >>> y = 3 * a
+        >>> y.backward([0.1, 1.0, 0.0001])
+        >>> a.grad
+        tensor([0.30000000000000004, 3.0, 0.00030000000000000003])
+        """
+        from .autograd import backward
+        backward(self, gradient, retain_graph)
+
+
+def _fmt(v):
+    a = abs(v)
+    if v == 0 or (1e-4 <= a < 1e16) or not np.isfinite(v):
+        return repr(float(v)) if np.isfinite(v) else str(v)
+    return np.format_float_scientific(v, unique=True, trim="-")
+
+
+def _plain(data):
+    """A leaf tensor that does not require grad."""
+    t = _new(Tensor)
+    t._data = data
+    t._requires_grad = False
+    t._leaf = True
+    t._tape = None
+    t._grad = None
+    return t
+
+
+def _result(tape, r, data):
+    """The non-leaf tensor for record r (just appended, so pinned once)."""
+    t = _new(Tensor)
+    t._data = data
+    t._requires_grad = True
+    t._leaf = False
+    t._tape = tape
+    t._epoch = tape.epoch
+    t._rec = r
+    t._slot = 0
+    t._grad = None
+    tape.refc[r] = 1
+    tape.pinned += 1
+    return t
+
+
+def _node(tape, t):
+    """Record id of tensor ``t`` (which requires grad) on ``tape``."""
+    if t._tape is tape and t._epoch == tape.epoch:
+        return t._rec
+    if t._leaf:
+        r = tape.record(R.LEAF, (), t._data)
+        tape.leaves[r] = t
+        t._tape = tape
+        t._epoch = tape.epoch
+        t._rec = r
+        return r
+    if t._tape is not tape:
+        raise RuntimeError(
+            "this tensor was recorded on another thread's tape; each thread "
+            "differentiates its own graphs. Pass t.detach() (a leaf) between "
+            "threads and call requires_grad_() on it there")
+    # its graph was freed by backward() and the tape reused: enter as a stub
+    # that raises "backward through the graph a second time" if reached
+    from .graph import freed_stub
+    return freed_stub(tape, t)
+
+
+def tensor(data, requires_grad=False, dtype=None):
+    """Create a leaf tensor from array-like data (always copies).
+
+    Dtypes follow NumPy: Python floats give float64, a float32 array stays
+    float32, integer data stays integer.  Only floating tensors may require
+    grad.
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> tg.tensor([0.1, 1.0, 0.0001])
+    tensor([0.1, 1.0, 0.0001])
+    >>> tg.tensor(2.0, requires_grad=True)
+    tensor(2.0, requires_grad=True)
+    """
+    if isinstance(data, Tensor):
+        data = data._data
+    try:
+        a = np.array(data, dtype=dtype, copy=True)
+    except ValueError as e:
+        raise ValueError(
+            f"tapegrad.tensor needs rectangular numeric data; could not convert "
+            f"{type(data).__name__}: {e}") from None
+    except TypeError as e:
+        raise TypeError(f"tapegrad.tensor could not convert {type(data).__name__}: {e}") from None
+    if a.dtype.kind not in "biuf":
+        what = {"c": "complex numbers are not supported",
+                "U": "strings are not numbers", "S": "bytes are not numbers",
+                "O": "the data is not a rectangular array of numbers"}.get(
+                    a.dtype.kind, f"dtype {a.dtype} is not supported")
+        raise TypeError(f"tapegrad.tensor: {what} (got {a.dtype}); pass real "
+                        "numbers as floats or ints")
+    t = _plain(a[()] if a.ndim == 0 else a)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def astensor(x):
+    """``x`` if it is a Tensor, else a plain tensor of it (no copy for ndarrays)."""
+    if isinstance(x, Tensor):
+        return x
+    return _plain(np.asarray(x))
