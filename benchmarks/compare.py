@@ -582,7 +582,9 @@ def fmt_ratio(num, den):
     if num is None or den is None or den == 0:
         return "n/a"
     r = num / den
-    return f"{r:.1f}x" if r >= 10 else f"{r:.2f}x"
+    if r >= 10:
+        return f"{r:.1f}x"
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.3f}x"
 
 
 def measure(impls, fns, args, log):

@@ -12,7 +12,7 @@ Examples
 >>> y = 3 * a + np.log(c)
 >>> y.backward([0.1, 1.0, 0.0001])
 >>> a.grad
-tensor([0.30000000000000004, 3.0, 0.00030000000000000003])
+tensor([0.3, 3.0, 0.0003])
 """
 from . import ops as _ops  # noqa: F401  (registers ops, binds Tensor methods)
 from .grad_mode import is_grad_enabled, no_grad

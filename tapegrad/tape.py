@@ -76,9 +76,12 @@ class Tape:
         return b
 
     def _grow_records(self):
-        need = self.n + 2
+        cap = 2 * len(self.op)
         for name in ("op", "arg0", "size", "ip0", "fp0", "refc", "freed"):
-            setattr(self, name, self._grown(getattr(self, name), need))
+            a = getattr(self, name)
+            b = np.zeros(cap + (name == "arg0"), a.dtype)
+            b[:len(a)] = a
+            setattr(self, name, b)
 
     def reserve(self, nargs=0, nip=0, nfp=0, nvals=0):
         """Make room for a record's variable-size parts."""
@@ -94,24 +97,21 @@ class Tape:
             self.vals = self._grown(self.vals, self.nv + nvals)
 
     # -- recording -----------------------------------------------------------
-    def record(self, op, parents, value, ints=None, floats=None):
+    def record(self, op, parents, value, ints=None, const=None):
         """Append one record and return its id.
 
         ``parents`` are record ids; ``value`` is the output (any float array
-        or scalar, stored as float64); ``ints``/``floats`` are parameters.
+        or scalar, stored as float64); ``ints`` are integer parameters and
+        ``const`` is the one float parameter of a K_SCALAR record.
+        This is the recording hot path: it writes only what cannot be derived.
         """
         size = value.size
-        small = size <= SMALL
         nargs = len(parents)
         r = self.n
-        if (r + 2 > len(self.op) or self.na + nargs > len(self.args)
-                or (small and self.nv + size > len(self.vals))
-                or ints is not None or floats is not None):
-            self.reserve(nargs, 0 if ints is None else len(ints),
-                         0 if floats is None else len(floats),
-                         size if small else 0)
-        self.op[r] = op
         na = self.na
+        if r + 2 > len(self.op) or na + nargs > len(self.args):
+            self.reserve(nargs)
+        self.op[r] = op
         self.arg0[r] = na
         if nargs == 1:
             self.args[na] = parents[0]
@@ -121,17 +121,27 @@ class Tape:
         self.size[r] = size
         if ints is not None:
             ni = self.ni
+            k = len(ints)
+            if ni + k > len(self.ip):
+                self.reserve(nip=k)
             self.ip0[r] = ni
-            self.ip[ni:ni + len(ints)] = ints
-            self.ni = ni + len(ints)
-        if floats is not None:
+            if k == 1:
+                self.ip[ni] = ints[0]
+            else:
+                self.ip[ni:ni + k] = ints
+            self.ni = ni + k
+        if const is not None:
             nf = self.nf
+            if nf + 1 > len(self.fp):
+                self.reserve(nfp=1)
             self.fp0[r] = nf
-            self.fp[nf:nf + len(floats)] = floats
-            self.nf = nf + len(floats)
-        if small:
+            self.fp[nf] = const
+            self.nf = nf + 1
+        if size <= SMALL:
             nv = self.nv
-            if size == 1:
+            if nv + size > len(self.vals):
+                self.reserve(nvals=size)
+            if size == 1 and not value.ndim:
                 self.vals[nv] = value
             elif size:
                 self.vals[nv:nv + size] = np.ravel(value)

@@ -203,17 +203,20 @@ class Tensor:
         >>> y = 3 * a
         >>> y.backward([0.1, 1.0, 0.0001])
         >>> a.grad
-        tensor([0.30000000000000004, 3.0, 0.00030000000000000003])
+        tensor([0.3, 3.0, 0.0003])
         """
         from .autograd import backward
         backward(self, gradient, retain_graph)
 
 
 def _fmt(v):
+    """Up to 8 significant decimals, positional where that reads well."""
+    if not np.isfinite(v):
+        return str(v)
     a = abs(v)
-    if v == 0 or (1e-4 <= a < 1e16) or not np.isfinite(v):
-        return repr(float(v)) if np.isfinite(v) else str(v)
-    return np.format_float_scientific(v, unique=True, trim="-")
+    if v == 0 or 1e-4 <= a < 1e8:
+        return np.format_float_positional(v, precision=8, unique=True, trim="0")
+    return np.format_float_scientific(v, precision=8, unique=True, trim="0")
 
 
 def _plain(data):

@@ -81,6 +81,9 @@ def _bstrides(shape, out_shape):
     return st
 
 
+_NO_BROADCAST = (0,)
+
+
 def broadcast_params(out_shape, operand_shapes, out_size):
     """``ip`` of a broadcasting record: ``[nd, out_shape, strides...]``.
 
@@ -121,7 +124,7 @@ def _binary(code, fn, a, b):
                 tape = current()
                 if not tape.enabled:
                     return _plain(data)
-                r = tape.record(left[0], (_node(tape, a),), data, None, (left[1](b),))
+                r = tape.record(left[0], (_node(tape, a),), data, None, left[1](b))
                 return _result(tape, r, data)
     elif tb:
         data = fn(a._data if isinstance(a, Tensor) else a, b._data)
@@ -133,7 +136,7 @@ def _binary(code, fn, a, b):
                 tape = current()
                 if not tape.enabled:
                     return _plain(data)
-                r = tape.record(right[0], (_node(tape, b),), data, None, (right[1](a),))
+                r = tape.record(right[0], (_node(tape, b),), data, None, right[1](a))
                 return _result(tape, r, data)
     else:
         return fn(a, b)
@@ -142,8 +145,12 @@ def _binary(code, fn, a, b):
         return _plain(data)
     ra = _operand(tape, a)
     rb = _operand(tape, b)
-    out_shape = np.shape(data)
-    p = broadcast_params(out_shape, (np.shape(a), np.shape(b)), np.size(data))
+    sa = np.shape(a._data if type(a) is Tensor else a)
+    sb = np.shape(b._data if type(b) is Tensor else b)
+    if sa == sb:  # no broadcasting: the kernel needs no strides
+        p = _NO_BROADCAST
+    else:
+        p = broadcast_params(np.shape(data), (sa, sb), np.size(data))
     return _result(tape, tape.record(code, (ra, rb), data, p), data)
 
 

@@ -1,0 +1,198 @@
+"""Every differentiable op in the registry against central finite differences.
+
+Shapes, broadcasting, axes and values are drawn by hypothesis; values are
+kept inside each op's smooth domain (away from kinks and ties), where a
+finite difference is a valid oracle.  ``test_every_op_has_a_row`` fails when
+an op is registered without a row here.
+"""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import tapegrad as tg
+from tapegrad.ops.registry import differentiable_ops
+
+from oracle import check_vjp
+
+# value domains: callables (rng, shape) -> array
+ANY = lambda rng, s: rng.uniform(-2, 2, s)  # noqa: E731
+POS = lambda rng, s: rng.uniform(0.5, 2.0, s)  # noqa: E731
+UNIT = lambda rng, s: rng.uniform(-0.9, 0.9, s)  # noqa: E731
+NONZERO = lambda rng, s: rng.uniform(0.3, 2.0, s) * rng.choice([-1.0, 1.0], s)  # noqa: E731
+
+
+def _distinct(rng, s):
+    """Values with no ties and gaps far above the finite-difference step."""
+    n = int(np.prod(s))
+    return (rng.permutation(n) * 0.37 - n * 0.15).reshape(s) + rng.uniform(0, 0.01, s)
+
+
+shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4)
+nonempty = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=4)
+
+
+@st.composite
+def unary(draw, domain=ANY):
+    return (draw(shapes),), (domain,), {}
+
+
+@st.composite
+def binary(draw, domains=(ANY, ANY)):
+    bs = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3,
+                                                max_side=4))
+    return bs.input_shapes, domains, {}
+
+
+@st.composite
+def reduction(draw, domain=ANY):
+    shape = draw(shapes)
+    axis = draw(st.one_of(st.none(), hnp.valid_tuple_axes(len(shape)),
+                          *([st.integers(-len(shape), len(shape) - 1)] if shape else [])))
+    return (shape,), (domain,), dict(axis=axis, keepdims=draw(st.booleans()))
+
+
+@st.composite
+def axis_of(draw, min_dims=1):
+    shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, max_side=4))
+    return (shape,), (ANY,), dict(axis=draw(st.integers(-len(shape), len(shape) - 1)))
+
+
+@st.composite
+def perm(draw):
+    shape = draw(shapes)
+    return (shape,), (ANY,), dict(axes=tuple(draw(st.permutations(range(len(shape))))))
+
+
+@st.composite
+def index_case(draw):
+    shape = draw(nonempty)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kind = draw(st.sampled_from(["int", "slice", "mask", "fancy", "repeat", "mixed"]))
+    if kind == "int":
+        key = tuple(int(rng.integers(-n, n)) for n in shape[:draw(st.integers(1, len(shape)))])
+    elif kind == "slice":
+        key = tuple(slice(int(rng.integers(0, n)), None, int(rng.choice([1, 2, -1])))
+                    for n in shape)
+        key = (Ellipsis,) + key[1:] if len(key) > 1 and draw(st.booleans()) else key
+    elif kind == "mask":
+        key = rng.random(shape) < 0.5
+    elif kind == "fancy":
+        key = (rng.integers(0, shape[0], 5),) + ((rng.integers(0, shape[1], 5),)
+                                                  if len(shape) > 1 else ())
+    elif kind == "repeat":  # repeated indices must accumulate
+        key = np.array([0, 0, shape[0] - 1, 0])
+    else:
+        key = (None, slice(None), ...) if len(shape) < 3 else (slice(1, None), 0, None)
+    return (shape,), (ANY,), dict(key=key)
+
+
+@st.composite
+def joined(draw, stack=False):
+    base = draw(hnp.array_shapes(min_dims=1, max_dims=3, max_side=4))
+    axis = draw(st.integers(0, len(base) - (0 if stack else 1)))
+    k = draw(st.integers(1, 3))
+    shapes_ = []
+    for _ in range(k):
+        s = list(base)
+        if not stack:
+            s[axis] = draw(st.integers(1, 3))
+        shapes_.append(tuple(s))
+    return tuple(shapes_), (ANY,) * k, dict(axis=axis)
+
+
+@st.composite
+def matmul_case(draw):
+    n, k, m = (draw(st.integers(1, 4)) for _ in range(3))
+    batch = draw(st.sampled_from([(), (2,), (3, 1)]))
+    form = draw(st.sampled_from(["mm", "vm", "mv", "vv", "batched", "bcast"]))
+    a, b = {"mm": ((n, k), (k, m)), "vm": ((k,), (k, m)), "mv": ((n, k), (k,)),
+            "vv": ((k,), (k,)), "batched": (batch + (n, k), batch + (k, m)),
+            "bcast": (batch + (n, k), (k, m))}[form]
+    return (a, b), (ANY, ANY), {}
+
+
+def _weights(x):
+    return np.arange(1, x.size + 1, dtype=float).reshape(x.shape)
+
+
+# name -> (strategy, function of (tensors..., **params))
+CASES = {
+    "Neg": (unary(), lambda x: -x),
+    "Positive": (unary(), lambda x: +x),
+    "Exp": (unary(), tg.exp),
+    "Log": (unary(POS), np.log),
+    "Log1p": (unary(POS), tg.log1p),
+    "Expm1": (unary(), tg.expm1),
+    "Sqrt": (unary(POS), np.sqrt),
+    "Square": (unary(), tg.square),
+    "Sin": (unary(), np.sin),
+    "Cos": (unary(), tg.cos),
+    "Tan": (unary(UNIT), tg.tan),
+    "Tanh": (unary(), np.tanh),
+    "Sinh": (unary(), tg.sinh),
+    "Cosh": (unary(), tg.cosh),
+    "Asin": (unary(UNIT), tg.arcsin),
+    "Acos": (unary(UNIT), np.arccos),
+    "Atan": (unary(), tg.arctan),
+    "Abs": (unary(NONZERO), abs),
+    "Sign": (unary(NONZERO), lambda x: tg.sign(x) * x),
+    "AddScalar": (unary(), lambda x: (x + 1.5) - 0.25),
+    "MulScalar": (unary(), lambda x: 2.5 * x * -3),
+    "DivScalar": (unary(), lambda x: x / 3.0),
+    "RsubScalar": (unary(), lambda x: 2.0 - x),
+    "RdivScalar": (unary(NONZERO), lambda x: 2.0 / x),
+    "PowScalar": (unary(POS), lambda x: x ** 2.5 + x ** 3 + x ** 0),
+    "RpowScalar": (unary(), lambda x: 2.0 ** x),
+    "Add": (binary(), lambda a, b: a + b),
+    "Sub": (binary(), lambda a, b: a - b),
+    "Mul": (binary(), lambda a, b: a * b),
+    "Div": (binary((ANY, NONZERO)), lambda a, b: a / b),
+    "Pow": (binary((POS, ANY)), lambda a, b: a ** b),
+    "Maximum": (binary((_distinct, _distinct)), np.maximum),
+    "Minimum": (binary((_distinct, _distinct)), tg.minimum),
+    "Where": (binary(), lambda a, b: tg.where(a.numpy() > 0, a * b, b)),
+    "Sum": (reduction(), lambda x, axis, keepdims: x.sum(axis=axis, keepdims=keepdims)),
+    "Mean": (reduction(), lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims)),
+    "Prod": (reduction(), lambda x, axis, keepdims: tg.prod(x, axis=axis, keepdims=keepdims)),
+    "Max": (reduction(_distinct), lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims)),
+    "Min": (reduction(_distinct), lambda x, axis, keepdims: x.min(axis=axis, keepdims=keepdims)),
+    "Logsumexp": (reduction(), lambda x, axis, keepdims: tg.logsumexp(x, axis=axis, keepdims=keepdims)),
+    "Reshape": (unary(), lambda x: x.reshape(-1) * _weights(x.reshape(-1))),
+    "Squeeze": (unary(), lambda x: tg.squeeze(tg.expand_dims(x, 0) * 2.0)),
+    "Unsqueeze": (unary(), lambda x: tg.expand_dims(x, 0) * 2.0),
+    "ToCopy": (unary(), lambda x: tg.astype(x * 2.0, np.float64) * 3.0),  # float32: test_dtypes
+    "Transpose": (perm(), lambda x, axes: np.transpose(x, axes) * _weights(np.transpose(x.numpy(), axes))),
+    "Index": (index_case(), lambda x, key: x[key] * _weights(x.numpy()[key])),
+    "Expand": (unary(), lambda x: tg.broadcast_to(x, (2,) + x.shape) * _weights(np.zeros((2,) + x.shape))),
+    "Swapaxes": (axis_of(2), lambda x, axis: tg.swapaxes(x, 0, axis) * _weights(np.swapaxes(x.numpy(), 0, axis))),
+    "Split": (axis_of(), lambda x, axis: tg.concatenate(
+        [p.ravel() * (i + 1) for i, p in enumerate(np.split(x, [1], axis=axis))])),
+    "Unbind": (axis_of(), lambda x, axis: tg.concatenate(
+        [p.reshape(-1) * (i + 1) for i, p in enumerate(tg.unbind(x, axis))])),
+    "Cat": (joined(), lambda *xs, axis: tg.concatenate(xs, axis=axis) * 1.0),
+    "Stack": (joined(stack=True), lambda *xs, axis: np.stack(xs, axis=axis) * 1.0),
+    "Mm": (matmul_case(), lambda a, b: a @ b),
+}
+
+
+def test_every_op_has_a_row():
+    missing = set(differentiable_ops()) - set(CASES)
+    assert not missing, f"ops without a gradient test row: {sorted(missing)}"
+    assert not set(CASES) - set(differentiable_ops())
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_gradient(name):
+    strategy, fn = CASES[name]
+
+    @given(case=strategy, seed=st.integers(0, 2**32 - 1))
+    def run(case, seed):
+        shapes_, domains, params = case
+        rng = np.random.default_rng(seed)
+        arrays = [d(rng, s) for d, s in zip(domains, shapes_)]
+        f = (lambda *xs: fn(*xs, **params)) if params else fn
+        check_vjp(f, arrays, rng, expect_name=name)
+
+    run()
