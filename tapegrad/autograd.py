@@ -7,12 +7,10 @@ they were.
 """
 import numpy as np
 
-from .kernels import codes as C
 from .kernels.sweep import sweep
 from .ops.registry import REGISTRY
+from .tape import current
 from .tensor import Tensor, _plain
-
-_NOT_OPS = C.K_NONE
 
 
 def _seed(t, gradient):
@@ -52,14 +50,13 @@ def backward(t, gradient=None, retain_graph=False):
             "create the inputs with requires_grad=True and compute the output with "
             "grad enabled (not under tg.no_grad())")
     seed = _seed(t, gradient)
-    if t._leaf:  # d t / d t = identity
+    if t._tok is None:  # a leaf: d t / d t = identity
         _accumulate(t, seed.reshape(t.shape))
         return
-    tape = t._tape
-    from .tape import current
+    tape = t._tok.tape
     if tape is not current():
         raise RuntimeError("backward() must run on the thread that recorded the graph")
-    if t._epoch != tape.epoch:
+    if t._tok is not tape.tok or tape.freed[t._rec]:
         raise _freed_error()
     root = t._rec
     T, total = tape.arrays(root + 1)
@@ -76,8 +73,7 @@ def backward(t, gradient=None, retain_graph=False):
         if s < -1:
             raise _freed_error()
         REGISTRY[int(tape.op[s])].host_vjp(tape, T, A, s)
-        a0, a1 = T[1][s], T[1][s + 1]
-        reached[T[5][a0:a1]] = True
+        reached[T[4][T[1][s]:T[1][s + 1]]] = True
         start = s - 1
     aoff, size = T[12], T[2]
     updates = [(leaf, A[aoff[r]:aoff[r] + size[r]])
@@ -85,10 +81,7 @@ def backward(t, gradient=None, retain_graph=False):
     for leaf, g in updates:
         _accumulate(leaf, g.reshape(leaf.shape))
     if not retain_graph:
-        ops = (tape.op[:root + 1] >> C.SHIFT) != _NOT_OPS
-        tape.freed[:root + 1] |= reached & ops
-        tape.release_freed(T)
-        tape.recount()
+        tape.after_backward(root, reached, T)
 
 
 def _accumulate(leaf, g):

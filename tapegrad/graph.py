@@ -2,31 +2,21 @@
 
 A node is a handle on one record of the tape, not an object the tape keeps:
 nodes reached from different tensors compare and hash equal when they stand
-for the same record.  A node pins its record (like a tensor does) so the
-graph it shows stays on the tape while the node is alive.
+for the same record.  A node holds the tape's epoch token (as a tensor does),
+so the graph it shows stays on the tape while the node is alive.
 """
-from .ops.registry import FREED, LEAF, CONST, OUTPUT, REGISTRY
+from .ops.registry import CONST, FREED, LEAF, OUTPUT, REGISTRY
 
 
 class Node:
     """The backward function of one record, as PyTorch's ``grad_fn`` objects."""
 
-    __slots__ = ("_tape", "_epoch", "_rec", "_code", "__weakref__")
+    __slots__ = ("_tok", "_rec", "_code")
 
-    def __init__(self, tape, rec):
-        self._tape = tape
-        self._epoch = tape.epoch
+    def __init__(self, tok, rec):
+        self._tok = tok
         self._rec = rec
-        self._code = int(tape.op[rec])
-        tape.pin(rec)
-
-    def __del__(self):
-        try:
-            t = self._tape
-            if self._epoch == t.epoch:
-                t.unpin(self._rec)
-        except AttributeError:
-            pass
+        self._code = int(tok.tape.op[rec])
 
     def name(self):
         """``<Op>Backward``, e.g. ``AddBackward`` or ``UnbindBackward``."""
@@ -39,24 +29,20 @@ class Node:
         Leaves that require grad appear as ``AccumulateGrad`` nodes, inputs
         that do not require grad as ``(None, 0)``.
         """
-        t = self._tape
-        if self._epoch != t.epoch or t.op[self._rec] == FREED:
+        t = self._tok.tape
+        if self._tok is not t.tok or self._code == FREED:
             raise RuntimeError(
                 f"the graph behind {self.name()} was freed by backward() and its "
                 "tape reused; call backward(retain_graph=True) to keep it")
-        out = []
-        for j in range(t.arg0[self._rec], _end(t, self._rec)):
-            out.append(_edge(t, int(t.args[j])))
-        return tuple(out)
-
-    def _key(self):
-        return (id(self._tape), self._epoch, self._rec)
+        r = self._rec
+        end = t.arg0[r + 1] if r + 1 < t.n else t.na
+        return tuple(_edge(t, int(p)) for p in t.args[t.arg0[r]:end])
 
     def __eq__(self, other):
-        return isinstance(other, Node) and self._key() == other._key()
+        return isinstance(other, Node) and self._tok is other._tok and self._rec == other._rec
 
     def __hash__(self):
-        return hash(self._key())
+        return hash((id(self._tok), self._rec))
 
     def __repr__(self):
         return f"<{self.name()} object at record {self._rec}>"
@@ -84,8 +70,9 @@ class AccumulateGrad:
         return "<AccumulateGrad object>"
 
 
-def _end(t, r):
-    return t.arg0[r + 1] if r + 1 < t.n else t.na
+def _slot(t, r):
+    """Output slot of an OUTPUT record (its only integer parameter)."""
+    return int(t.ip[t.ip0[r]])
 
 
 def _edge(t, p):
@@ -95,28 +82,35 @@ def _edge(t, p):
     if code == LEAF:
         return (AccumulateGrad(t.leaves[p]), 0)
     if code == OUTPUT:
-        slot = int(t.ip[t.ip0[p]])
-        return (Node(t, p - 1 - slot), slot)
-    return (Node(t, p), 0)
+        slot = _slot(t, p)
+        return (Node(t.tok, p - 1 - slot), slot)
+    return (Node(t.tok, p), 0)
 
 
 def node_of(tensor):
-    t = tensor._tape
+    tok = tensor._tok
+    t = tok.tape
     r = tensor._rec
-    if tensor._epoch != t.epoch:
+    if tok is t.tok and t.op[r] == OUTPUT:
+        return Node(tok, r - 1 - _slot(t, r))
+    if tok is not t.tok:
+        return _FreedNode()
+    return Node(tok, r)
+
+
+class _FreedNode:
+    """What ``grad_fn`` shows once a freed graph's tape was reused."""
+
+    __slots__ = ()
+
+    def name(self):
+        return "FreedBackward"
+
+    @property
+    def next_functions(self):
         raise RuntimeError(
             "the graph of this tensor was freed by backward() and its tape reused; "
             "call backward(retain_graph=True) to keep it for inspection")
-    if t.op[r] == OUTPUT:
-        return Node(t, r - 1 - tensor._slot)
-    return Node(t, r)
 
-
-def freed_stub(tape, tensor):
-    """Enter a tensor whose graph was freed and reset into the current tape."""
-    r = tape.record(FREED, (), tensor._data)
-    tape.freed[r] = True
-    tensor._epoch = tape.epoch
-    tensor._rec = r
-    tape.refc[r] = 1  # freed records never count as pinned
-    return r
+    def __repr__(self):
+        return "<FreedBackward object>"

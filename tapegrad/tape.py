@@ -1,28 +1,30 @@
 """The tape: a Wengert list in flat, growable NumPy arrays, one per thread.
 
 Each operation on tensors that require grad appends one record: its op code,
-its parents (record ids, in argument order, CSR-style so ops with many inputs
-fit), its output size, and offsets of its integer and float parameters.  The
-record's output value is kept too: values of at most ``SMALL`` elements are
-copied into a float64 arena, larger ones are referenced in place and made
-read-only while the tape holds them.  A record has one output; an op with k
-outputs (``unbind``, ``split``) is one record of size 0 followed by k
-``OUTPUT`` records, so the pair ``(record, slot)`` that
-``grad_fn.next_functions`` shows is ``(op record, output record - op record -
-1)``.
+its parents (record ids in argument order, CSR-style so ops with many inputs
+fit), its output size, an offset into the integer parameters and one float
+parameter.  The record's output value is kept too: one-element values in a
+per-record slot, values of at most ``SMALL`` elements in a float64 arena,
+larger ones referenced in place and made read-only while the tape holds
+them.  A record has one output; an op with k outputs (``unbind``, ``split``)
+is one record of size 0 followed by k ``OUTPUT`` records, so the pair
+``(record, slot)`` that ``grad_fn.next_functions`` shows is ``(op record,
+output record - op record - 1)``.
 
-Everything the sweep needs is derived from these arrays when a backward
-starts (value and adjoint offsets are cumulative sums of sizes), so recording
-writes as few numbers as possible.
+Everything else the sweep needs is derived when a backward starts (value
+and adjoint offsets are cumulative sums of sizes), so recording writes as
+few numbers as it can: this is the hot path of eager code.
 
-Memory follows liveness: the tape counts, per record, the tensors and graph
-nodes that refer to it.  When no such reference to a record that is still
-differentiable (not freed by a backward) remains, the whole tape is reset and
-reused, just before the next record is written (so ``grad_fn`` of a tensor
-stays inspectable right after the backward that freed its graph); tensors of a freed graph that are still alive keep their values and
-re-enter a later tape as freed stubs, so differentiating through them again
-raises the usual error.
+Memory follows liveness without a per-tensor destructor.  Every non-leaf
+tensor and graph node holds the tape's current *epoch token*; the token's
+reference count tells how many are alive.  The tape is reset (and its
+arrays reused) when none is alive, or when a backward has freed every record
+on it; tensors of the old epoch keep their values, and one that re-enters a
+later graph does so as a freed stub, so differentiating through it again
+raises the usual error.  Resets happen only at the start of an operation,
+before it resolves its inputs' records.
 """
+import sys
 import threading
 
 import numpy as np
@@ -31,41 +33,62 @@ from .kernels import codes as C
 from .kernels._views import SMALL
 
 _INT = np.int64
+_getrefcount = sys.getrefcount
+_KIND_NONE = C.K_NONE
+
+
+class Epoch:
+    """Token held by the tensors and nodes of one tape epoch."""
+
+    __slots__ = ("tape", "__weakref__")
+
+    def __init__(self, tape):
+        self.tape = tape
 
 
 class Tape:
     """Flat record arrays plus the bookkeeping for one thread's graphs."""
 
+    #: a liveness check runs once this many records (or bytes of large
+    #: values) were added since the last one; both budgets double while the
+    #: tape stays alive, so checks cost O(1) amortised.
+    CHECK_RECORDS = 4096
+    CHECK_BYTES = 64 << 20
+
     def __init__(self, capacity=1024):
         self.enabled = True        # grad mode of this thread
-        self.epoch = 0             # bumped by every reset
-        self._alloc(capacity, 256, 4 * capacity, capacity, 4 * capacity)
-        self.n = 0                 # records
-        self.na = 0                # parent entries
-        self.ni = 0                # integer parameters
-        self.nf = 0                # float parameters
-        self.nv = 0                # arena elements used
+        self._alloc(capacity)
+        self.args = np.zeros(4 * capacity, _INT)
+        self.ip = np.zeros(4 * capacity, _INT)
+        self.vals = np.zeros(capacity, np.float64)
         self.refs = []             # large values, one per large record
         self.leaves = {}           # LEAF record -> Tensor
         self.host = {}             # host record -> what its VJP needs
-        self.flipped = []          # arrays we made read-only, to restore
-        self.pinned = 0            # records referenced and not freed
-        self.stale = False         # nothing pinned: reset before the next record
+        self.flipped = []          # arrays made read-only, to restore
+        self._new_epoch()
 
-    # -- storage -------------------------------------------------------------
-    def _alloc(self, nrec, nargs, nip, nfp, nvals):
-        self.op = np.zeros(nrec, _INT)
-        self.arg0 = np.zeros(nrec + 1, _INT)
-        self.size = np.zeros(nrec, _INT)
-        self.ip0 = np.zeros(nrec, _INT)
-        self.fp0 = np.zeros(nrec, _INT)
-        self.refc = np.zeros(nrec, _INT)
-        self.freed = np.zeros(nrec, np.bool_)
-        self.args = np.zeros(nargs, _INT)
-        self.ip = np.zeros(nip, _INT)
-        self.fp = np.zeros(nfp, np.float64)
-        self.vals = np.zeros(nvals, np.float64)
+    def _alloc(self, cap):
+        self.op = np.zeros(cap, _INT)
+        self.arg0 = np.zeros(cap + 1, _INT)
+        self.size = np.zeros(cap, _INT)
+        self.ip0 = np.zeros(cap, _INT)
+        self.fp = np.zeros(cap, np.float64)
+        self.v1 = np.zeros(cap, np.float64)
+        self.freed = np.zeros(cap, np.bool_)
 
+    def _new_epoch(self):
+        self.n = 0                 # records
+        self.na = 0                # parent entries
+        self.ni = 1                # integer parameters; ip[0] == 0 is shared
+        self.nv = 0                # arena elements used
+        self.held = 0              # bytes of large values referenced
+        self.all_freed = False     # a backward freed every record
+        self.check_at = self.CHECK_RECORDS
+        self.check_bytes = self.CHECK_BYTES
+        self.tok = Epoch(self)
+        self.base = _getrefcount(self.tok)
+
+    # -- growth ----------------------------------------------------------------
     @staticmethod
     def _grown(a, need):
         cap = len(a)
@@ -76,80 +99,95 @@ class Tape:
         return b
 
     def _grow_records(self):
-        cap = 2 * len(self.op)
-        for name in ("op", "arg0", "size", "ip0", "fp0", "refc", "freed"):
-            a = getattr(self, name)
-            b = np.zeros(cap + (name == "arg0"), a.dtype)
-            b[:len(a)] = a
-            setattr(self, name, b)
+        old = {k: getattr(self, k) for k in ("op", "arg0", "size", "ip0", "fp", "v1", "freed")}
+        self._alloc(2 * len(self.op))
+        for k, a in old.items():
+            getattr(self, k)[:len(a)] = a
 
-    def reserve(self, nargs=0, nip=0, nfp=0, nvals=0):
-        """Make room for a record's variable-size parts."""
-        if self.n + 2 > len(self.op):
-            self._grow_records()
-        if self.na + nargs > len(self.args):
-            self.args = self._grown(self.args, self.na + nargs)
-        if self.ni + nip > len(self.ip):
-            self.ip = self._grown(self.ip, self.ni + nip)
-        if self.nf + nfp > len(self.fp):
-            self.fp = self._grown(self.fp, self.nf + nfp)
-        if self.nv + nvals > len(self.vals):
-            self.vals = self._grown(self.vals, self.nv + nvals)
+    def _grow_args(self, need):
+        self.args = self._grown(self.args, need)
 
-    # -- recording -----------------------------------------------------------
-    def record(self, op, parents, value, ints=None, const=None):
+    def _grow_ip(self, need):
+        self.ip = self._grown(self.ip, need)
+
+    # -- recording -------------------------------------------------------------
+    def record(self, op, parents, value, ints=None, const=0.0):
         """Append one record and return its id.
 
-        ``parents`` are record ids; ``value`` is the output (any float array
-        or scalar, stored as float64); ``ints`` are integer parameters and
-        ``const`` is the one float parameter of a K_SCALAR record.
-        This is the recording hot path: it writes only what cannot be derived.
+        ``parents`` are record ids; ``value`` is the output (a float array or
+        NumPy scalar, stored as float64); ``ints`` are integer parameters and
+        ``const`` the float parameter of a K_SCALAR record.
         """
-        size = value.size
-        nargs = len(parents)
         r = self.n
+        if r + 2 > len(self.op):
+            self._grow_records()
         na = self.na
-        if r + 2 > len(self.op) or na + nargs > len(self.args):
-            self.reserve(nargs)
+        k = len(parents)
+        if na + k > len(self.args):
+            self._grow_args(na + k)
         self.op[r] = op
         self.arg0[r] = na
-        if nargs == 1:
+        if k == 1:
             self.args[na] = parents[0]
-        elif nargs:
-            self.args[na:na + nargs] = parents
-        self.na = na + nargs
-        self.size[r] = size
+        elif k == 2:
+            self.args[na] = parents[0]
+            self.args[na + 1] = parents[1]
+        elif k:
+            self.args[na:na + k] = parents
+        self.na = na + k
         if ints is not None:
-            ni = self.ni
-            k = len(ints)
-            if ni + k > len(self.ip):
-                self.reserve(nip=k)
-            self.ip0[r] = ni
-            if k == 1:
-                self.ip[ni] = ints[0]
-            else:
-                self.ip[ni:ni + k] = ints
-            self.ni = ni + k
-        if const is not None:
-            nf = self.nf
-            if nf + 1 > len(self.fp):
-                self.reserve(nfp=1)
-            self.fp0[r] = nf
-            self.fp[nf] = const
-            self.nf = nf + 1
-        if size <= SMALL:
+            self._ints(r, ints)
+        if const:
+            self.fp[r] = const
+        self._value(r, value)
+        self.n = r + 1
+        return r
+
+    def record1(self, op, parent, value, const=0.0):
+        """``record`` for one parent and no integer parameters (the hot path)."""
+        r = self.n
+        na = self.na
+        if r + 2 > len(self.op):
+            self._grow_records()
+        if na + 1 > len(self.args):
+            self._grow_args(na + 1)
+        self.op[r] = op
+        self.arg0[r] = na
+        self.args[na] = parent
+        self.na = na + 1
+        if const:
+            self.fp[r] = const
+        size = value.size
+        self.size[r] = size
+        if size == 1 and not value.ndim:
+            self.v1[r] = value
+        else:
+            self._value(r, value)
+        self.n = r + 1
+        return r
+
+    def _ints(self, r, ints):
+        ni = self.ni
+        k = len(ints)
+        if ni + k > len(self.ip):
+            self._grow_ip(ni + k)
+        self.ip0[r] = ni
+        self.ip[ni:ni + k] = ints
+        self.ni = ni + k
+
+    def _value(self, r, value):
+        size = value.size
+        self.size[r] = size
+        if size == 1:
+            self.v1[r] = value if not value.ndim else value.reshape(())[()]
+        elif size <= SMALL:
             nv = self.nv
             if nv + size > len(self.vals):
-                self.reserve(nvals=size)
-            if size == 1 and not value.ndim:
-                self.vals[nv] = value
-            elif size:
-                self.vals[nv:nv + size] = np.ravel(value)
+                self.vals = self._grown(self.vals, nv + size)
+            self.vals[nv:nv + size] = np.ravel(value)
             self.nv = nv + size
         else:
             self.refs.append(self._hold(value))
-        self.n = r + 1
-        return r
 
     def _hold(self, value):
         """Keep a large value for the sweep without copying when possible.
@@ -158,6 +196,9 @@ class Tape:
         never computed from data changed after it was recorded; the flag is
         restored when the tape lets the array go.
         """
+        self.held += value.nbytes
+        if self.held > self.check_bytes:
+            self.check_at = self.n + 1
         if value.dtype != np.float64 or not value.flags.c_contiguous:
             return np.ascontiguousarray(value, dtype=np.float64)
         if value.flags.writeable:
@@ -168,42 +209,52 @@ class Tape:
     def constant(self, value):
         """Record a non-differentiable operand (an ndarray) as a CONST record."""
         value = np.asarray(value)
-        if value.dtype.kind not in "f":
+        if value.dtype.kind != "f":
             value = value.astype(np.float64)
-        return self.record(C.code(C.K_NONE, C.CONST), (), value)
+        return self.record(_CONST, (), value)
 
-    # -- liveness --------------------------------------------------------------
-    def pin(self, r):
-        if self.refc[r] == 0 and not self.freed[r]:
-            self.pinned += 1
-        self.refc[r] += 1
+    # -- liveness ----------------------------------------------------------------
+    def alive(self):
+        """Number of tensors and nodes that hold this epoch's token."""
+        return _getrefcount(self.tok) - self.base
 
-    def unpin(self, r):
-        c = self.refc[r] - 1
-        self.refc[r] = c
-        if c == 0 and not self.freed[r]:
-            self.pinned -= 1
-            if self.pinned == 0:
-                self.stale = True
+    def maybe_reset(self):
+        """Reset if nothing can reach the records any more (see module doc)."""
+        if self.all_freed or self.alive() <= 0:
+            self.reset()
+        else:
+            self.check_at = self.n + max(self.CHECK_RECORDS, self.n)
+            self.check_bytes = max(self.CHECK_BYTES, 2 * self.held)
 
-    def recount(self):
-        """Recount pinned records after a backward freed some of them."""
+    def after_backward(self, root, reached, T):
+        """Free what a backward without ``retain_graph`` used."""
+        ops = (self.op[:root + 1] >> C.SHIFT) != _KIND_NONE
+        self.freed[:root + 1] |= reached & ops
         n = self.n
-        self.pinned = int(np.count_nonzero((self.refc[:n] > 0) & ~self.freed[:n]))
-        if self.pinned == 0:
-            self.stale = True
+        if not np.any(((self.op[:n] >> C.SHIFT) != _KIND_NONE) & ~self.freed[:n]):
+            self.all_freed = True
+            self.check_at = 0
+        else:
+            self._release_freed(T)
+
+    def _release_freed(self, T):
+        """Drop large values that no record still differentiable can read."""
+        if not self.refs:
+            return
+        from .kernels.sweep import consumed
+        n = self.n
+        keep = consumed(T, n, self.freed)
+        big = np.flatnonzero((self.size[:n] > SMALL) & self.freed[:n] & ~keep)
+        rix = T[10]
+        for r in big:
+            self.refs[rix[r]] = None
 
     def reset(self):
         """Forget every record; tensors still alive hold their own values."""
         n = self.n
-        self.refc[:n] = 0
         self.freed[:n] = False
         self.ip0[:n] = 0
-        self.fp0[:n] = 0
-        self.n = self.na = self.ni = self.nf = self.nv = 0
-        self.pinned = 0
-        self.stale = False
-        self.epoch += 1
+        self.fp[:n] = 0.0
         for a in self.flipped:
             try:
                 a.flags.writeable = True
@@ -213,59 +264,52 @@ class Tape:
         self.refs.clear()
         self.leaves.clear()
         self.host.clear()
+        self._new_epoch()
 
-    # -- the view the kernels take -----------------------------------------------
+    # -- the view the kernels take ---------------------------------------------------
     def arrays(self, upto):
-        """The tuple of arrays the sweep reads, for records ``< upto``."""
+        """The tuple of arrays the sweep reads (see kernels/_views.py), and the
+        adjoint arena size, for records ``< upto``."""
         n = upto
         self.arg0[n] = self.arg0[n] if n < self.n else self.na
         size = self.size[:n]
-        small = size <= SMALL
-        vsz = np.where(small, size, 0)
+        mid = (size > 1) & (size <= SMALL)
+        vsz = np.where(mid, size, 0)
         voff = np.cumsum(vsz) - vsz
-        rix = np.cumsum(~small) - 1
+        rix = np.cumsum(size > SMALL) - 1
         ptrs = np.fromiter((0 if a is None else a.ctypes.data for a in self.refs),
                            _INT, len(self.refs))
         aoff = np.cumsum(size) - size
-        T = (self.op, self.arg0, self.size, self.ip0, self.fp0, self.args,
-             self.ip, self.fp, self.vals, voff, rix, ptrs, aoff)
+        T = (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
+             self.v1, self.vals, voff, rix, ptrs, aoff)
         return T, int(aoff[-1] + size[-1]) if n else 0
 
     def value(self, T, r):
-        """Python-side view of record r's value (for host VJPs)."""
+        """Python-side flat view of record r's value."""
         n = self.size[r]
+        if n == 1:
+            return self.v1[r:r + 1]
         if n <= SMALL:
             o = T[9][r]
             return self.vals[o:o + n]
         return self.refs[T[10][r]]
 
-    def release_freed(self, T):
-        """Drop large values that no live (not freed) record can read."""
-        from .kernels.sweep import consumed
-        n = self.n
-        if not self.refs:
-            return
-        keep = consumed(T, n, self.freed)
-        big = np.flatnonzero((self.size[:n] > SMALL) & self.freed[:n] & ~keep)
-        rix = T[10]
-        for r in big:
-            self.refs[rix[r]] = None
 
-
+_CONST = C.code(C.K_NONE, C.CONST)
 _local = threading.local()
 
 
 def current():
-    """This thread's tape (created on first use), reset first if nothing pins it.
+    """This thread's tape, created on first use.
 
     Every op fetches the tape through here before it resolves its inputs, so
-    a reset never happens between reading a parent's record id and writing
-    the record that uses it.
+    a reset (which only happens here) never falls between reading a parent's
+    record id and writing the record that uses it.
     """
     try:
         t = _local.tape
     except AttributeError:
         t = _local.tape = Tape()
-    if t.stale:
-        t.reset()
+    if t.n >= t.check_at:
+        t.maybe_reset()
     return t

@@ -1,10 +1,11 @@
 """``Tensor``: a NumPy value plus its place on this thread's tape.
 
 A tensor that requires grad and was made by an op is a *non-leaf*: it knows
-its record on the tape and pins it (see :mod:`tapegrad.tape` for liveness).
-A leaf that requires grad gets a ``LEAF`` record lazily, the first time an op
-on the current tape uses it, so parameters reused across many graphs never
-keep an old graph alive.  Operators, NumPy-named methods and the NumPy
+its record on the tape and holds the tape's epoch token, which keeps that
+epoch's records alive (see :mod:`tapegrad.tape` for liveness).  A leaf that
+requires grad gets a ``LEAF`` record lazily, the first time an op on the
+current tape uses it, so parameters reused across many graphs never keep an
+old graph alive.  Operators, NumPy-named methods and the NumPy
 protocol are bound in :mod:`tapegrad.ops.methods`.
 """
 import numpy as np
@@ -34,8 +35,10 @@ class Tensor:
     tensor([2.0, 4.0, 6.0])
     """
 
-    __slots__ = ("_data", "_requires_grad", "_leaf", "_tape", "_epoch", "_rec",
-                 "_slot", "_grad", "__weakref__")
+    # _tok/_rec: epoch token and record of a non-leaf (None/unset for leaves);
+    # _ltok/_lrec: the same for a leaf's lazily created LEAF record.
+    __slots__ = ("_data", "_requires_grad", "_tok", "_rec", "_ltok", "_lrec",
+                 "_grad", "__weakref__")
     __array_priority__ = 1000
 
     # -- basic properties ---------------------------------------------------
@@ -71,12 +74,15 @@ class Tensor:
     @property
     def is_leaf(self):
         """True unless the tensor was made by a recorded operation."""
-        return self._leaf
+        return self._tok is None
 
     @property
     def grad(self):
         """Accumulated gradient (a Tensor) or None; assign None to reset."""
-        return self._grad
+        try:
+            return self._grad
+        except AttributeError:  # non-leaves start without the slot
+            return None
 
     @grad.setter
     def grad(self, value):
@@ -93,14 +99,14 @@ class Tensor:
     @property
     def grad_fn(self):
         """The graph node that made this tensor, or None for a leaf."""
-        if self._leaf:
+        if self._tok is None:
             return None
         from .graph import node_of
         return node_of(self)
 
     def requires_grad_(self, requires_grad=True):
         """Set ``requires_grad`` in place on a leaf; returns the tensor."""
-        if not self._leaf:
+        if self._tok is not None:
             raise RuntimeError(
                 "you can only change requires_grad of leaf tensors; use "
                 "t.detach() to get a leaf that shares the value")
@@ -109,7 +115,7 @@ class Tensor:
                 f"only tensors of floating point dtype can require gradients, "
                 f"this one is {self._data.dtype}; create it with dtype=float64")
         self._requires_grad = bool(requires_grad)
-        self._tape = None
+        self._ltok = None
         return self
 
     # -- conversion ----------------------------------------------------------
@@ -165,20 +171,11 @@ class Tensor:
         extra = ""
         if a.dtype.kind == "f" and a.dtype != np.float64:
             extra += f", dtype={a.dtype}"
-        if not self._leaf:
+        if self._tok is not None:
             extra += f", grad_fn=<{self.grad_fn.name()}>"
         elif self._requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
-
-    # -- liveness ----------------------------------------------------------------
-    def __del__(self):
-        try:
-            t = self._tape
-            if t is not None and not self._leaf and self._epoch == t.epoch:
-                t.unpin(self._rec)
-        except AttributeError:  # half-built, or interpreter shutting down
-            pass
 
     # -- backward ------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=False):
@@ -224,48 +221,47 @@ def _plain(data):
     t = _new(Tensor)
     t._data = data
     t._requires_grad = False
-    t._leaf = True
-    t._tape = None
+    t._tok = None
+    t._ltok = None
     t._grad = None
     return t
 
 
 def _result(tape, r, data):
-    """The non-leaf tensor for record r (just appended, so pinned once)."""
+    """The non-leaf tensor for record r of the tape's current epoch."""
     t = _new(Tensor)
     t._data = data
     t._requires_grad = True
-    t._leaf = False
-    t._tape = tape
-    t._epoch = tape.epoch
+    t._tok = tape.tok
     t._rec = r
-    t._slot = 0
-    t._grad = None
-    tape.refc[r] = 1
-    tape.pinned += 1
     return t
 
 
 def _node(tape, t):
     """Record id of tensor ``t`` (which requires grad) on ``tape``."""
-    if t._tape is tape and t._epoch == tape.epoch:
+    tok = t._tok
+    if tok is tape.tok:
         return t._rec
-    if t._leaf:
+    if tok is None:  # a leaf: one LEAF record per epoch
+        if t._ltok is tape.tok:
+            return t._lrec
         r = tape.record(R.LEAF, (), t._data)
         tape.leaves[r] = t
-        t._tape = tape
-        t._epoch = tape.epoch
-        t._rec = r
+        t._ltok = tape.tok
+        t._lrec = r
         return r
-    if t._tape is not tape:
+    if tok.tape is not tape:
         raise RuntimeError(
             "this tensor was recorded on another thread's tape; each thread "
             "differentiates its own graphs. Pass t.detach() (a leaf) between "
             "threads and call requires_grad_() on it there")
     # its graph was freed by backward() and the tape reused: enter as a stub
     # that raises "backward through the graph a second time" if reached
-    from .graph import freed_stub
-    return freed_stub(tape, t)
+    r = tape.record(R.FREED, (), t._data)
+    tape.freed[r] = True
+    t._tok = tape.tok
+    t._rec = r
+    return r
 
 
 def tensor(data, requires_grad=False, dtype=None):

@@ -10,7 +10,10 @@ What is timed, and why:
   graph and the timed call runs ``y.backward()`` on it once; ``number = 1``
   makes asv re-run ``setup`` before every timed call, so each sample sweeps a
   graph that has never been swept (no ``retain_graph``, which would keep
-  buffers alive that a normal backward frees).
+  buffers alive that a normal backward frees).  ``warmup_time = 0`` because
+  some asv_runner versions skip ``setup`` between warm-up calls, which would
+  sweep a freed graph (tapegrad raises then); kernels are already compiled
+  by ``setup``.
 * ``ChainSweep.track_backward_ns_per_record`` -- the chain's backward time
   divided by its record count (median of several timed sweeps), i.e. the
   per-record cost of the sweep, which should not depend on the chain length.
@@ -78,6 +81,7 @@ class ChainBackward:
     """Scalar chain: the backward sweep alone, on a freshly recorded graph."""
 
     number = 1
+    warmup_time = 0
 
     def setup(self):
         self.tg = tg = _tapegrad()
@@ -143,6 +147,7 @@ class ElementwiseBackward:
     """Elementwise workload: the backward pass alone, on a fresh graph."""
 
     number = 1
+    warmup_time = 0
 
     def setup(self):
         self.tg = tg = _tapegrad()
@@ -188,6 +193,7 @@ class MLPBackward:
     """MLP step: the backward pass alone, on a fresh graph."""
 
     number = 1
+    warmup_time = 0
 
     def setup(self):
         self.tg = tg = _tapegrad()
@@ -215,7 +221,7 @@ def _child_setup(numba_cache_dir):
 
 class _ColdStartBase:
     timeout = 600
-    repeat = (3, 10, 120.0)
+    repeat = (3, 10, 60.0)
     rounds = 1
 
     def setup(self):
@@ -230,6 +236,7 @@ class ColdStartEmptyCache(_ColdStartBase):
     """``import tapegrad`` + first gradient, compiling everything afresh."""
 
     warmup_time = 0  # every sample compiles; a warm-up run would be wasted
+    repeat = (3, 5, 60.0)
 
     def timeraw_import_first_gradient(self):
         # Called once per sample, so every sample gets a new, empty cache.
@@ -244,11 +251,16 @@ class ColdStartWarmCache(_ColdStartBase):
         super().setup()
         self.cache = os.path.join(self.root, "warm")
         os.mkdir(self.cache)
-        # Fill the cache: one untimed run of the same code.
-        subprocess.run([sys.executable, "-c",
-                        _child_setup(self.cache) + wl.FIRST_GRADIENT_CODE],
-                       check=True, timeout=self.timeout,
-                       env=wl.subprocess_env(self.cache))
+        # Fill the cache: one untimed run of the same code.  asv does not
+        # call teardown when setup fails, so clean up here in that case.
+        try:
+            subprocess.run([sys.executable, "-c",
+                            _child_setup(self.cache) + wl.FIRST_GRADIENT_CODE],
+                           check=True, timeout=self.timeout,
+                           env=wl.subprocess_env(self.cache))
+        except BaseException:
+            self.teardown()
+            raise
 
     def timeraw_import_first_gradient(self):
         return wl.FIRST_GRADIENT_CODE, _child_setup(self.cache)

@@ -9,14 +9,14 @@ A kernel receives the tape as one tuple ``T`` of flat arrays (see
   0   op      op code: ``kind << 6 | sub``
   1   arg0    start of r's parents in ``args``; ``arg0[n]`` ends the last
   2   size    element count of r's output value
-  3   ip0     start of r's integer parameters in ``ip``
-  4   fp0     start of r's float parameters in ``fp``
-  5   args    parent record ids (CSR, in argument order)
-  6   ip      integer parameters (shapes, strides, index maps)
-  7   fp      float parameters (constants such as the 0.5 in ``x * 0.5``)
-  8   vals    arena of small output values, float64
-  9   voff    offset of r's value in ``vals`` (small values)
- 10   rix     index of r's value in ``ptrs`` (large values)
+  3   ip0     start of r's integer parameters in ``ip`` (0: none)
+  4   args    parent record ids (CSR, in argument order)
+  5   ip      integer parameters (shapes, strides, index maps)
+  6   fp      r's float parameter (the 0.5 in ``x * 0.5``)
+  7   v1      r's value when it has one element
+  8   vals    arena of values of 2..SMALL elements, float64
+  9   voff    offset of r's value in ``vals``
+ 10   rix     index of r's value in ``ptrs`` (larger values)
  11   ptrs    data addresses of large values, held alive by the tape
  12   aoff    offset of r's adjoint in ``A``
 ====  ======  ===========================================================
@@ -46,36 +46,48 @@ def _voidptr(typingctx, addr):
 
 
 @inline
+def _at(base, offset, n):
+    """``base[offset:offset+n]`` without touching the base's reference count.
+
+    A slice in compiled code increments and decrements the parent array's
+    reference count (atomically); at a few views per record that cost more
+    than the whole VJP of a scalar op.  The tape keeps every base alive for
+    the duration of the sweep, so borrowed views are safe.
+    """
+    return numba.carray(_voidptr(base.ctypes.data + 8 * offset), (n,), np.float64)
+
+
+@inline
 def value(T, v):
     """Output value of record ``v`` as a flat float64 view."""
     n = T[2][v]
+    if n == 1:
+        return _at(T[7], v, 1)
     if n <= SMALL:
-        o = T[9][v]
-        return T[8][o:o + n]
+        return _at(T[8], T[9][v], n)
     return numba.carray(_voidptr(T[11][T[10][v]]), (n,), np.float64)
 
 
 @inline
 def adjoint(T, A, v):
     """Adjoint of record ``v``'s output as a flat view of the arena."""
-    o = T[12][v]
-    return A[o:o + T[2][v]]
+    return _at(A, T[12][v], T[2][v])
 
 
 @inline
 def parent(T, r, i):
     """Record id of the ``i``-th parent of record ``r``."""
-    return T[5][T[1][r] + i]
+    return T[4][T[1][r] + i]
 
 
 @inline
 def iparam(T, r, i):
-    return T[6][T[3][r] + i]
+    return T[5][T[3][r] + i]
 
 
 @inline
-def fparam(T, r, i):
-    return T[7][T[4][r] + i]
+def fparam(T, r):
+    return T[6][r]
 
 
 @inline

@@ -1,5 +1,11 @@
 """VJP kernels of elementwise ops: unary, with a scalar constant, broadcasting.
 
+Each op's derivative is written once, as a scalar function of the input and
+output values (``d_unary``, ``d_scalar``, ``d_binary``).  The array kernels
+call them in loops specialised per op (the sub code is a compile-time
+constant in each branch, so the switch folds away and the loop vectorises);
+the sweep calls them directly for one-element records.
+
 Derivative conventions at non-smooth points follow PyTorch: ``abs'(0) = 0``;
 ``maximum``/``minimum`` split the gradient equally between tied operands.
 """
@@ -12,111 +18,70 @@ from ._jit import inline, kernel
 from ._views import adjoint, bindex, fparam, parent, value
 
 
-@kernel
-def unary_vjp(T, A, r, sub):
-    xr = parent(T, r, 0)
-    g = adjoint(T, A, r)
-    gx = adjoint(T, A, xr)
-    x = value(T, xr)
-    y = value(T, r)
-    n = g.size
+@inline
+def d_unary(sub, x, y):
+    """dy/dx of ``y = f(x)`` at one element."""
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
-        for i in range(n):
-            gx[i] += g[i]
-    elif sub == C.NEG:
-        for i in range(n):
-            gx[i] -= g[i]
-    elif sub == C.EXP:
-        for i in range(n):
-            gx[i] += g[i] * y[i]
-    elif sub == C.LOG:
-        for i in range(n):
-            gx[i] += g[i] / x[i]
-    elif sub == C.LOG1P:
-        for i in range(n):
-            gx[i] += g[i] / (1.0 + x[i])
-    elif sub == C.EXPM1:
-        for i in range(n):
-            gx[i] += g[i] * (y[i] + 1.0)
-    elif sub == C.SQRT:
-        for i in range(n):
-            gx[i] += g[i] * 0.5 / y[i]
-    elif sub == C.SQUARE:
-        for i in range(n):
-            gx[i] += g[i] * 2.0 * x[i]
-    elif sub == C.SIN:
-        for i in range(n):
-            gx[i] += g[i] * math.cos(x[i])
-    elif sub == C.COS:
-        for i in range(n):
-            gx[i] -= g[i] * math.sin(x[i])
-    elif sub == C.TAN:
-        for i in range(n):
-            gx[i] += g[i] * (1.0 + y[i] * y[i])
-    elif sub == C.TANH:
-        for i in range(n):
-            gx[i] += g[i] * (1.0 - y[i] * y[i])
-    elif sub == C.SINH:
-        for i in range(n):
-            gx[i] += g[i] * math.cosh(x[i])
-    elif sub == C.COSH:
-        for i in range(n):
-            gx[i] += g[i] * math.sinh(x[i])
-    elif sub == C.ARCSIN:
-        for i in range(n):
-            gx[i] += g[i] / math.sqrt(1.0 - x[i] * x[i])
-    elif sub == C.ARCCOS:
-        for i in range(n):
-            gx[i] -= g[i] / math.sqrt(1.0 - x[i] * x[i])
-    elif sub == C.ARCTAN:
-        for i in range(n):
-            gx[i] += g[i] / (1.0 + x[i] * x[i])
-    elif sub == C.ABS:
-        for i in range(n):
-            gx[i] += g[i] * np.sign(x[i])
-    # C.ZERO: piecewise-constant ops pass no gradient
-
-
-@kernel
-def scalar_vjp(T, A, r, sub):
-    xr = parent(T, r, 0)
-    g = adjoint(T, A, r)
-    gx = adjoint(T, A, xr)
-    c = fparam(T, r, 0)
-    n = g.size
-    if sub == C.ADDC:
-        for i in range(n):
-            gx[i] += g[i]
-    elif sub == C.MULC:
-        for i in range(n):
-            gx[i] += g[i] * c
-    elif sub == C.DIVC:
-        for i in range(n):
-            gx[i] += g[i] / c
-    elif sub == C.RSUBC:
-        for i in range(n):
-            gx[i] -= g[i]
-    elif sub == C.RDIVC:
-        x = value(T, xr)
-        y = value(T, r)
-        for i in range(n):
-            gx[i] -= g[i] * y[i] / x[i]
-    elif sub == C.POWC:
-        if c != 0.0:
-            x = value(T, xr)
-            for i in range(n):
-                gx[i] += g[i] * c * x[i] ** (c - 1.0)
-    elif sub == C.RPOWC:
-        if c != 0.0:
-            y = value(T, r)
-            lc = math.log(c)
-            for i in range(n):
-                gx[i] += g[i] * y[i] * lc
+        return 1.0
+    if sub == C.NEG:
+        return -1.0
+    if sub == C.EXP:
+        return y
+    if sub == C.LOG:
+        return 1.0 / x
+    if sub == C.LOG1P:
+        return 1.0 / (1.0 + x)
+    if sub == C.EXPM1:
+        return y + 1.0
+    if sub == C.SQRT:
+        return 0.5 / y
+    if sub == C.SQUARE:
+        return 2.0 * x
+    if sub == C.SIN:
+        return math.cos(x)
+    if sub == C.COS:
+        return -math.sin(x)
+    if sub == C.TAN:
+        return 1.0 + y * y
+    if sub == C.TANH:
+        return 1.0 - y * y
+    if sub == C.SINH:
+        return math.cosh(x)
+    if sub == C.COSH:
+        return math.sinh(x)
+    if sub == C.ARCSIN:
+        return 1.0 / math.sqrt(1.0 - x * x)
+    if sub == C.ARCCOS:
+        return -1.0 / math.sqrt(1.0 - x * x)
+    if sub == C.ARCTAN:
+        return 1.0 / (1.0 + x * x)
+    if sub == C.ABS:
+        return np.sign(x)
+    return 0.0  # C.ZERO: piecewise-constant ops
 
 
 @inline
-def _partials(sub, a, b, y):
-    """(dy/da, dy/db) of a binary op at one element."""
+def d_scalar(sub, x, y, c):
+    """dy/dx of ``y = x op c`` or ``y = c op x`` at one element."""
+    if sub == C.ADDC:
+        return 1.0
+    if sub == C.MULC:
+        return c
+    if sub == C.DIVC:
+        return 1.0 / c
+    if sub == C.RSUBC:
+        return -1.0
+    if sub == C.RDIVC:
+        return -y / x
+    if sub == C.POWC:
+        return c * x ** (c - 1.0) if c != 0.0 else 0.0
+    # C.RPOWC: d c**x = c**x log c; the limit for c == 0 is 0
+    return y * math.log(c) if c != 0.0 else 0.0
+
+
+@inline
+def d_binary(sub, a, b, y):
+    """(dy/da, dy/db) of ``y = a op b`` at one element."""
     if sub == C.ADD:
         return 1.0, 1.0
     if sub == C.SUB:
@@ -148,6 +113,85 @@ def _partials(sub, a, b, y):
     return (1.0, 0.0) if a != a else (0.0, 1.0)
 
 
+# -- array kernels ---------------------------------------------------------------
+@inline
+def _unary_loop(sub, g, x, y, gx):
+    for i in range(g.size):
+        gx[i] += g[i] * d_unary(sub, x[i], y[i])
+
+
+@kernel
+def unary_vjp(T, A, r, sub):
+    xr = parent(T, r, 0)
+    g, gx = adjoint(T, A, r), adjoint(T, A, xr)
+    x, y = value(T, xr), value(T, r)
+    # one branch per op, so that each loop is compiled for a constant sub
+    if sub == C.IDENT or sub >= C.VIEW_FIRST:
+        _unary_loop(C.IDENT, g, x, y, gx)
+    elif sub == C.NEG:
+        _unary_loop(C.NEG, g, x, y, gx)
+    elif sub == C.EXP:
+        _unary_loop(C.EXP, g, x, y, gx)
+    elif sub == C.LOG:
+        _unary_loop(C.LOG, g, x, y, gx)
+    elif sub == C.LOG1P:
+        _unary_loop(C.LOG1P, g, x, y, gx)
+    elif sub == C.EXPM1:
+        _unary_loop(C.EXPM1, g, x, y, gx)
+    elif sub == C.SQRT:
+        _unary_loop(C.SQRT, g, x, y, gx)
+    elif sub == C.SQUARE:
+        _unary_loop(C.SQUARE, g, x, y, gx)
+    elif sub == C.SIN:
+        _unary_loop(C.SIN, g, x, y, gx)
+    elif sub == C.COS:
+        _unary_loop(C.COS, g, x, y, gx)
+    elif sub == C.TAN:
+        _unary_loop(C.TAN, g, x, y, gx)
+    elif sub == C.TANH:
+        _unary_loop(C.TANH, g, x, y, gx)
+    elif sub == C.SINH:
+        _unary_loop(C.SINH, g, x, y, gx)
+    elif sub == C.COSH:
+        _unary_loop(C.COSH, g, x, y, gx)
+    elif sub == C.ARCSIN:
+        _unary_loop(C.ARCSIN, g, x, y, gx)
+    elif sub == C.ARCCOS:
+        _unary_loop(C.ARCCOS, g, x, y, gx)
+    elif sub == C.ARCTAN:
+        _unary_loop(C.ARCTAN, g, x, y, gx)
+    elif sub == C.ABS:
+        _unary_loop(C.ABS, g, x, y, gx)
+
+
+@inline
+def _scalar_loop(sub, g, x, y, c, gx):
+    for i in range(g.size):
+        gx[i] += g[i] * d_scalar(sub, x[i], y[i], c)
+
+
+@kernel
+def scalar_vjp(T, A, r, sub):
+    xr = parent(T, r, 0)
+    g, gx = adjoint(T, A, r), adjoint(T, A, xr)
+    x, y = value(T, xr), value(T, r)
+    c = fparam(T, r)
+    if sub == C.ADDC:
+        _scalar_loop(C.ADDC, g, x, y, c, gx)
+    elif sub == C.MULC:
+        _scalar_loop(C.MULC, g, x, y, c, gx)
+    elif sub == C.DIVC:
+        _scalar_loop(C.DIVC, g, x, y, c, gx)
+    elif sub == C.RSUBC:
+        _scalar_loop(C.RSUBC, g, x, y, c, gx)
+    elif sub == C.RDIVC:
+        _scalar_loop(C.RDIVC, g, x, y, c, gx)
+    elif sub == C.POWC:
+        _scalar_loop(C.POWC, g, x, y, c, gx)
+    elif sub == C.RPOWC:
+        _scalar_loop(C.RPOWC, g, x, y, c, gx)
+
+
 @inline
 def _operand_index(i, n, m, ip, b, nd, k):
     """Index into operand ``k`` (of size ``m``) for output element ``i``."""
@@ -158,45 +202,58 @@ def _operand_index(i, n, m, ip, b, nd, k):
     return bindex(i, ip, b + 1, b + 1 + nd * (k + 1), nd)
 
 
+@inline
+def _binary_same_shape(sub, g, xa, xb, y, ga, gb):
+    for i in range(g.size):
+        da, db = d_binary(sub, xa[i], xb[i], y[i])
+        gi = g[i]
+        ga[i] += gi * da
+        gb[i] += gi * db
+
+
 @kernel
 def nary_vjp(T, A, r, sub):
     """Broadcasting binary ops and ``where``; gradients reduced to each shape.
 
-    ``ip`` holds ``[nd, out_shape, strides of operand 0, strides of 1, ...]``.
+    ``ip`` holds ``[nd, out_shape, strides of operand 0, strides of 1, ...]``
+    (just ``[0]`` when no operand is broadcast beyond a single element).
     """
-    ip = T[6]
+    ip = T[5]
     b = T[3][r]
     nd = ip[b]
     g = adjoint(T, A, r)
     n = g.size
-    y = value(T, r)
     if sub == C.WHERE:
         cr, ar, br = parent(T, r, 0), parent(T, r, 1), parent(T, r, 2)
         cond = value(T, cr)
         ga, gb = adjoint(T, A, ar), adjoint(T, A, br)
         mc, ma, mb = cond.size, ga.size, gb.size
         for i in range(n):
-            ic = _operand_index(i, n, mc, ip, b, nd, 0)
-            if cond[ic] != 0.0:
+            if cond[_operand_index(i, n, mc, ip, b, nd, 0)] != 0.0:
                 ga[_operand_index(i, n, ma, ip, b, nd, 1)] += g[i]
             else:
                 gb[_operand_index(i, n, mb, ip, b, nd, 2)] += g[i]
         return
     ar, br = parent(T, r, 0), parent(T, r, 1)
-    xa, xb = value(T, ar), value(T, br)
+    xa, xb, y = value(T, ar), value(T, br), value(T, r)
     ga, gb = adjoint(T, A, ar), adjoint(T, A, br)
     ma, mb = xa.size, xb.size
     if ma == n and mb == n:  # the common case: no broadcasting
-        for i in range(n):
-            da, db = _partials(sub, xa[i], xb[i], y[i])
-            gi = g[i]
-            ga[i] += gi * da
-            gb[i] += gi * db
+        if sub == C.ADD:
+            _binary_same_shape(C.ADD, g, xa, xb, y, ga, gb)
+        elif sub == C.SUB:
+            _binary_same_shape(C.SUB, g, xa, xb, y, ga, gb)
+        elif sub == C.MUL:
+            _binary_same_shape(C.MUL, g, xa, xb, y, ga, gb)
+        elif sub == C.DIV:
+            _binary_same_shape(C.DIV, g, xa, xb, y, ga, gb)
+        else:
+            _binary_same_shape(sub, g, xa, xb, y, ga, gb)
         return
     for i in range(n):
         ia = _operand_index(i, n, ma, ip, b, nd, 0)
         ib = _operand_index(i, n, mb, ip, b, nd, 1)
-        da, db = _partials(sub, xa[ia], xb[ib], y[i])
+        da, db = d_binary(sub, xa[ia], xb[ib], y[i])
         gi = g[i]
         ga[ia] += gi * da
         gb[ib] += gi * db

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import adjoint, bindex, parent, value
+from ._views import _at, adjoint, bindex, parent, value
 
 
 @inline
@@ -25,7 +25,7 @@ def _out_index(i, m, ip, b, nd):
 @kernel
 def reduce_vjp(T, A, r, sub):
     """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
-    ip = T[6]
+    ip = T[5]
     b = T[3][r]
     nd = ip[b]
     xr = parent(T, r, 0)
@@ -84,11 +84,10 @@ def gather_vjp(T, A, r, sub):
     next records, whose adjoints follow its own in the arena: one gather covers
     all of them.
     """
-    ip = T[6]
+    ip = T[5]
     b = T[3][r]
     m = ip[b]
-    o = T[12][r]
-    g = A[o:o + m]
+    g = _at(A, T[12][r], m)
     gx = adjoint(T, A, parent(T, r, 0))
     for k in range(m):
         gx[ip[b + 1 + k]] += g[k]
@@ -97,7 +96,7 @@ def gather_vjp(T, A, r, sub):
 @kernel
 def concat_vjp(T, A, r, sub):
     """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
-    ip = T[6]
+    ip = T[5]
     b = T[3][r]
     m = ip[b]
     g = adjoint(T, A, r)

@@ -6,7 +6,8 @@ dependency counts.  A record is visited only if some consumer reached it.
 """
 from . import codes as C
 from ._jit import kernel
-from .elementwise import nary_vjp, scalar_vjp, unary_vjp
+from ._views import fparam
+from .elementwise import d_binary, d_scalar, d_unary, nary_vjp, scalar_vjp, unary_vjp
 from .structural import concat_vjp, gather_vjp, reduce_vjp
 
 
@@ -18,7 +19,7 @@ def sweep(T, A, reached, freed, start):
     applies its VJP, marks its parents and resumes at ``r - 1``), and
     ``-2 - r`` when record r was freed by an earlier backward.
     """
-    op, arg0, args = T[0], T[1], T[5]
+    op, arg0, size, args, v1, aoff = T[0], T[1], T[2], T[4], T[7], T[12]
     for r in range(start, -1, -1):
         if not reached[r]:
             continue
@@ -29,6 +30,23 @@ def sweep(T, A, reached, freed, start):
         sub = code & C.MASK
         if kind == C.K_HOST:
             return r
+        if size[r] == 1 and kind <= C.K_NARY and kind != C.K_NONE and sub != C.WHERE:
+            # one-element elementwise record: its operands have one element
+            # too, so skip the views and loops (scalar code's hot path)
+            g = A[aoff[r]]
+            a = args[arg0[r]]
+            reached[a] = True
+            if kind == C.K_UNARY:
+                A[aoff[a]] += g * d_unary(sub, v1[a], v1[r])
+            elif kind == C.K_SCALAR:
+                A[aoff[a]] += g * d_scalar(sub, v1[a], v1[r], fparam(T, r))
+            else:
+                b = args[arg0[r] + 1]
+                reached[b] = True
+                da, db = d_binary(sub, v1[a], v1[b], v1[r])
+                A[aoff[a]] += g * da
+                A[aoff[b]] += g * db
+            continue
         if kind == C.K_UNARY:
             unary_vjp(T, A, r, sub)
         elif kind == C.K_SCALAR:
@@ -49,7 +67,7 @@ def sweep(T, A, reached, freed, start):
 @kernel
 def consumed(T, n, freed):
     """Mask of records that some not-freed record among the first n reads."""
-    op, arg0, args = T[0], T[1], T[5]
+    op, arg0, args = T[0], T[1], T[4]
     keep = freed[:n] != freed[:n]  # all False, right dtype
     for r in range(n):
         if not freed[r]:

@@ -12,19 +12,18 @@ from ..tape import current
 from ..tensor import Tensor, _node, _plain, _result
 from .registry import register
 
-_SCALARS = (numbers.Real, np.number)
+_SCALARS = (numbers.Real, np.floating, np.integer)
 
 
 # -- unary -------------------------------------------------------------------
 def _unary(code, fn, x):
-    if type(x) is not Tensor:
-        if not isinstance(x, Tensor):
-            return fn(x)  # plain NumPy: nothing to record
+    if type(x) is not Tensor and not isinstance(x, Tensor):
+        return fn(x)  # plain NumPy: nothing to record
     data = fn(x._data)
     if x._requires_grad:
         tape = current()
         if tape.enabled:
-            return _result(tape, tape.record(code, (_node(tape, x),), data), data)
+            return _result(tape, tape.record1(code, _node(tape, x), data), data)
     return _plain(data)
 
 
@@ -65,8 +64,8 @@ sign = _def_unary("Sign", C.ZERO, np.sign)
 # -- binary --------------------------------------------------------------------
 # (tensor op c) and (c op tensor) with a Python/NumPy number c: the K_SCALAR
 # family stores c as a float parameter instead of recording a constant.
-_LEFT = {}   # nary sub -> (scalar sub, how to turn c into the parameter)
-_RIGHT = {}
+_LEFT = {}   # nary code -> scalar code for (tensor op c)
+_RIGHT = {}  # nary code -> scalar code for (c op tensor)
 
 
 def _bstrides(shape, out_shape):
@@ -81,18 +80,15 @@ def _bstrides(shape, out_shape):
     return st
 
 
-_NO_BROADCAST = (0,)
-
-
 def broadcast_params(out_shape, operand_shapes, out_size):
     """``ip`` of a broadcasting record: ``[nd, out_shape, strides...]``.
 
-    When every operand is full-size or a single element the kernel never
-    needs strides, and one zero is recorded.
+    None (no parameters) when every operand is full-size or a single
+    element: the kernel then never needs strides.
     """
     sizes = [int(np.prod(s)) for s in operand_shapes]
     if all(m == out_size or m == 1 for m in sizes):
-        return (0,)
+        return None
     p = [len(out_shape), *out_shape]
     for s in operand_shapes:
         p.extend(_bstrides(s, out_shape))
@@ -111,46 +107,47 @@ def _operand(tape, x):
 def _binary(code, fn, a, b):
     ta, tb = type(a) is Tensor, type(b) is Tensor
     if ta and tb:
-        data = fn(a._data, b._data)
+        ad, bd = a._data, b._data
+        data = fn(ad, bd)
         if not (a._requires_grad or b._requires_grad):
             return _plain(data)
-    elif ta:
-        data = fn(a._data, b._data if isinstance(b, Tensor) else b)
-        if not a._requires_grad:
+        tape = current()
+        if not tape.enabled:
             return _plain(data)
-        if isinstance(b, _SCALARS):
-            left = _LEFT.get(code)
-            if left is not None:
+        ra = _node(tape, a) if a._requires_grad else tape.constant(ad)
+        rb = _node(tape, b) if b._requires_grad else tape.constant(bd)
+        sa, sb = ad.shape, bd.shape
+        p = None if sa == sb else broadcast_params(data.shape, (sa, sb), data.size)
+        return _result(tape, tape.record(code, (ra, rb), data, p), data)
+    if ta or tb:
+        t, other = (a, b) if ta else (b, a)
+        if not isinstance(other, Tensor):
+            tc = type(other)
+            if tc is float or tc is int or isinstance(other, _SCALARS):
+                data = fn(a._data, b) if ta else fn(a, b._data)
+                if not t._requires_grad:
+                    return _plain(data)
                 tape = current()
                 if not tape.enabled:
                     return _plain(data)
-                r = tape.record(left[0], (_node(tape, a),), data, None, left[1](b))
-                return _result(tape, r, data)
-    elif tb:
-        data = fn(a._data if isinstance(a, Tensor) else a, b._data)
-        if not b._requires_grad:
-            return _plain(data)
-        if isinstance(a, _SCALARS):
-            right = _RIGHT.get(code)
-            if right is not None:
-                tape = current()
-                if not tape.enabled:
-                    return _plain(data)
-                r = tape.record(right[0], (_node(tape, b),), data, None, right[1](a))
-                return _result(tape, r, data)
-    else:
+                sc = (_LEFT if ta else _RIGHT).get(code)
+                if sc is not None:
+                    r = tape.record1(sc, _node(tape, t), data, float(other))
+                    return _result(tape, r, data)
+    elif not (isinstance(a, Tensor) or isinstance(b, Tensor)):
         return fn(a, b)
+    # tensor subclasses, ndarrays and scalars without a K_SCALAR form
+    ad = a._data if isinstance(a, Tensor) else a
+    bd = b._data if isinstance(b, Tensor) else b
+    data = fn(ad, bd)
+    if not any(isinstance(x, Tensor) and x._requires_grad for x in (a, b)):
+        return _plain(data)
     tape = current()
     if not tape.enabled:
         return _plain(data)
-    ra = _operand(tape, a)
-    rb = _operand(tape, b)
-    sa = np.shape(a._data if type(a) is Tensor else a)
-    sb = np.shape(b._data if type(b) is Tensor else b)
-    if sa == sb:  # no broadcasting: the kernel needs no strides
-        p = _NO_BROADCAST
-    else:
-        p = broadcast_params(np.shape(data), (sa, sb), np.size(data))
+    ra, rb = _operand(tape, a), _operand(tape, b)
+    sa, sb = np.shape(ad), np.shape(bd)
+    p = None if sa == sb else broadcast_params(np.shape(data), (sa, sb), np.size(data))
     return _result(tape, tape.record(code, (ra, rb), data, p), data)
 
 
@@ -181,13 +178,11 @@ _RSUBC = _scalar_code("RsubScalar", C.RSUBC)
 _RDIVC = _scalar_code("RdivScalar", C.RDIVC)
 _POWC = _scalar_code("PowScalar", C.POWC)
 _RPOWC = _scalar_code("RpowScalar", C.RPOWC)
-_same = float
-
-add, ADD = _def_binary("Add", C.ADD, np.add, (_ADDC, _same), (_ADDC, _same))
-subtract, SUB = _def_binary("Sub", C.SUB, np.subtract, (_ADDC, _same), (_RSUBC, _same))
-multiply, MUL = _def_binary("Mul", C.MUL, np.multiply, (_MULC, _same), (_MULC, _same))
-divide, DIV = _def_binary("Div", C.DIV, np.divide, (_DIVC, _same), (_RDIVC, _same))
-power, POW = _def_binary("Pow", C.POW, np.power, (_POWC, _same), (_RPOWC, _same))
+add, ADD = _def_binary("Add", C.ADD, np.add, _ADDC, _ADDC)
+subtract, SUB = _def_binary("Sub", C.SUB, np.subtract, _ADDC, _RSUBC)
+multiply, MUL = _def_binary("Mul", C.MUL, np.multiply, _MULC, _MULC)
+divide, DIV = _def_binary("Div", C.DIV, np.divide, _DIVC, _RDIVC)
+power, POW = _def_binary("Pow", C.POW, np.power, _POWC, _RPOWC)
 maximum, _ = _def_binary("Maximum", C.MAXIMUM, np.maximum)
 minimum, _ = _def_binary("Minimum", C.MINIMUM, np.minimum)
 true_divide = divide

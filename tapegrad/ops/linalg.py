@@ -25,7 +25,7 @@ def _unbroadcast(g, shape):
 
 def _matmul_vjp(tape, T, A, r):
     a, b = tape.host[r]
-    ra, rb = T[5][T[1][r]], T[5][T[1][r] + 1]
+    ra, rb = T[4][T[1][r]], T[4][T[1][r] + 1]
     aoff, size = T[12], T[2]
     g = A[aoff[r]:aoff[r] + size[r]]
     a2 = a[None, :] if a.ndim == 1 else a

@@ -41,7 +41,7 @@ def _inplace(fn):
     in-place update of a leaf's value when no graph records it."""
     def method(self, other):
         if self._requires_grad and current().enabled:
-            if self._leaf:
+            if self._tok is None:
                 raise RuntimeError(
                     "a leaf tensor that requires grad is being used in an in-place "
                     "operation; update it under `with tg.no_grad():` or write "
@@ -56,7 +56,7 @@ def _inplace(fn):
 
 def _become(self, new):
     """Let ``self`` take ``new``'s place on the tape (and new take self's)."""
-    for slot in ("_data", "_tape", "_epoch", "_rec", "_slot"):
+    for slot in ("_data", "_tok", "_rec"):
         a, b = getattr(self, slot), getattr(new, slot)
         setattr(self, slot, b)
         setattr(new, slot, a)

@@ -50,7 +50,7 @@ def _reduce(code, fname, fn, x, axis, keepdims):
     if not tape.enabled:
         return _plain(data)
     if np.size(data) == 1:
-        p = (0,)
+        p = None  # the kernel's full-reduction path needs no parameters
     else:
         kshape = tuple(1 if d in axes else n for d, n in enumerate(shape))
         p = (len(shape), *shape, *_bstrides(kshape, shape))

@@ -148,9 +148,7 @@ def _multi(code, x, pieces_of):
     outs = []
     for s, piece in enumerate(pieces):
         r = tape.record(_OUTPUT, (u,), piece, (s,))
-        t = _result(tape, r, piece)
-        t._slot = s
-        outs.append(t)
+        outs.append(_result(tape, r, piece))
     return tuple(outs)
 
 
