@@ -8,7 +8,7 @@ they were.
 import numpy as np
 
 from .kernels.sweep import sweep
-from .ops.registry import REGISTRY
+from .ops.registry import LEAF, REGISTRY
 from .tape import current
 from .tensor import Tensor, _plain
 
@@ -43,6 +43,48 @@ def _freed_error():
         "retain_graph=True if you need to backward through the graph a second time.")
 
 
+class Adjoints:
+    """The adjoints of records ``0 .. upto-1``, in two arenas.
+
+    Leaves' adjoints get a fresh arena of their own, so a leaf's gradient can
+    be handed out as a view of it without copying and without keeping the
+    arena of intermediate adjoints alive; that one is the tape's scratch
+    buffer, reused from one backward to the next.  Neither is zeroed: the
+    first VJP to reach a record writes its adjoint (see ``claim`` in
+    kernels/_views.py), and ``reached`` says which have been written.
+    ``aptr`` holds each record's adjoint address for the kernels; ``adj[r]``
+    is a NumPy view for Python (host records, leaves).
+    """
+
+    def __init__(self, tape, upto):
+        size = tape.size[:upto]
+        self.leaf = leaf = tape.op[:upto] == LEAF
+        inner = np.where(leaf, 0, size)
+        outer = size - inner
+        self.off = np.where(leaf, np.cumsum(outer) - outer, np.cumsum(inner) - inner)
+        need = int(inner.sum())
+        if tape.scratch is None or tape.scratch.size < need:
+            tape.scratch = np.empty(max(need, 1024))
+        self.A = tape.scratch
+        self.L = np.empty(int(outer.sum()))
+        self.size = size
+        self.aptr = np.where(leaf, self.L.ctypes.data, self.A.ctypes.data) + 8 * self.off
+        self.reached = np.zeros(upto, np.bool_)
+
+    def __getitem__(self, r):
+        o = self.off[r]
+        return (self.L if self.leaf[r] else self.A)[o:o + self.size[r]]
+
+    def add(self, r, g):
+        """Accumulate ``g`` (any shape with r's size) into record r's adjoint."""
+        view = self[r]
+        if self.reached[r]:
+            view += g.reshape(-1)
+        else:
+            view[:] = g.reshape(-1)
+            self.reached[r] = True
+
+
 def backward(t, gradient=None, retain_graph=False):
     if not t._requires_grad:
         raise RuntimeError(
@@ -59,25 +101,21 @@ def backward(t, gradient=None, retain_graph=False):
     if t._tok is not tape.tok or tape.freed[t._rec]:
         raise _freed_error()
     root = t._rec
-    T, total = tape.arrays(root + 1)
-    A = np.zeros(total)
-    o = T[12][root]
-    A[o:o + seed.size] = seed
-    reached = np.zeros(root + 1, np.bool_)
-    reached[root] = True
+    adj = Adjoints(tape, root + 1)
+    T = tape.arrays(root + 1, adj.aptr) + (adj.reached,)
+    adj.add(root, seed)
+    reached = adj.reached
     start = root
     while True:
-        s = sweep(T, A, reached, tape.freed, start)
+        s = sweep(T, tape.freed, start)
         if s == -1:
             break
         if s < -1:
             raise _freed_error()
-        REGISTRY[int(tape.op[s])].host_vjp(tape, T, A, s)
-        reached[T[4][T[1][s]:T[1][s + 1]]] = True
+        REGISTRY[int(tape.op[s])].host_vjp(tape, adj, s)
         start = s - 1
-    aoff, size = T[12], T[2]
-    updates = [(leaf, A[aoff[r]:aoff[r] + size[r]])
-               for r, leaf in tape.leaves.items() if r <= root and reached[r]]
+    updates = [(leaf, adj[r]) for r, leaf in tape.leaves.items()
+               if r <= root and reached[r]]
     for leaf, g in updates:
         _accumulate(leaf, g.reshape(leaf.shape))
     if not retain_graph:
@@ -85,7 +123,8 @@ def backward(t, gradient=None, retain_graph=False):
 
 
 def _accumulate(leaf, g):
-    g = g.astype(leaf.dtype, copy=True)
+    """Add ``g`` (a view of the leaf arena, or the seed) into ``leaf.grad``."""
+    g = g.astype(leaf.dtype, copy=False)
     if leaf._grad is None:
         leaf._grad = _plain(g if g.ndim else g[()])
     else:

@@ -65,6 +65,7 @@ class Tape:
         self.leaves = {}           # LEAF record -> Tensor
         self.host = {}             # host record -> what its VJP needs
         self.flipped = []          # arrays made read-only, to restore
+        self.scratch = None        # adjoint arena, reused across backwards
         self._new_epoch()
 
     def _alloc(self, cap):
@@ -267,11 +268,11 @@ class Tape:
         self._new_epoch()
 
     # -- the view the kernels take ---------------------------------------------------
-    def arrays(self, upto):
-        """The tuple of arrays the sweep reads (see kernels/_views.py), and the
-        adjoint arena size, for records ``< upto``."""
+    def arrays(self, upto, aptr):
+        """The tuple of arrays the sweep reads (see kernels/_views.py) for
+        records ``< upto``, with ``aptr`` the adjoints' addresses."""
         n = upto
-        self.arg0[n] = self.arg0[n] if n < self.n else self.na
+        self.arg0[self.n] = self.na  # closes the last record's parents
         size = self.size[:n]
         mid = (size > 1) & (size <= SMALL)
         vsz = np.where(mid, size, 0)
@@ -279,10 +280,8 @@ class Tape:
         rix = np.cumsum(size > SMALL) - 1
         ptrs = np.fromiter((0 if a is None else a.ctypes.data for a in self.refs),
                            _INT, len(self.refs))
-        aoff = np.cumsum(size) - size
-        T = (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
-             self.v1, self.vals, voff, rix, ptrs, aoff)
-        return T, int(aoff[-1] + size[-1]) if n else 0
+        return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
+                self.v1, self.vals, voff, rix, ptrs, aptr)
 
     def value(self, T, r):
         """Python-side flat view of record r's value."""

@@ -25,7 +25,9 @@ What is timed, and why:
   ``timeraw_import_numpy_numba`` times those alone for reference.
 
 JIT warm-up (the first gradient of each workload, which may compile kernels)
-happens in ``setup`` and is never timed in the in-process benchmarks.
+happens in ``setup`` and is never timed in the in-process benchmarks.  It runs
+once per process, and the inputs are cached, because recent asv_runner
+versions re-run ``setup`` before every timed call of a class that has one.
 """
 
 import os

@@ -1,7 +1,7 @@
 """Views of the tape that every kernel uses.
 
 A kernel receives the tape as one tuple ``T`` of flat arrays (see
-:func:`tapegrad.tape.Tape.arrays`) and the adjoint arena ``A``:
+:func:`tapegrad.tape.Tape.arrays` and :class:`tapegrad.autograd.Adjoints`):
 
 ====  ======  ===========================================================
  idx  name    meaning (per record ``r`` unless noted)
@@ -18,7 +18,8 @@ A kernel receives the tape as one tuple ``T`` of flat arrays (see
   9   voff    offset of r's value in ``vals``
  10   rix     index of r's value in ``ptrs`` (larger values)
  11   ptrs    data addresses of large values, held alive by the tape
- 12   aoff    offset of r's adjoint in ``A``
+ 12   aptr    address of r's adjoint (leaves and the rest live in two arenas)
+ 13   reached whether r's adjoint has been written in this sweep
 ====  ======  ===========================================================
 """
 import numba
@@ -69,9 +70,37 @@ def value(T, v):
 
 
 @inline
-def adjoint(T, A, v):
-    """Adjoint of record ``v``'s output as a flat view of the arena."""
-    return _at(A, T[12][v], T[2][v])
+def adjoint(T, v):
+    """Adjoint of record ``v``'s output as a flat float64 view."""
+    return numba.carray(_voidptr(T[12][v]), (T[2][v],), np.float64)
+
+
+@inline
+def adjoint_span(T, v, n):
+    """``n`` adjoint elements from record ``v``'s on (the outputs of a
+    multi-output record are consecutive in the arena)."""
+    return numba.carray(_voidptr(T[12][v]), (n,), np.float64)
+
+
+@inline
+def claim(T, v):
+    """Mark ``v``'s adjoint as written; True if this is the first write.
+
+    Adjoint arenas are not zeroed: the first VJP to reach a record assigns
+    its adjoint (or zero-fills it, if it only touches part of it) and later
+    ones accumulate.  This saves a zeroing pass and a read per record.
+    """
+    reached = T[13]
+    first = not reached[v]
+    reached[v] = True
+    return first
+
+
+@inline
+def claim_zeroed(T, v):
+    """``claim`` for VJPs that accumulate into only part of ``v``'s adjoint."""
+    if claim(T, v):
+        adjoint(T, v)[:] = 0.0
 
 
 @inline

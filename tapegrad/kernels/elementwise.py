@@ -15,7 +15,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import adjoint, bindex, fparam, parent, value
+from ._views import adjoint, bindex, claim, claim_zeroed, fparam, parent, value
 
 
 @inline
@@ -115,81 +115,91 @@ def d_binary(sub, a, b, y):
 
 # -- array kernels ---------------------------------------------------------------
 @inline
-def _unary_loop(sub, g, x, y, gx):
-    for i in range(g.size):
-        gx[i] += g[i] * d_unary(sub, x[i], y[i])
+def _unary_loop(sub, g, x, y, gx, first):
+    if first:
+        for i in range(g.size):
+            gx[i] = g[i] * d_unary(sub, x[i], y[i])
+    else:
+        for i in range(g.size):
+            gx[i] += g[i] * d_unary(sub, x[i], y[i])
 
 
 @kernel
-def unary_vjp(T, A, r, sub):
+def unary_vjp(T, r, sub):
     xr = parent(T, r, 0)
-    g, gx = adjoint(T, A, r), adjoint(T, A, xr)
+    g, gx = adjoint(T, r), adjoint(T, xr)
     x, y = value(T, xr), value(T, r)
+    first = claim(T, xr)
     # one branch per op, so that each loop is compiled for a constant sub
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
-        _unary_loop(C.IDENT, g, x, y, gx)
+        _unary_loop(C.IDENT, g, x, y, gx, first)
     elif sub == C.NEG:
-        _unary_loop(C.NEG, g, x, y, gx)
+        _unary_loop(C.NEG, g, x, y, gx, first)
     elif sub == C.EXP:
-        _unary_loop(C.EXP, g, x, y, gx)
+        _unary_loop(C.EXP, g, x, y, gx, first)
     elif sub == C.LOG:
-        _unary_loop(C.LOG, g, x, y, gx)
+        _unary_loop(C.LOG, g, x, y, gx, first)
     elif sub == C.LOG1P:
-        _unary_loop(C.LOG1P, g, x, y, gx)
+        _unary_loop(C.LOG1P, g, x, y, gx, first)
     elif sub == C.EXPM1:
-        _unary_loop(C.EXPM1, g, x, y, gx)
+        _unary_loop(C.EXPM1, g, x, y, gx, first)
     elif sub == C.SQRT:
-        _unary_loop(C.SQRT, g, x, y, gx)
+        _unary_loop(C.SQRT, g, x, y, gx, first)
     elif sub == C.SQUARE:
-        _unary_loop(C.SQUARE, g, x, y, gx)
+        _unary_loop(C.SQUARE, g, x, y, gx, first)
     elif sub == C.SIN:
-        _unary_loop(C.SIN, g, x, y, gx)
+        _unary_loop(C.SIN, g, x, y, gx, first)
     elif sub == C.COS:
-        _unary_loop(C.COS, g, x, y, gx)
+        _unary_loop(C.COS, g, x, y, gx, first)
     elif sub == C.TAN:
-        _unary_loop(C.TAN, g, x, y, gx)
+        _unary_loop(C.TAN, g, x, y, gx, first)
     elif sub == C.TANH:
-        _unary_loop(C.TANH, g, x, y, gx)
+        _unary_loop(C.TANH, g, x, y, gx, first)
     elif sub == C.SINH:
-        _unary_loop(C.SINH, g, x, y, gx)
+        _unary_loop(C.SINH, g, x, y, gx, first)
     elif sub == C.COSH:
-        _unary_loop(C.COSH, g, x, y, gx)
+        _unary_loop(C.COSH, g, x, y, gx, first)
     elif sub == C.ARCSIN:
-        _unary_loop(C.ARCSIN, g, x, y, gx)
+        _unary_loop(C.ARCSIN, g, x, y, gx, first)
     elif sub == C.ARCCOS:
-        _unary_loop(C.ARCCOS, g, x, y, gx)
+        _unary_loop(C.ARCCOS, g, x, y, gx, first)
     elif sub == C.ARCTAN:
-        _unary_loop(C.ARCTAN, g, x, y, gx)
+        _unary_loop(C.ARCTAN, g, x, y, gx, first)
     elif sub == C.ABS:
-        _unary_loop(C.ABS, g, x, y, gx)
+        _unary_loop(C.ABS, g, x, y, gx, first)
 
 
 @inline
-def _scalar_loop(sub, g, x, y, c, gx):
-    for i in range(g.size):
-        gx[i] += g[i] * d_scalar(sub, x[i], y[i], c)
+def _scalar_loop(sub, g, x, y, c, gx, first):
+    if first:
+        for i in range(g.size):
+            gx[i] = g[i] * d_scalar(sub, x[i], y[i], c)
+    else:
+        for i in range(g.size):
+            gx[i] += g[i] * d_scalar(sub, x[i], y[i], c)
 
 
 @kernel
-def scalar_vjp(T, A, r, sub):
+def scalar_vjp(T, r, sub):
     xr = parent(T, r, 0)
-    g, gx = adjoint(T, A, r), adjoint(T, A, xr)
+    g, gx = adjoint(T, r), adjoint(T, xr)
     x, y = value(T, xr), value(T, r)
     c = fparam(T, r)
+    first = claim(T, xr)
     if sub == C.ADDC:
-        _scalar_loop(C.ADDC, g, x, y, c, gx)
+        _scalar_loop(C.ADDC, g, x, y, c, gx, first)
     elif sub == C.MULC:
-        _scalar_loop(C.MULC, g, x, y, c, gx)
+        _scalar_loop(C.MULC, g, x, y, c, gx, first)
     elif sub == C.DIVC:
-        _scalar_loop(C.DIVC, g, x, y, c, gx)
+        _scalar_loop(C.DIVC, g, x, y, c, gx, first)
     elif sub == C.RSUBC:
-        _scalar_loop(C.RSUBC, g, x, y, c, gx)
+        _scalar_loop(C.RSUBC, g, x, y, c, gx, first)
     elif sub == C.RDIVC:
-        _scalar_loop(C.RDIVC, g, x, y, c, gx)
+        _scalar_loop(C.RDIVC, g, x, y, c, gx, first)
     elif sub == C.POWC:
-        _scalar_loop(C.POWC, g, x, y, c, gx)
+        _scalar_loop(C.POWC, g, x, y, c, gx, first)
     elif sub == C.RPOWC:
-        _scalar_loop(C.RPOWC, g, x, y, c, gx)
+        _scalar_loop(C.RPOWC, g, x, y, c, gx, first)
 
 
 @inline
@@ -203,16 +213,23 @@ def _operand_index(i, n, m, ip, b, nd, k):
 
 
 @inline
-def _binary_same_shape(sub, g, xa, xb, y, ga, gb):
-    for i in range(g.size):
-        da, db = d_binary(sub, xa[i], xb[i], y[i])
-        gi = g[i]
-        ga[i] += gi * da
-        gb[i] += gi * db
+def _binary_same_shape(sub, g, xa, xb, y, ga, gb, first):
+    if first:
+        for i in range(g.size):
+            da, db = d_binary(sub, xa[i], xb[i], y[i])
+            gi = g[i]
+            ga[i] = gi * da
+            gb[i] = gi * db
+    else:
+        for i in range(g.size):
+            da, db = d_binary(sub, xa[i], xb[i], y[i])
+            gi = g[i]
+            ga[i] += gi * da
+            gb[i] += gi * db
 
 
 @kernel
-def nary_vjp(T, A, r, sub):
+def nary_vjp(T, r, sub):
     """Broadcasting binary ops and ``where``; gradients reduced to each shape.
 
     ``ip`` holds ``[nd, out_shape, strides of operand 0, strides of 1, ...]``
@@ -221,12 +238,14 @@ def nary_vjp(T, A, r, sub):
     ip = T[5]
     b = T[3][r]
     nd = ip[b]
-    g = adjoint(T, A, r)
+    g = adjoint(T, r)
     n = g.size
     if sub == C.WHERE:
         cr, ar, br = parent(T, r, 0), parent(T, r, 1), parent(T, r, 2)
         cond = value(T, cr)
-        ga, gb = adjoint(T, A, ar), adjoint(T, A, br)
+        claim_zeroed(T, ar)
+        claim_zeroed(T, br)
+        ga, gb = adjoint(T, ar), adjoint(T, br)
         mc, ma, mb = cond.size, ga.size, gb.size
         for i in range(n):
             if cond[_operand_index(i, n, mc, ip, b, nd, 0)] != 0.0:
@@ -236,20 +255,29 @@ def nary_vjp(T, A, r, sub):
         return
     ar, br = parent(T, r, 0), parent(T, r, 1)
     xa, xb, y = value(T, ar), value(T, br), value(T, r)
-    ga, gb = adjoint(T, A, ar), adjoint(T, A, br)
+    ga, gb = adjoint(T, ar), adjoint(T, br)
     ma, mb = xa.size, xb.size
-    if ma == n and mb == n:  # the common case: no broadcasting
+    if ma == n and mb == n and ar != br:  # the common case: no broadcasting
+        fa, fb = claim(T, ar), claim(T, br)
+        first = fa and fb
+        if fa != fb:  # one was written before: accumulate into both
+            if fa:
+                ga[:] = 0.0
+            else:
+                gb[:] = 0.0
         if sub == C.ADD:
-            _binary_same_shape(C.ADD, g, xa, xb, y, ga, gb)
+            _binary_same_shape(C.ADD, g, xa, xb, y, ga, gb, first)
         elif sub == C.SUB:
-            _binary_same_shape(C.SUB, g, xa, xb, y, ga, gb)
+            _binary_same_shape(C.SUB, g, xa, xb, y, ga, gb, first)
         elif sub == C.MUL:
-            _binary_same_shape(C.MUL, g, xa, xb, y, ga, gb)
+            _binary_same_shape(C.MUL, g, xa, xb, y, ga, gb, first)
         elif sub == C.DIV:
-            _binary_same_shape(C.DIV, g, xa, xb, y, ga, gb)
+            _binary_same_shape(C.DIV, g, xa, xb, y, ga, gb, first)
         else:
-            _binary_same_shape(sub, g, xa, xb, y, ga, gb)
+            _binary_same_shape(sub, g, xa, xb, y, ga, gb, first)
         return
+    claim_zeroed(T, ar)
+    claim_zeroed(T, br)
     for i in range(n):
         ia = _operand_index(i, n, ma, ip, b, nd, 0)
         ib = _operand_index(i, n, mb, ip, b, nd, 1)

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import _at, adjoint, bindex, parent, value
+from ._views import adjoint, adjoint_span, bindex, claim, claim_zeroed, parent, value
 
 
 @inline
@@ -23,24 +23,25 @@ def _out_index(i, m, ip, b, nd):
 
 
 @kernel
-def reduce_vjp(T, A, r, sub):
+def reduce_vjp(T, r, sub):
     """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
     ip = T[5]
     b = T[3][r]
     nd = ip[b]
     xr = parent(T, r, 0)
-    g = adjoint(T, A, r)
-    gx = adjoint(T, A, xr)
+    g = adjoint(T, r)
+    gx = adjoint(T, xr)
     n, m = gx.size, g.size
-    if sub == C.SUM:
-        for i in range(n):
-            gx[i] += g[_out_index(i, m, ip, b, nd)]
+    if sub == C.SUM or sub == C.MEAN:
+        scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
+        if claim(T, xr):  # every element is written: assign
+            for i in range(n):
+                gx[i] = g[_out_index(i, m, ip, b, nd)] * scale
+        else:
+            for i in range(n):
+                gx[i] += g[_out_index(i, m, ip, b, nd)] * scale
         return
-    if sub == C.MEAN:
-        scale = m / n if n > 0 else 0.0
-        for i in range(n):
-            gx[i] += g[_out_index(i, m, ip, b, nd)] * scale
-        return
+    claim_zeroed(T, xr)
     x = value(T, xr)
     y = value(T, r)
     if sub == C.MAX or sub == C.MIN:
@@ -77,7 +78,7 @@ def reduce_vjp(T, A, r, sub):
 
 
 @kernel
-def gather_vjp(T, A, r, sub):
+def gather_vjp(T, r, sub):
     """``ip`` holds ``[m, idx_0 .. idx_{m-1}]``: output k is input ``idx_k``.
 
     A multi-output record (split, unbind) has size 0 and its outputs are the
@@ -87,20 +88,29 @@ def gather_vjp(T, A, r, sub):
     ip = T[5]
     b = T[3][r]
     m = ip[b]
-    g = _at(A, T[12][r], m)
-    gx = adjoint(T, A, parent(T, r, 0))
+    if T[2][r] == 0 and m > 0:  # outputs no consumer reached hold no zeros yet
+        v, seen = r + 1, 0
+        while seen < m:
+            claim_zeroed(T, v)
+            seen += T[2][v]
+            v += 1
+    g = adjoint_span(T, r, m)
+    xr = parent(T, r, 0)
+    claim_zeroed(T, xr)
+    gx = adjoint(T, xr)
     for k in range(m):
         gx[ip[b + 1 + k]] += g[k]
 
 
 @kernel
-def concat_vjp(T, A, r, sub):
+def concat_vjp(T, r, sub):
     """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
     ip = T[5]
     b = T[3][r]
     m = ip[b]
-    g = adjoint(T, A, r)
-    aoff = T[12]
+    g = adjoint(T, r)
+    for j in range(T[1][r + 1] - T[1][r]):
+        claim_zeroed(T, parent(T, r, j))
     for k in range(m):
-        v = parent(T, r, ip[b + 1 + k])
-        A[aoff[v] + ip[b + 1 + m + k]] += g[k]
+        gx = adjoint(T, parent(T, r, ip[b + 1 + k]))
+        gx[ip[b + 1 + m + k]] += g[k]

@@ -6,20 +6,20 @@ dependency counts.  A record is visited only if some consumer reached it.
 """
 from . import codes as C
 from ._jit import kernel
-from ._views import fparam
+from ._views import adjoint_span, claim, fparam
 from .elementwise import d_binary, d_scalar, d_unary, nary_vjp, scalar_vjp, unary_vjp
 from .structural import concat_vjp, gather_vjp, reduce_vjp
 
 
 @kernel
-def sweep(T, A, reached, freed, start):
+def sweep(T, freed, start):
     """Run VJPs of reached records ``start, start-1, ..., 0``.
 
     Returns -1 when done, ``r >= 0`` when record r is a host record (Python
     applies its VJP, marks its parents and resumes at ``r - 1``), and
     ``-2 - r`` when record r was freed by an earlier backward.
     """
-    op, arg0, size, args, v1, aoff = T[0], T[1], T[2], T[4], T[7], T[12]
+    op, arg0, size, args, v1, reached = T[0], T[1], T[2], T[4], T[7], T[13]
     for r in range(start, -1, -1):
         if not reached[r]:
             continue
@@ -33,34 +33,42 @@ def sweep(T, A, reached, freed, start):
         if size[r] == 1 and kind <= C.K_NARY and kind != C.K_NONE and sub != C.WHERE:
             # one-element elementwise record: its operands have one element
             # too, so skip the views and loops (scalar code's hot path)
-            g = A[aoff[r]]
+            g = adjoint_span(T, r, 1)[0]
             a = args[arg0[r]]
-            reached[a] = True
+            ga = adjoint_span(T, a, 1)
             if kind == C.K_UNARY:
-                A[aoff[a]] += g * d_unary(sub, v1[a], v1[r])
+                da, db = d_unary(sub, v1[a], v1[r]), 0.0
             elif kind == C.K_SCALAR:
-                A[aoff[a]] += g * d_scalar(sub, v1[a], v1[r], fparam(T, r))
+                da, db = d_scalar(sub, v1[a], v1[r], fparam(T, r)), 0.0
             else:
+                da, db = d_binary(sub, v1[a], v1[args[arg0[r] + 1]], v1[r])
+            if claim(T, a):
+                ga[0] = g * da
+            else:
+                ga[0] += g * da
+            if kind == C.K_NARY:
                 b = args[arg0[r] + 1]
-                reached[b] = True
-                da, db = d_binary(sub, v1[a], v1[b], v1[r])
-                A[aoff[a]] += g * da
-                A[aoff[b]] += g * db
+                gb = adjoint_span(T, b, 1)
+                if claim(T, b):
+                    gb[0] = g * db
+                else:
+                    gb[0] += g * db
             continue
         if kind == C.K_UNARY:
-            unary_vjp(T, A, r, sub)
+            unary_vjp(T, r, sub)
         elif kind == C.K_SCALAR:
-            scalar_vjp(T, A, r, sub)
+            scalar_vjp(T, r, sub)
         elif kind == C.K_NARY:
-            nary_vjp(T, A, r, sub)
+            nary_vjp(T, r, sub)
         elif kind == C.K_REDUCE:
-            reduce_vjp(T, A, r, sub)
+            reduce_vjp(T, r, sub)
         elif kind == C.K_GATHER:
-            gather_vjp(T, A, r, sub)
+            gather_vjp(T, r, sub)
         elif kind == C.K_CONCAT:
-            concat_vjp(T, A, r, sub)
-        for j in range(arg0[r], arg0[r + 1]):
-            reached[args[j]] = True
+            concat_vjp(T, r, sub)
+        else:  # K_NONE: an OUTPUT record hands the gradient to its op record
+            for j in range(arg0[r], arg0[r + 1]):
+                reached[args[j]] = True
     return -1
 
 

@@ -9,7 +9,7 @@ from ..kernels import codes as C
 from ..tape import current
 from ..tensor import Tensor, _plain, _result
 from .elementwise import _operand, multiply
-from .registry import register
+from .registry import CONST, register
 
 
 def _unbroadcast(g, shape):
@@ -23,22 +23,21 @@ def _unbroadcast(g, shape):
     return g
 
 
-def _matmul_vjp(tape, T, A, r):
+def _matmul_vjp(tape, adj, r):
     a, b = tape.host[r]
-    ra, rb = T[4][T[1][r]], T[4][T[1][r] + 1]
-    aoff, size = T[12], T[2]
-    g = A[aoff[r]:aoff[r] + size[r]]
+    a0 = tape.arg0[r]
+    ra, rb = tape.args[a0], tape.args[a0 + 1]
+    g = adj[r]
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
     g2 = g.reshape(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
                    + (a2.shape[-2], b2.shape[-1]))
-    const = C.code(C.K_NONE, C.CONST)
-    if T[0][ra] != const:
+    if tape.op[ra] != CONST:  # constants need no gradient
         ga = _unbroadcast(np.matmul(g2, np.swapaxes(b2, -1, -2)), a2.shape)
-        A[aoff[ra]:aoff[ra] + size[ra]] += ga.reshape(-1)
-    if T[0][rb] != const:
+        adj.add(ra, ga)
+    if tape.op[rb] != CONST:
         gb = _unbroadcast(np.matmul(np.swapaxes(a2, -1, -2), g2), b2.shape)
-        A[aoff[rb]:aoff[rb] + size[rb]] += gb.reshape(-1)
+        adj.add(rb, gb)
 
 
 _MATMUL = register("Mm", C.K_HOST, 0, np.matmul, host_vjp=_matmul_vjp)

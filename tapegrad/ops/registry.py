@@ -15,7 +15,7 @@ class OpDef(NamedTuple):
     name: str                  # PyTorch-style node name without "Backward"
     code: int                  # kind << SHIFT | sub
     forward: Optional[Callable]  # the NumPy function that computes the value
-    host_vjp: Optional[Callable] = None  # (tape, T, A, r) -> None, for K_HOST
+    host_vjp: Optional[Callable] = None  # (tape, adjoints, r) -> None, for K_HOST
 
 
 REGISTRY = {}   # code -> OpDef
