@@ -49,12 +49,6 @@ class Epoch:
 class Tape:
     """Flat record arrays plus the bookkeeping for one thread's graphs."""
 
-    #: a liveness check runs once this many records (or bytes of large
-    #: values) were added since the last one; both budgets double while the
-    #: tape stays alive, so checks cost O(1) amortised.
-    CHECK_RECORDS = 4096
-    CHECK_BYTES = 64 << 20
-
     def __init__(self, capacity=1024):
         self.enabled = True        # grad mode of this thread
         self._alloc(capacity)
@@ -82,12 +76,10 @@ class Tape:
         self.na = 0                # parent entries
         self.ni = 1                # integer parameters; ip[0] == 0 is shared
         self.nv = 0                # arena elements used
-        self.held = 0              # bytes of large values referenced
         self.all_freed = False     # a backward freed every record
-        self.check_at = self.CHECK_RECORDS
-        self.check_bytes = self.CHECK_BYTES
         self.tok = Epoch(self)
         self.base = _getrefcount(self.tok)
+        self.lkey = object()       # identifies the epoch to leaves, uncounted
 
     # -- growth ----------------------------------------------------------------
     @staticmethod
@@ -158,9 +150,30 @@ class Tape:
         self.na = na + 1
         if const:
             self.fp[r] = const
-        size = value.size
-        self.size[r] = size
-        if size == 1 and not value.ndim:
+        if not value.ndim:
+            self.size[r] = 1
+            self.v1[r] = value
+        else:
+            self._value(r, value)
+        self.n = r + 1
+        return r
+
+    def record2(self, op, pa, pb, value):
+        """``record`` for two parents and no parameters (the hot path)."""
+        r = self.n
+        na = self.na
+        if r + 2 > len(self.op):
+            self._grow_records()
+        if na + 2 > len(self.args):
+            self._grow_args(na + 2)
+        self.op[r] = op
+        self.arg0[r] = na
+        args = self.args
+        args[na] = pa
+        args[na + 1] = pb
+        self.na = na + 2
+        if not value.ndim:
+            self.size[r] = 1
             self.v1[r] = value
         else:
             self._value(r, value)
@@ -197,9 +210,6 @@ class Tape:
         never computed from data changed after it was recorded; the flag is
         restored when the tape lets the array go.
         """
-        self.held += value.nbytes
-        if self.held > self.check_bytes:
-            self.check_at = self.n + 1
         if value.dtype != np.float64 or not value.flags.c_contiguous:
             return np.ascontiguousarray(value, dtype=np.float64)
         if value.flags.writeable:
@@ -219,14 +229,6 @@ class Tape:
         """Number of tensors and nodes that hold this epoch's token."""
         return _getrefcount(self.tok) - self.base
 
-    def maybe_reset(self):
-        """Reset if nothing can reach the records any more (see module doc)."""
-        if self.all_freed or self.alive() <= 0:
-            self.reset()
-        else:
-            self.check_at = self.n + max(self.CHECK_RECORDS, self.n)
-            self.check_bytes = max(self.CHECK_BYTES, 2 * self.held)
-
     def after_backward(self, root, reached, T):
         """Free what a backward without ``retain_graph`` used."""
         ops = (self.op[:root + 1] >> C.SHIFT) != _KIND_NONE
@@ -234,7 +236,6 @@ class Tape:
         n = self.n
         if not np.any(((self.op[:n] >> C.SHIFT) != _KIND_NONE) & ~self.freed[:n]):
             self.all_freed = True
-            self.check_at = 0
         else:
             self._release_freed(T)
 
@@ -245,9 +246,9 @@ class Tape:
         from .kernels.sweep import consumed
         n = self.n
         keep = consumed(T, n, self.freed)
-        big = np.flatnonzero((self.size[:n] > SMALL) & self.freed[:n] & ~keep)
-        rix = T[10]
-        for r in big:
+        large = self.size[:n] > SMALL
+        rix = np.cumsum(large) - 1  # T[10] covers only the backward's records
+        for r in np.flatnonzero(large & self.freed[:n] & ~keep):
             self.refs[rix[r]] = None
 
     def reset(self):
@@ -303,12 +304,14 @@ def current():
 
     Every op fetches the tape through here before it resolves its inputs, so
     a reset (which only happens here) never falls between reading a parent's
-    record id and writing the record that uses it.
+    record id and writing the record that uses it.  (The ops' inlined fast
+    paths skip this call only when an input is a live non-leaf of the
+    current epoch, which proves the tape cannot be reset.)
     """
     try:
         t = _local.tape
     except AttributeError:
         t = _local.tape = Tape()
-    if t.n >= t.check_at:
-        t.maybe_reset()
+    if t.n and (t.all_freed or _getrefcount(t.tok) <= t.base):
+        t.reset()
     return t

@@ -36,7 +36,8 @@ class Tensor:
     """
 
     # _tok/_rec: epoch token and record of a non-leaf (None/unset for leaves);
-    # _ltok/_lrec: the same for a leaf's lazily created LEAF record.
+    # _ltok/_lrec: the epoch's leaf key and the LEAF record of a leaf (a leaf
+    # must not hold the token: it would keep its first graph's epoch alive).
     __slots__ = ("_data", "_requires_grad", "_tok", "_rec", "_ltok", "_lrec",
                  "_grad", "__weakref__")
     __array_priority__ = 1000
@@ -243,11 +244,11 @@ def _node(tape, t):
     if tok is tape.tok:
         return t._rec
     if tok is None:  # a leaf: one LEAF record per epoch
-        if t._ltok is tape.tok:
+        if t._ltok is tape.lkey:
             return t._lrec
         r = tape.record(R.LEAF, (), t._data)
         tape.leaves[r] = t
-        t._ltok = tape.tok
+        t._ltok = tape.lkey
         t._lrec = r
         return r
     if tok.tape is not tape:
