@@ -24,6 +24,7 @@ later graph does so as a freed stub, so differentiating through it again
 raises the usual error.  Resets happen only at the start of an operation,
 before it resolves its inputs' records.
 """
+import gc
 import sys
 import threading
 
@@ -48,6 +49,9 @@ class Epoch:
 
 class Tape:
     """Flat record arrays plus the bookkeeping for one thread's graphs."""
+
+    #: first tape size at which ``compact`` looks for unreachable records
+    CHECK_RECORDS = 4096
 
     def __init__(self, capacity=1024):
         self.enabled = True        # grad mode of this thread
@@ -77,6 +81,7 @@ class Tape:
         self.ni = 1                # integer parameters; ip[0] == 0 is shared
         self.nv = 0                # arena elements used
         self.all_freed = False     # a backward freed every record
+        self.check_at = self.CHECK_RECORDS  # when to try compact()
         self.tok = Epoch(self)
         self.base = _getrefcount(self.tok)
         self.lkey = object()       # identifies the epoch to leaves, uncounted
@@ -251,6 +256,85 @@ class Tape:
         for r in np.flatnonzero(large & self.freed[:n] & ~keep):
             self.refs[rix[r]] = None
 
+    def compact(self):
+        """Drop the records no live tensor or node can reach; renumber the rest.
+
+        Runs when the tape has doubled since the last look, so its cost is
+        amortised; it finds the epoch's live tensors and nodes exactly, as the
+        holders of the epoch token.  This bounds memory in loops that keep
+        the previous iteration's result alive while recording the next one
+        (``y = f(x)`` in a loop, without backward), where the tape is never
+        completely dead.
+        """
+        from .graph import Node
+        from .kernels.sweep import live_records
+        from .tensor import Tensor
+        n = self.n
+        self.check_at = 2 * n
+        holders = [h for h in gc.get_referrers(self.tok) if h is not self]
+        if not all(type(h) is Tensor or type(h) is Node for h in holders):
+            return  # something else holds the token (an op in progress)
+        roots = np.array([h._rec for h in holders], dtype=_INT)
+        self.arg0[n] = self.na
+        keep = live_records((self.op, self.arg0, self.size, None, self.args), n, roots)
+        idx = np.flatnonzero(keep)
+        m = idx.size
+        if m > n // 2:
+            return
+        new_id = np.full(n, -1, _INT)
+        new_id[idx] = np.arange(m)
+        size = self.size[:n]
+
+        def segments(starts, lengths, src):
+            """Concatenation of ``src[starts[i]:starts[i]+lengths[i]]``."""
+            total = int(lengths.sum())
+            pos = (np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+                   + np.repeat(starts, lengths))
+            return src[pos], np.cumsum(lengths) - lengths
+
+        nargs = self.arg0[idx + 1] - self.arg0[idx]
+        args, arg0 = segments(self.arg0[idx], nargs, self.args)
+        has_ip = self.ip0[:n] > 0
+        ip_starts = self.ip0[:n][has_ip]
+        ip_len = np.zeros(n, _INT)
+        ip_len[has_ip] = np.diff(np.append(ip_starts, self.ni))
+        ips, ip0 = segments(self.ip0[idx], ip_len[idx], self.ip)
+        mid = (size > 1) & (size <= SMALL)
+        vsz = np.where(mid, size, 0)
+        vals, _ = segments((np.cumsum(vsz) - vsz)[idx], vsz[idx], self.vals)
+        large = size > SMALL
+        rix = np.cumsum(large) - 1
+        refs = [self.refs[rix[r]] for r in idx if large[r]]
+        kept = {id(a) for a in refs if a is not None}
+        for a in self.flipped:
+            if id(a) not in kept:
+                _writeable(a)
+        self.flipped = [a for a in self.flipped if id(a) in kept]
+        # write the compacted records back over the old ones
+        for name in ("op", "size", "fp", "v1", "freed"):
+            a = getattr(self, name)
+            a[:m] = a[idx]
+            a[m:n] = 0
+        self.arg0[:m] = arg0
+        self.ip0[:m] = np.where(ip_len[idx] > 0, ip0 + 1, 0)
+        self.ip0[m:n] = 0
+        self.args[:args.size] = new_id[args]
+        self.ip[1:1 + ips.size] = ips
+        self.vals[:vals.size] = vals
+        self.n, self.na, self.ni, self.nv = m, args.size, 1 + ips.size, vals.size
+        self.refs = refs
+        self.host = {int(new_id[r]): v for r, v in self.host.items() if keep[r]}
+        self.lkey = object()
+        leaves = {}
+        for r, leaf in self.leaves.items():
+            if keep[r]:
+                leaf._ltok, leaf._lrec = self.lkey, int(new_id[r])
+                leaves[leaf._lrec] = leaf
+        self.leaves = leaves
+        for h in holders:
+            h._rec = int(new_id[h._rec])
+        self.check_at = max(self.CHECK_RECORDS, 2 * m)
+
     def reset(self):
         """Forget every record; tensors still alive hold their own values."""
         n = self.n
@@ -258,10 +342,7 @@ class Tape:
         self.ip0[:n] = 0
         self.fp[:n] = 0.0
         for a in self.flipped:
-            try:
-                a.flags.writeable = True
-            except ValueError:  # its base became read-only meanwhile
-                pass
+            _writeable(a)
         self.flipped.clear()
         self.refs.clear()
         self.leaves.clear()
@@ -295,6 +376,14 @@ class Tape:
         return self.refs[T[10][r]]
 
 
+def _writeable(a):
+    """Give an array we made read-only its write permission back."""
+    try:
+        a.flags.writeable = True
+    except ValueError:  # its base became read-only meanwhile
+        pass
+
+
 _CONST = C.code(C.K_NONE, C.CONST)
 _local = threading.local()
 
@@ -312,6 +401,9 @@ def current():
         t = _local.tape
     except AttributeError:
         t = _local.tape = Tape()
-    if t.n and (t.all_freed or _getrefcount(t.tok) <= t.base):
-        t.reset()
+    if t.n:
+        if t.all_freed or _getrefcount(t.tok) <= t.base:
+            t.reset()
+        elif t.n >= t.check_at:
+            t.compact()
     return t

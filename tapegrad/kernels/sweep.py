@@ -4,6 +4,8 @@ Recording order is a topological order, so walking record ids downwards
 visits every record after all of its consumers: no graph search and no
 dependency counts.  A record is visited only if some consumer reached it.
 """
+import numpy as np
+
 from . import codes as C
 from ._jit import kernel
 from ._views import adjoint_span, claim, fparam
@@ -81,4 +83,31 @@ def consumed(T, n, freed):
         if not freed[r]:
             for j in range(arg0[r], arg0[r + 1]):
                 keep[args[j]] = True
+    return keep
+
+
+_OUTPUT = C.code(C.K_NONE, C.OUTPUT)
+
+
+@kernel
+def live_records(T, n, roots):
+    """Records that the given roots can reach (their graphs), as a mask.
+
+    The outputs of a multi-output record are kept together, since its VJP
+    reads their adjoints as one span.
+    """
+    op, arg0, size, args = T[0], T[1], T[2], T[4]
+    keep = np.zeros(n, np.bool_)
+    for r in roots:
+        keep[r] = True
+    for r in range(n - 1, -1, -1):
+        if keep[r]:
+            for j in range(arg0[r], arg0[r + 1]):
+                keep[args[j]] = True
+    for r in range(n):
+        if keep[r] and size[r] == 0 and (op[r] >> C.SHIFT) == C.K_GATHER:
+            j = r + 1
+            while j < n and op[j] == _OUTPUT and args[arg0[j]] == r:
+                keep[j] = True
+                j += 1
     return keep
