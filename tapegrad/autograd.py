@@ -7,8 +7,9 @@ they were.
 """
 import numpy as np
 
-from .kernels.sweep import sweep
-from .ops.registry import LEAF, REGISTRY
+from .kernels._views import SMALL
+from .kernels.sweep import layout, sweep
+from .ops.registry import REGISTRY
 from .tape import current
 from .tensor import Tensor, _plain
 
@@ -57,18 +58,14 @@ class Adjoints:
     """
 
     def __init__(self, tape, upto):
-        size = tape.size[:upto]
-        self.leaf = leaf = tape.op[:upto] == LEAF
-        inner = np.where(leaf, 0, size)
-        outer = size - inner
-        self.off = np.where(leaf, np.cumsum(outer) - outer, np.cumsum(inner) - inner)
-        need = int(inner.sum())
-        if tape.scratch is None or tape.scratch.size < need:
-            tape.scratch = np.empty(max(need, 1024))
+        self.voff, self.rix, self.off, self.leaf, inner, outer = layout(
+            tape.op, tape.size, upto, SMALL)
+        if tape.scratch is None or tape.scratch.size < inner:
+            tape.scratch = np.empty(max(inner, 1024))
         self.A = tape.scratch
-        self.L = np.empty(int(outer.sum()))
-        self.size = size
-        self.aptr = np.where(leaf, self.L.ctypes.data, self.A.ctypes.data) + 8 * self.off
+        self.L = np.empty(outer)
+        self.size = tape.size
+        self.aptr = self.off * 8 + np.where(self.leaf, self.L.ctypes.data, self.A.ctypes.data)
         self.reached = np.zeros(upto, np.bool_)
 
     def __getitem__(self, r):
@@ -102,7 +99,7 @@ def backward(t, gradient=None, retain_graph=False):
         raise _freed_error()
     root = t._rec
     adj = Adjoints(tape, root + 1)
-    T = tape.arrays(root + 1, adj.aptr) + (adj.reached,)
+    T = tape.arrays(adj) + (adj.reached,)
     adj.add(root, seed)
     reached = adj.reached
     start = root
@@ -119,7 +116,7 @@ def backward(t, gradient=None, retain_graph=False):
     for leaf, g in updates:
         _accumulate(leaf, g.reshape(leaf.shape))
     if not retain_graph:
-        tape.after_backward(root, reached, T)
+        tape.after_backward(reached, T)
 
 
 def _accumulate(leaf, g):

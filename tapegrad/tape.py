@@ -35,7 +35,6 @@ from .kernels._views import SMALL
 
 _INT = np.int64
 _getrefcount = sys.getrefcount
-_KIND_NONE = C.K_NONE
 
 
 class Epoch:
@@ -64,6 +63,8 @@ class Tape:
         self.host = {}             # host record -> what its VJP needs
         self.flipped = []          # arrays made read-only, to restore
         self.scratch = None        # adjoint arena, reused across backwards
+        self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
+        # across epochs, so a tape that regularly grows large is not scanned
         self._new_epoch()
 
     def _alloc(self, cap):
@@ -81,7 +82,6 @@ class Tape:
         self.ni = 1                # integer parameters; ip[0] == 0 is shared
         self.nv = 0                # arena elements used
         self.all_freed = False     # a backward freed every record
-        self.check_at = self.CHECK_RECORDS  # when to try compact()
         self.tok = Epoch(self)
         self.base = _getrefcount(self.tok)
         self.lkey = object()       # identifies the epoch to leaves, uncounted
@@ -234,12 +234,10 @@ class Tape:
         """Number of tensors and nodes that hold this epoch's token."""
         return _getrefcount(self.tok) - self.base
 
-    def after_backward(self, root, reached, T):
+    def after_backward(self, reached, T):
         """Free what a backward without ``retain_graph`` used."""
-        ops = (self.op[:root + 1] >> C.SHIFT) != _KIND_NONE
-        self.freed[:root + 1] |= reached & ops
-        n = self.n
-        if not np.any(((self.op[:n] >> C.SHIFT) != _KIND_NONE) & ~self.freed[:n]):
+        from .kernels.sweep import free_reached
+        if free_reached(self.op, self.freed, reached, self.n):
             self.all_freed = True
         else:
             self._release_freed(T)
@@ -350,20 +348,14 @@ class Tape:
         self._new_epoch()
 
     # -- the view the kernels take ---------------------------------------------------
-    def arrays(self, upto, aptr):
-        """The tuple of arrays the sweep reads (see kernels/_views.py) for
-        records ``< upto``, with ``aptr`` the adjoints' addresses."""
-        n = upto
+    def arrays(self, adj):
+        """The tuple of arrays the sweep reads (see kernels/_views.py), with the
+        value and adjoint layout ``adj`` (an :class:`~tapegrad.autograd.Adjoints`)."""
         self.arg0[self.n] = self.na  # closes the last record's parents
-        size = self.size[:n]
-        mid = (size > 1) & (size <= SMALL)
-        vsz = np.where(mid, size, 0)
-        voff = np.cumsum(vsz) - vsz
-        rix = np.cumsum(size > SMALL) - 1
         ptrs = np.fromiter((0 if a is None else a.ctypes.data for a in self.refs),
                            _INT, len(self.refs))
         return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
-                self.v1, self.vals, voff, rix, ptrs, aptr)
+                self.v1, self.vals, adj.voff, adj.rix, ptrs, adj.aptr)
 
     def value(self, T, r):
         """Python-side flat view of record r's value."""

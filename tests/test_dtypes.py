@@ -92,8 +92,9 @@ OPS32 = {
     "mask": (lambda x: x[x > 0], X32), "slice": (lambda x: x[:, ::2], X32),
     "concatenate": (lambda x: tg.concatenate([x, x * 2.0], axis=1), X32),
     "stack": (lambda x: tg.stack([x, x], axis=0), X32),
-    "split": (lambda x: tg.split(x, 3, axis=1)[1], X32),
-    "unbind": (lambda x: tg.unbind(x, 1)[2], X32),
+    "split": (lambda x: tg.concatenate([p * (i + 1.0) for i, p in
+                                        enumerate(tg.split(x, 3, axis=1))], axis=1), X32),
+    "unbind": (lambda x: tg.stack([p * (i + 1.0) for i, p in enumerate(tg.unbind(x, 1))]), X32),
     "matmul": (lambda x: x @ U32.T, X32), "matmul_self": (lambda x: x @ x.T, X32),
     "dot": (lambda x: tg.dot(x[0], x[1]), X32),
     "numpy_protocol": (lambda x: np.sum(np.sin(x) * np.float32(2.0), axis=0), X32),

@@ -111,3 +111,55 @@ def live_records(T, n, roots):
                 keep[j] = True
                 j += 1
     return keep
+
+
+_LEAF = C.code(C.K_NONE, C.LEAF)
+
+
+@kernel
+def layout(op, size, n, small):
+    """Where the values and adjoints of records ``0 .. n-1`` live, in one pass.
+
+    Returns ``(voff, rix, aoff, leaf, inner, outer)``: offsets of mid-size
+    values in the arena, indices of large values among the referenced ones,
+    adjoint offsets (leaves' in their own arena), which records are leaves,
+    and the two adjoint arenas' sizes.
+    """
+    voff = np.empty(n, np.int64)
+    rix = np.empty(n, np.int64)
+    aoff = np.empty(n, np.int64)
+    leaf = np.empty(n, np.bool_)
+    v = 0
+    k = -1
+    inner = 0
+    outer = 0
+    for r in range(n):
+        s = size[r]
+        voff[r] = v
+        if s > small:
+            k += 1
+        elif s > 1:
+            v += s
+        rix[r] = k
+        is_leaf = op[r] == _LEAF
+        leaf[r] = is_leaf
+        if is_leaf:
+            aoff[r] = outer
+            outer += s
+        else:
+            aoff[r] = inner
+            inner += s
+    return voff, rix, aoff, leaf, inner, outer
+
+
+@kernel
+def free_reached(op, freed, reached, n):
+    """Mark the reached op records freed; True if no op record is left unfreed."""
+    all_freed = True
+    m = reached.size
+    for r in range(n):
+        if r < m and reached[r] and (op[r] >> C.SHIFT) != C.K_NONE:
+            freed[r] = True
+        if not freed[r] and (op[r] >> C.SHIFT) != C.K_NONE:
+            all_freed = False
+    return all_freed
