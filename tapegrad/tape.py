@@ -82,6 +82,7 @@ class Tape:
         self.ni = 1                # integer parameters; ip[0] == 0 is shared
         self.nv = 0                # arena elements used
         self.all_freed = False     # a backward freed every record
+        self._update_room()
         self.tok = Epoch(self)
         self.base = _getrefcount(self.tok)
         self.lkey = object()       # identifies the epoch to leaves, uncounted
@@ -101,9 +102,23 @@ class Tape:
         self._alloc(2 * len(self.op))
         for k, a in old.items():
             getattr(self, k)[:len(a)] = a
+        self._update_room()
 
     def _grow_args(self, need):
         self.args = self._grown(self.args, need)
+        self._update_room()
+
+    def _make_room(self, nargs):
+        if self.n + 2 > len(self.op):
+            self._grow_records()
+        if self.na + nargs > len(self.args):
+            self._grow_args(self.na + nargs)
+        self._update_room()
+
+    def _update_room(self):
+        """``room``: records the hot paths may append (with up to 2 parents each)
+        before they must check capacities again."""
+        self.room = min(len(self.op) - 2, self.n + (len(self.args) - self.na) // 2)
 
     def _grow_ip(self, need):
         self.ip = self._grown(self.ip, need)
@@ -139,16 +154,16 @@ class Tape:
             self.fp[r] = const
         self._value(r, value)
         self.n = r + 1
+        if k > 2:
+            self._update_room()
         return r
 
     def record1(self, op, parent, value, const=0.0):
         """``record`` for one parent and no integer parameters (the hot path)."""
         r = self.n
         na = self.na
-        if r + 2 > len(self.op):
-            self._grow_records()
-        if na + 1 > len(self.args):
-            self._grow_args(na + 1)
+        if r >= self.room:
+            self._make_room(1)
         self.op[r] = op
         self.arg0[r] = na
         self.args[na] = parent
@@ -167,10 +182,8 @@ class Tape:
         """``record`` for two parents and no parameters (the hot path)."""
         r = self.n
         na = self.na
-        if r + 2 > len(self.op):
-            self._grow_records()
-        if na + 2 > len(self.args):
-            self._grow_args(na + 2)
+        if r >= self.room:
+            self._make_room(2)
         self.op[r] = op
         self.arg0[r] = na
         args = self.args
@@ -320,6 +333,7 @@ class Tape:
         self.ip[1:1 + ips.size] = ips
         self.vals[:vals.size] = vals
         self.n, self.na, self.ni, self.nv = m, args.size, 1 + ips.size, vals.size
+        self._update_room()
         self.refs = refs
         self.host = {int(new_id[r]): v for r, v in self.host.items() if keep[r]}
         self.lkey = object()
