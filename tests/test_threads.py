@@ -89,10 +89,15 @@ def test_eight_threads_match_one_thread():
     assert not np.allclose(expected[0][0], expected[1][0])
 
 
-def test_threads_match_main_thread():
+@pytest.mark.xfail(strict=True, reason="bug: while another graph keeps the tape alive, leaves "
+                   "updated in place under no_grad are differentiated at their old values")
+def test_main_thread_with_a_live_graph_matches_fresh_thread():
+    k = tg.tensor([1.0, 2.0], requires_grad=True)
+    keep = (k * k).sum()          # e.g. a graph the caller still holds
     main = workload(3, steps=5)
     (other,) = run_threads(lambda i: workload(3, steps=5), n=1)
     _assert_same(main, other)
+    keep.backward()
 
 
 def test_thread_doing_errors_does_not_disturb_others():

@@ -103,5 +103,5 @@ Examples
 --------
 >>> import tapegrad as tg
 >>> tg.logsumexp(tg.tensor([0.0, 0.0]))
-tensor(0.6931471805599453)
+tensor(0.69314718)
 """
