@@ -69,8 +69,18 @@ class Adjoints:
         self.reached = np.zeros(upto, np.bool_)
 
     def __getitem__(self, r):
-        o = self.off[r]
-        return (self.L if self.leaf[r] else self.A)[o:o + self.size[r]]
+        # from the address: the sweep may have let r share a consumer's adjoint
+        base = self.L if self.leaf[r] else self.A
+        o = (int(self.aptr[r]) - base.ctypes.data) // 8
+        return base[o:o + self.size[r]]
+
+    def fresh(self, r, shape):
+        """Record r's adjoint, reshaped, for a VJP to write with ``out=`` -- or
+        None if it already holds a contribution (then use ``add``)."""
+        if self.reached[r]:
+            return None
+        self.reached[r] = True
+        return self[r].reshape(shape)
 
     def add(self, r, g):
         """Accumulate ``g`` (any shape with r's size) into record r's adjoint."""

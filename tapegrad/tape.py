@@ -52,6 +52,11 @@ class Tape:
     #: first tape size at which ``compact`` looks for unreachable records
     CHECK_RECORDS = 4096
 
+    # slots: the recording fast paths read a dozen attributes per op
+    __slots__ = ("enabled", "op", "arg0", "size", "ip0", "fp", "v1", "freed", "args", "ip",
+                 "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
+                 "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room")
+
     def __init__(self, capacity=1024):
         self.enabled = True        # grad mode of this thread
         self._alloc(capacity)
@@ -70,7 +75,7 @@ class Tape:
     def _alloc(self, cap):
         self.op = np.zeros(cap, _INT)
         self.arg0 = np.zeros(cap + 1, _INT)
-        self.size = np.zeros(cap, _INT)
+        self.size = np.ones(cap, _INT)  # one-element records need not write it
         self.ip0 = np.zeros(cap, _INT)
         self.fp = np.zeros(cap, np.float64)
         self.v1 = np.zeros(cap, np.float64)
@@ -170,11 +175,10 @@ class Tape:
         self.na = na + 1
         if const:
             self.fp[r] = const
-        if not value.ndim:
-            self.size[r] = 1
-            self.v1[r] = value
-        else:
+        if value.ndim:
             self._value(r, value)
+        else:
+            self.v1[r] = value  # size is 1 by default
         self.n = r + 1
         return r
 
@@ -190,11 +194,10 @@ class Tape:
         args[na] = pa
         args[na + 1] = pb
         self.na = na + 2
-        if not value.ndim:
-            self.size[r] = 1
-            self.v1[r] = value
-        else:
+        if value.ndim:
             self._value(r, value)
+        else:
+            self.v1[r] = value  # size is 1 by default
         self.n = r + 1
         return r
 
@@ -209,7 +212,8 @@ class Tape:
 
     def _value(self, r, value):
         size = value.size
-        self.size[r] = size
+        if size != 1:
+            self.size[r] = size
         if size == 1:
             self.v1[r] = value if not value.ndim else value.reshape(())[()]
         elif size <= SMALL:
@@ -325,7 +329,7 @@ class Tape:
         for name in ("op", "size", "fp", "v1", "freed"):
             a = getattr(self, name)
             a[:m] = a[idx]
-            a[m:n] = 0
+            a[m:n] = name == "size"  # the defaults: size 1, everything else 0
         self.arg0[:m] = arg0
         self.ip0[:m] = np.where(ip_len[idx] > 0, ip0 + 1, 0)
         self.ip0[m:n] = 0
@@ -353,6 +357,7 @@ class Tape:
         self.freed[:n] = False
         self.ip0[:n] = 0
         self.fp[:n] = 0.0
+        self.size[:n] = 1
         for a in self.flipped:
             _writeable(a)
         self.flipped.clear()

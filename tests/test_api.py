@@ -56,7 +56,7 @@ def numgrad(f, x, seed, eps=1e-6):
     return g
 
 
-# -- creation -----------------------------------------------------------------------
+# -- creation ------------------------------------------------------------------------------
 class TestCreation:
     def test_python_float_is_float64_zero_dim(self):
         t = tg.tensor(1.5)
@@ -242,7 +242,7 @@ class TestRepr:
         close(c.grad, np.array([0.1, 1.0, 0.0001]) / np.array([6.0, 7.0, 8.0]))
 
 
-# -- operators --------------------------------------------------------------------------------
+# -- operators -----------------------------------------------------------------------------
 A_VAL = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]])
 B_VAL = np.array([0.8, 1.25, 2.5])
 SEED = np.array([[1.0, -2.0, 0.5], [3.0, 0.25, -1.0]])
@@ -426,7 +426,7 @@ class TestComparisons:
             pytest.fail("one-element comparison in `if` was False")
 
 
-# -- elementwise functions -----------------------------------------------------------------------
+# -- elementwise functions -----------------------------------------------------------------
 UNARY = {
     "exp": (np.exp, lambda v: np.exp(v)),
     "log": (np.log, lambda v: 1 / v),
@@ -551,7 +551,7 @@ class TestBinaryFunctions:
         close(hi.grad, 3.0)
 
 
-# -- reductions ----------------------------------------------------------------------------------------
+# -- reductions ----------------------------------------------------------------------------
 M_VAL = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]])
 
 
@@ -658,7 +658,7 @@ class TestReductions:
         close(x.grad, g, rtol=1e-11)
 
 
-# -- shape ops -------------------------------------------------------------------------------------------
+# -- shape ops -----------------------------------------------------------------------------
 T_VAL = np.arange(24.0).reshape(2, 3, 4) / 7
 
 
@@ -860,7 +860,7 @@ def _unused_outputs_scenario(case):
     close(x.grad, np.array(expected, dtype=float))
 
 
-# -- indexing -------------------------------------------------------------------------------------------
+# -- indexing ------------------------------------------------------------------------------
 IDX_VAL = np.arange(12.0).reshape(3, 4) / 3
 
 
@@ -964,7 +964,7 @@ class TestIndexing:
         close(x.grad, [[3.0, 4.0], [1.0, 2.0]])
 
 
-# -- grad_fn ------------------------------------------------------------------------------------------------
+# -- grad_fn -------------------------------------------------------------------------------
 class TestGradFn:
     def test_leaf_has_none(self):
         assert leaf([1.0]).grad_fn is None
@@ -1052,7 +1052,7 @@ class TestGradFn:
         assert (a + b).grad_fn.next_functions[1][1] == 1
 
 
-# -- no_grad ---------------------------------------------------------------------------------------------------
+# -- no_grad -------------------------------------------------------------------------------
 class TestNoGrad:
     def test_context_manager(self):
         x = leaf([1.0, 2.0])
@@ -1108,7 +1108,7 @@ class TestNoGrad:
         close(x.grad, [20.0])
 
 
-# -- backward ---------------------------------------------------------------------------------------------------
+# -- backward ------------------------------------------------------------------------------
 class TestBackward:
     @pytest.mark.parametrize("seed", [
         np.array([1.0, 2.0, 3.0]), [1.0, 2.0, 3.0], (1.0, 2.0, 3.0),
@@ -1173,6 +1173,72 @@ class TestBackward:
         close(x.grad, [2.0, 4.0])
         y.backward([1.0, 1.0])
         close(x.grad, [2.0 + 6.0, 4.0 + 12.0])
+
+    @pytest.mark.xfail(strict=True, reason="bug: backward on a leaf keeps the caller's seed "
+                       "array as .grad and later accumulates into it in place")
+    @pytest.mark.parametrize("kind", ["ndarray", "tensor"])
+    def test_seed_is_not_aliased(self, kind):
+        x = leaf([0.0, 0.0])
+        seed = np.array([1.0, 2.0]) if kind == "ndarray" else tg.tensor([1.0, 2.0])
+        x.backward(seed)
+        x.backward(seed)
+        close(seed, [1.0, 2.0])
+        close(x.grad, [2.0, 4.0])
+
+    def test_seed_is_not_aliased_through_an_op(self):
+        x = leaf(np.zeros(20))
+        seed = np.ones(20)
+        (x * 1.0).backward(seed)
+        (x * 1.0).backward(seed)
+        close(seed, np.ones(20))
+        close(x.grad, np.full(20, 2.0))
+
+    def test_grads_independent_of_later_backwards(self):
+        x = leaf(np.arange(20.0))
+        (x * 2.0).sum().backward()
+        g = x.grad
+        y = leaf(np.ones(50))
+        (y * 7.0).sum().backward()
+        a, b = leaf(np.ones(20)), leaf(np.ones(20))
+        (a * 2.0 + b * 3.0).sum().backward()
+        close(g, np.full(20, 2.0))
+        close(x.grad, np.full(20, 2.0))
+        close(a.grad, np.full(20, 2.0))
+        close(b.grad, np.full(20, 3.0))
+
+    def test_earlier_graph_survives_many_dropped_graphs(self):
+        xv = np.linspace(0.1, 1.0, 20)
+        x, w = leaf(xv), leaf([0.5, 1.5])
+        g0 = (tg.sin(x) * w[0]).sum()       # built before the loop, used after it
+        node = g0.grad_fn
+        kept = tg.exp(w)
+        y = None
+        for _ in range(6000):               # graphs dropped as soon as the next is built
+            y = (x * 2.0 + w[1]).sum()
+        g0.backward()
+        close(x.grad, np.cos(xv) * 0.5)
+        close(w.grad, [np.sin(xv).sum(), 0.0])
+        assert node == g0.grad_fn and node.name() == "SumBackward"
+        (kept * y).sum().backward()
+        yv = (xv * 2.0 + 1.5).sum()
+        close(w.grad, [np.sin(xv).sum() + np.exp(0.5) * yv,
+                       np.exp(1.5) * yv + 20 * (np.exp(0.5) + np.exp(1.5))], rtol=1e-11)
+        close(x.grad, np.cos(xv) * 0.5 + 2 * (np.exp(0.5) + np.exp(1.5)), rtol=1e-11)
+
+    def test_long_recurrence(self):
+        W = leaf(0.9)
+        h = tg.tensor(np.full(3, 0.5))
+        for _ in range(3000):
+            h = tg.tanh(W * h + 0.1)
+        h.sum().backward()
+
+        def f(wv):
+            hv = np.full(3, 0.5)
+            for _ in range(3000):
+                hv = np.tanh(wv * hv + 0.1)
+            return hv.sum()
+
+        close(W.grad, (f(0.9 + 1e-6) - f(0.9 - 1e-6)) / 2e-6, rtol=1e-6)
 
     def test_only_reached_leaves_updated(self):
         a, b = leaf([1.0]), leaf([2.0])

@@ -17,7 +17,7 @@ def close(actual, expected, rtol=1e-12, atol=1e-14):
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
 
-# -- creation ------------------------------------------------------------------------------------
+# -- creation ------------------------------------------------------------------------------
 @pytest.mark.parametrize("data, dtype", [
     (1.5, np.float64), ([1.0, 2.0], np.float64), ([[1.0], [2.0]], np.float64),
     (np.float32(1.5), np.float32), (np.array([1.0], np.float32), np.float32),
@@ -57,7 +57,7 @@ def test_repr_of_float16_emits_no_warning():
     assert "float16" in text
 
 
-# -- float32 through every op --------------------------------------------------------------------
+# -- float32 through every op --------------------------------------------------------------
 X32 = np.array([[0.3, -0.7, 0.5], [0.9, 0.2, -0.4]], dtype=np.float32)
 P32 = np.array([[0.3, 1.7, 0.5], [2.9, 0.2, 1.4]], dtype=np.float32)
 U32 = np.array([[1.5, 0.5, -2.0], [0.25, 1.0, 3.0]], dtype=np.float32)
@@ -181,7 +181,7 @@ def test_float32_inplace_update_keeps_dtype():
     close(x, [1.0, 3.0])
 
 
-# -- mixed operands promote as NumPy does -----------------------------------------------------------
+# -- mixed operands promote as NumPy does --------------------------------------------------
 def _f32(v):
     return tg.tensor(np.asarray(v, np.float32), requires_grad=True)
 
@@ -270,7 +270,7 @@ def test_float_tensor_with_integer_tensor(other):
     assert other.grad is None and not other.requires_grad
 
 
-# -- integers and booleans ---------------------------------------------------------------------------
+# -- integers and booleans -----------------------------------------------------------------
 def test_integer_arithmetic_follows_numpy():
     i = tg.tensor([1, 2, 3])
     assert (i + 1).dtype == (np.array([1, 2, 3]) + 1).dtype

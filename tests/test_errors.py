@@ -59,7 +59,7 @@ def run_isolated(code, timeout=300):
 FREED_MSG = "Trying to backward through the graph a second time"
 
 
-# -- creation -----------------------------------------------------------------------------------
+# -- creation ------------------------------------------------------------------------------
 class TestCreationErrors:
     @pytest.mark.parametrize("data, exc, fragment", [
         ("abc", TypeError, "strings are not numbers"),
@@ -99,7 +99,7 @@ class TestCreationErrors:
             tg.tensor([1, 2], requires_grad=True)
 
 
-# -- conversions ----------------------------------------------------------------------------------
+# -- conversions ---------------------------------------------------------------------------
 class TestConversionErrors:
     def test_item_and_float_need_one_element(self):
         x = leaf([1.0, 2.0, 3.0])
@@ -135,7 +135,7 @@ class TestConversionErrors:
         close(x.grad, [7.0, 8.0])
 
 
-# -- backward errors -------------------------------------------------------------------------------
+# -- backward errors -----------------------------------------------------------------------
 class TestBackwardErrors:
     def test_second_backward(self):
         x = leaf([1.0, 2.0])
@@ -246,7 +246,7 @@ class TestBackwardErrors:
             assert isinstance(nf, tuple)
 
 
-# -- the library keeps working after each error -------------------------------------------------------
+# -- the library keeps working after each error --------------------------------------------
 X_VAL = np.linspace(0.1, 2.0, 20)     # large: referenced by the tape, made read-only
 W_VAL = np.array([0.5, -1.5, 2.0])    # small: copied into the tape
 
@@ -468,7 +468,7 @@ def test_errors_in_a_loop_do_not_leak_or_corrupt():
     close(x.grad, 4 * 0.5 * np.exp(X_VAL * 0.5))
 
 
-# -- misc op errors ------------------------------------------------------------------------------------
+# -- misc op errors ------------------------------------------------------------------------
 class TestOpErrors:
     def test_reduction_axis_errors(self):
         x = leaf(np.ones((2, 3)))
@@ -515,7 +515,7 @@ class TestOpErrors:
         close(x.grad, [1.0, 1.0])
 
 
-# -- saved values cannot be silently mutated ----------------------------------------------------------------
+# -- saved values cannot be silently mutated -----------------------------------------------
 class TestReadOnly:
     def test_large_leaf_read_only_while_graph_lives(self):
         x = leaf(np.arange(20.0))
@@ -636,7 +636,7 @@ class TestReadOnly:
         close(x.grad, np.arange(20.0))
 
 
-# -- in-place updates ------------------------------------------------------------------------------------
+# -- in-place updates ----------------------------------------------------------------------
 class TestInPlace:
     @pytest.mark.parametrize("op", ["__iadd__", "__isub__", "__imul__", "__itruediv__",
                                     "__ipow__"])

@@ -245,7 +245,7 @@ def test_ufunc_dtype_keyword():
     close(t.grad, np.exp(np.float32([0.5, 1.0])), rtol=1e-6)
 
 
-# -- what cannot be differentiated ---------------------------------------------------------------
+# -- what cannot be differentiated ---------------------------------------------------------
 @pytest.mark.parametrize("call, name", [
     (lambda t: np.fft.fft(t), "fft"),
     (lambda t: np.cumsum(t), "cumsum"),

@@ -28,6 +28,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from . import codes as C
 from ._jit import inline
 
 #: Values with at most this many elements are copied into the value arena;
@@ -94,6 +95,24 @@ def claim(T, v):
     first = not reached[v]
     reached[v] = True
     return first
+
+
+@inline
+def alias(T, v, r):
+    """Let ``v`` (first reached now) take record r's adjoint as its own.
+
+    For VJPs that pass the gradient through unchanged (add, reshape, ...):
+    r's adjoint is complete when its VJP runs and nobody reads it afterwards,
+    so v can own that memory instead of receiving a copy.  Leaves, constants
+    and multi-output slots keep their own memory (leaves' adjoints are handed
+    out as gradients; slots must stay consecutive).
+    """
+    reached = T[13]
+    if reached[v] or (T[0][v] >> C.SHIFT) == C.K_NONE:
+        return False
+    T[12][v] = T[12][r]
+    reached[v] = True
+    return True
 
 
 @inline

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import adjoint, bindex, claim, claim_zeroed, fparam, parent, value
+from ._views import adjoint, alias, bindex, claim, claim_zeroed, fparam, parent, value
 
 
 @inline
@@ -129,6 +129,8 @@ def unary_vjp(T, r, sub):
     xr = parent(T, r, 0)
     g, gx = adjoint(T, r), adjoint(T, xr)
     x, y = value(T, xr), value(T, r)
+    if (sub == C.IDENT or sub >= C.VIEW_FIRST) and alias(T, xr, r):
+        return
     first = claim(T, xr)
     # one branch per op, so that each loop is compiled for a constant sub
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
@@ -185,6 +187,8 @@ def scalar_vjp(T, r, sub):
     g, gx = adjoint(T, r), adjoint(T, xr)
     x, y = value(T, xr), value(T, r)
     c = fparam(T, r)
+    if sub == C.ADDC and alias(T, xr, r):
+        return
     first = claim(T, xr)
     if sub == C.ADDC:
         _scalar_loop(C.ADDC, g, x, y, c, gx, first)
@@ -228,6 +232,16 @@ def _binary_same_shape(sub, g, xa, xb, y, ga, gb, first):
             gb[i] += gi * db
 
 
+@inline
+def _binary_self(sub, g, x, y, gx, first):
+    for i in range(g.size):
+        da, db = d_binary(sub, x[i], x[i], y[i])
+        if first:
+            gx[i] = g[i] * (da + db)
+        else:
+            gx[i] += g[i] * (da + db)
+
+
 @kernel
 def nary_vjp(T, r, sub):
     """Broadcasting binary ops and ``where``; gradients reduced to each shape.
@@ -257,7 +271,18 @@ def nary_vjp(T, r, sub):
     xa, xb, y = value(T, ar), value(T, br), value(T, r)
     ga, gb = adjoint(T, ar), adjoint(T, br)
     ma, mb = xa.size, xb.size
-    if ma == n and mb == n and ar != br:  # the common case: no broadcasting
+    if ma == n and mb == n and ar == br:  # x op x: both partials to one adjoint
+        first = claim(T, ar)
+        if sub == C.MUL:
+            _binary_self(C.MUL, g, xa, y, ga, first)
+        else:
+            _binary_self(sub, g, xa, y, ga, first)
+        return
+    if ma == n and mb == n and (sub == C.ADD or sub == C.SUB) and alias(T, ar, r):
+        # a now owns g as its adjoint; b receives +-g
+        _unary_loop(C.IDENT if sub == C.ADD else C.NEG, g, xb, y, gb, claim(T, br))
+        return
+    if ma == n and mb == n:  # the common case: no broadcasting
         fa, fb = claim(T, ar), claim(T, br)
         first = fa and fb
         if fa != fb:  # one was written before: accumulate into both

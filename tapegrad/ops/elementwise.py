@@ -48,8 +48,7 @@ def _def_unary(name, sub, fn, doc_name=None):
                     if data.ndim:
                         tape._value(r, data)
                     else:
-                        tape.size[r] = 1
-                        tape.v1[r] = data
+                        tape.v1[r] = data  # size is 1 by default
                     tape.n = r + 1
                     t = _new(Tensor)
                     t._data = data
@@ -213,8 +212,7 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
                     if data.ndim:
                         tape._value(r, data)
                     else:
-                        tape.size[r] = 1
-                        tape.v1[r] = data
+                        tape.v1[r] = data  # size is 1 by default
                     tape.n = r + 1
                     t = _new(Tensor)
                     t._data = data
@@ -239,8 +237,7 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
                     if data.ndim:
                         tape._value(r, data)
                     else:
-                        tape.size[r] = 1
-                        tape.v1[r] = data
+                        tape.v1[r] = data  # size is 1 by default
                     tape.n = r + 1
                     t = _new(Tensor)
                     t._data = data

@@ -32,12 +32,21 @@ def _matmul_vjp(tape, adj, r):
     b2 = b[:, None] if b.ndim == 1 else b
     g2 = g.reshape(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
                    + (a2.shape[-2], b2.shape[-1]))
-    if tape.op[ra] != CONST:  # constants need no gradient
-        ga = _unbroadcast(np.matmul(g2, np.swapaxes(b2, -1, -2)), a2.shape)
-        adj.add(ra, ga)
+    # constants need no gradient; a first contribution is written in place
+    if tape.op[ra] != CONST:
+        _deposit(adj, ra, a2.shape, g2, np.swapaxes(b2, -1, -2))
     if tape.op[rb] != CONST:
-        gb = _unbroadcast(np.matmul(np.swapaxes(a2, -1, -2), g2), b2.shape)
-        adj.add(rb, gb)
+        _deposit(adj, rb, b2.shape, np.swapaxes(a2, -1, -2), g2)
+
+
+def _deposit(adj, r, shape, x, y):
+    """Add ``x @ y``, summed to ``shape``, into record r's adjoint."""
+    if np.broadcast_shapes(x.shape[:-2], y.shape[:-2]) == shape[:-2]:
+        out = adj.fresh(r, shape)
+        if out is not None:
+            np.matmul(x, y, out=out)
+            return
+    adj.add(r, _unbroadcast(np.matmul(x, y), shape))
 
 
 _MATMUL = register("Mm", C.K_HOST, 0, np.matmul, host_vjp=_matmul_vjp)
