@@ -9,7 +9,7 @@ import numpy as np
 
 from .kernels._views import SMALL
 from .kernels.sweep import layout, sweep
-from .ops.registry import REGISTRY
+from .ops.registry import OUTPUT, REGISTRY
 from .tape import current
 from .tensor import Tensor, _plain
 
@@ -74,6 +74,18 @@ class Adjoints:
         o = (int(self.aptr[r]) - base.ctypes.data) // 8
         return base[o:o + self.size[r]]
 
+    def value(self, tape, r, shape):
+        """Record r's recorded value (float64), for a host VJP."""
+        n = tape.size[r]
+        if n == 1:
+            flat = tape.v1[r:r + 1]
+        elif n <= SMALL:
+            o = self.voff[r]
+            flat = tape.vals[o:o + n]
+        else:
+            flat = np.ravel(tape.refs[self.rix[r]])
+        return flat.reshape(shape)
+
     def fresh(self, r, shape):
         """Record r's adjoint, reshaped, for a VJP to write with ``out=`` -- or
         None if it already holds a contribution (then use ``add``)."""
@@ -99,8 +111,8 @@ def backward(t, gradient=None, retain_graph=False):
             "create the inputs with requires_grad=True and compute the output with "
             "grad enabled (not under tg.no_grad())")
     seed = _seed(t, gradient)
-    if t._tok is None:  # a leaf: d t / d t = identity
-        _accumulate(t, seed.reshape(t.shape))
+    if t._tok is None:  # a leaf: d t / d t = identity (never keep the caller's array)
+        _accumulate(t, seed.reshape(t.shape).copy())
         return
     tape = t._tok.tape
     if tape is not current():
@@ -108,7 +120,12 @@ def backward(t, gradient=None, retain_graph=False):
     if t._tok is not tape.tok or tape.freed[t._rec]:
         raise _freed_error()
     root = t._rec
-    adj = Adjoints(tape, root + 1)
+    upto = root + 1
+    if tape.op[root] == OUTPUT:  # the op's later outputs belong to its VJP's span
+        u = root - 1 - int(tape.ip[tape.ip0[root]])
+        while upto < tape.n and tape.op[upto] == OUTPUT and tape.args[tape.arg0[upto]] == u:
+            upto += 1
+    adj = Adjoints(tape, upto)
     T = tape.arrays(adj) + (adj.reached,)
     adj.add(root, seed)
     reached = adj.reached
@@ -122,7 +139,7 @@ def backward(t, gradient=None, retain_graph=False):
         REGISTRY[int(tape.op[s])].host_vjp(tape, adj, s)
         start = s - 1
     updates = [(leaf, adj[r]) for r, leaf in tape.leaves.items()
-               if r <= root and reached[r]]
+               if r < upto and reached[r]]
     for leaf, g in updates:
         _accumulate(leaf, g.reshape(leaf.shape))
     if not retain_graph:

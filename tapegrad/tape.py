@@ -240,10 +240,16 @@ class Tape:
         return value
 
     def constant(self, value):
-        """Record a non-differentiable operand (an ndarray) as a CONST record."""
+        """Record a non-differentiable operand (an ndarray) as a CONST record.
+
+        A view of someone else's memory is copied: making the view read-only
+        would not stop writes through its base.
+        """
         value = np.asarray(value)
         if value.dtype.kind != "f":
             value = value.astype(np.float64)
+        elif value.size > SMALL and value.base is not None:
+            value = value.copy()
         return self.record(_CONST, (), value)
 
     # -- liveness ----------------------------------------------------------------
@@ -375,16 +381,6 @@ class Tape:
                            _INT, len(self.refs))
         return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
                 self.v1, self.vals, adj.voff, adj.rix, ptrs, adj.aptr)
-
-    def value(self, T, r):
-        """Python-side flat view of record r's value."""
-        n = self.size[r]
-        if n == 1:
-            return self.v1[r:r + 1]
-        if n <= SMALL:
-            o = T[9][r]
-            return self.vals[o:o + n]
-        return self.refs[T[10][r]]
 
 
 def _writeable(a):

@@ -209,6 +209,7 @@ class Tensor:
 
 def _fmt(v):
     """Up to 8 significant decimals, positional where that reads well."""
+    v = float(v)  # float16/float32: compare without overflow, print the value
     if not np.isfinite(v):
         return str(v)
     a = abs(v)
@@ -229,7 +230,14 @@ def _plain(data):
 
 
 def _result(tape, r, data):
-    """The non-leaf tensor for record r of the tape's current epoch."""
+    """The non-leaf tensor for record r of the tape's current epoch.
+
+    A result that is a view (of its input's memory) is made read-only: the
+    tape may hold that memory, and a write through the view would change
+    recorded values.
+    """
+    if type(data) is np.ndarray and data.base is not None:
+        data.flags.writeable = False
     t = _new(Tensor)
     t._data = data
     t._requires_grad = True

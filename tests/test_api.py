@@ -807,8 +807,6 @@ class TestShape:
     def test_unused_outputs_get_zero_after_other_backwards(self, case):
         in_fresh_thread(lambda: _unused_outputs_scenario(case))
 
-    @pytest.mark.xfail(strict=True, reason="bug: unused trailing outputs of split/unbind get "
-                       "stale adjoints from the reused (unzeroed) arena: garbage gradients")
     @pytest.mark.parametrize("case", ["split_last_unused", "unbind_last_unused"])
     def test_unused_trailing_outputs_get_zero_after_other_backwards(self, case):
         in_fresh_thread(lambda: _unused_outputs_scenario(case))
@@ -1174,8 +1172,6 @@ class TestBackward:
         y.backward([1.0, 1.0])
         close(x.grad, [2.0 + 6.0, 4.0 + 12.0])
 
-    @pytest.mark.xfail(strict=True, reason="bug: backward on a leaf keeps the caller's seed "
-                       "array as .grad and later accumulates into it in place")
     @pytest.mark.parametrize("kind", ["ndarray", "tensor"])
     def test_seed_is_not_aliased(self, kind):
         x = leaf([0.0, 0.0])

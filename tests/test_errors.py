@@ -398,9 +398,6 @@ def _earlier_graph_scenario():
     close(v.grad, [3.0])
 
 
-@pytest.mark.xfail(strict=True, reason="bug: reusing a freed large intermediate while another "
-                   "graph is alive crashes the interpreter (segfault in the sweep, which reads "
-                   "the released value) instead of raising RuntimeError")
 def test_reusing_freed_large_intermediate_raises_instead_of_crashing():
     r = run_isolated("""
         import numpy as np, tapegrad as tg
@@ -603,9 +600,6 @@ class TestReadOnly:
             return True
         assert in_fresh_thread(body)
 
-    @pytest.mark.xfail(strict=True, reason="bug: a small view returned by the first op on a "
-                       "large leaf (x[:4], split pieces) is writeable and writes into the "
-                       "leaf's saved value")
     @pytest.mark.parametrize("make_view", [lambda x: x[:4], lambda x: tg.split(x, 5)[0]],
                              ids=["slice", "split"])
     def test_view_of_saved_leaf_cannot_write_through(self, make_view):
@@ -620,9 +614,6 @@ class TestReadOnly:
         y.backward()
         close(x.grad, 2 * np.arange(20.0))
 
-    @pytest.mark.xfail(strict=True, reason="bug: a constant that is a view of a writeable "
-                       "base array is made read-only, but writes through the base change "
-                       "the gradient")
     def test_constant_view_of_writeable_base(self):
         base = np.arange(40.0)
         c = base[:20]
@@ -679,9 +670,6 @@ class TestInPlace:
             close(w, np.array([1.0, -2.0, 3.0]) * 0.8 ** 3)
         in_fresh_thread(body)
 
-    @pytest.mark.xfail(strict=True, reason="bug: a leaf updated in place under no_grad keeps "
-                       "its old LEAF record (and stale value) while another graph keeps the "
-                       "tape alive, so later graphs differentiate at the old value")
     @pytest.mark.parametrize("n", [3, 20])
     def test_sgd_step_while_another_graph_lives(self, n):
         def body():
@@ -699,8 +687,6 @@ class TestInPlace:
             keep.backward()
         in_fresh_thread(body)
 
-    @pytest.mark.xfail(strict=True, reason="bug: a leaf's value changed under no_grad is not "
-                       "seen by a new graph while another graph keeps the tape alive")
     def test_new_graph_sees_value_assigned_under_no_grad(self):
         def body():
             k = leaf([1.0, 2.0])
@@ -738,8 +724,6 @@ class TestInPlace:
         (z + y).sum().backward()
         close(x.grad, 18 * np.array([1.0, 2.0]) + 4.0)
 
-    @pytest.mark.xfail(strict=True, reason="bug: in-place update of an integer tensor with a "
-                       "float silently truncates (NumPy and PyTorch raise)")
     def test_int_tensor_updated_with_float(self):
         i = tg.tensor([1, 2])
         with pytest.raises((TypeError, RuntimeError)):
@@ -781,12 +765,8 @@ def _ref(name, xv, Wv):
     }[name]
 
 
-_MATMUL_BUG = pytest.mark.xfail(strict=True, reason="bug: matmul saves a reference to its "
-                                "operands; an in-place update under no_grad of a small or "
-                                "float32 operand changes the gradient")
 COW_CASES = [
-    pytest.param(name, n, dtype, marks=_MATMUL_BUG if name == "matmul"
-                 and (n <= 16 or dtype == np.float32) else ())
+    pytest.param(name, n, dtype)
     for name in ["mul", "sin", "pow", "rdiv", "prod", "matmul"]
     for n, dtype in [(4, np.float64), (20, np.float64), (20, np.float32)]
 ]
@@ -833,8 +813,6 @@ def test_copy_on_write_of_plain_constant_tensor(n):
     close(x.grad, cv)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: matmul keeps a reference to a small ndarray "
-                   "operand; mutating it after recording changes the gradient")
 def test_small_ndarray_operand_of_matmul_is_saved():
     M = np.array([[1.0, 2.0], [3.0, 4.0]])
     v = leaf([1.0, 1.0])
@@ -846,9 +824,6 @@ def test_small_ndarray_operand_of_matmul_is_saved():
     close(W.grad, [[4.0, 4.0], [6.0, 6.0]])
 
 
-@pytest.mark.xfail(strict=True, reason="bug: matmul keeps a reference to a non-contiguous "
-                   "ndarray operand (copied for the tape, not made read-only); mutating it "
-                   "changes the gradient")
 def test_non_contiguous_ndarray_operand_of_matmul_is_saved():
     B = np.arange(25.0).reshape(5, 5)
     expected = B.T.sum(axis=0).copy()

@@ -317,8 +317,6 @@ def test_function_out_keyword():
         np.mean(t, out=np.zeros(()))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: ufunc.reduce with axis= raises 'keyword(s) "
-                   "[axis] are not supported' before reaching the reduce table")
 def test_ufunc_reduce_with_axis():
     t = leaf(V)
     y = np.add.reduce(t, axis=1)
@@ -329,8 +327,6 @@ def test_ufunc_reduce_with_axis():
     close(m, V.max(axis=0))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: np.add.reduce(t) without axis= reduces over "
-                   "all axes (NumPy's default is axis=0)")
 def test_ufunc_reduce_default_axis_is_zero():
     t = leaf(V)
     y = np.add.reduce(t)
@@ -338,8 +334,6 @@ def test_ufunc_reduce_default_axis_is_zero():
     close(y, V.sum(axis=0))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: np.isnan/isfinite/isinf are listed as plain-value "
-                   "functions but, being ufuncs, raise 'cannot differentiate'")
 @pytest.mark.parametrize("fn", [np.isnan, np.isfinite, np.isinf], ids=lambda f: f.__name__)
 def test_isnan_family_gives_plain_booleans(fn):
     t = leaf([1.0, np.inf, np.nan])

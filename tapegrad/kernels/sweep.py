@@ -8,7 +8,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import kernel
-from ._views import adjoint_span, claim, fparam
+from ._views import SMALL, adjoint_span, claim, fparam
 from .elementwise import d_binary, d_scalar, d_unary, nary_vjp, scalar_vjp, unary_vjp
 from .structural import concat_vjp, gather_vjp, reduce_vjp
 
@@ -22,11 +22,18 @@ def sweep(T, freed, start):
     ``-2 - r`` when record r was freed by an earlier backward.
     """
     op, arg0, size, args, v1, reached = T[0], T[1], T[2], T[4], T[7], T[13]
+    rix, ptrs = T[10], T[11]
     for r in range(start, -1, -1):
         if not reached[r]:
             continue
         if freed[r]:
             return -2 - r
+        for j in range(arg0[r], arg0[r + 1]):
+            p = args[j]
+            if size[p] > SMALL and ptrs[rix[p]] == 0:
+                # a parent from a freed graph whose value was released: the
+                # backward would reach that graph and fail there anyway
+                return -2 - p
         code = op[r]
         kind = code >> C.SHIFT
         sub = code & C.MASK

@@ -24,9 +24,11 @@ def _unbroadcast(g, shape):
 
 
 def _matmul_vjp(tape, adj, r):
-    a, b = tape.host[r]
+    # the operands as the tape recorded them (protected from later writes)
     a0 = tape.arg0[r]
     ra, rb = tape.args[a0], tape.args[a0 + 1]
+    shape_a, shape_b = tape.host[r]
+    a, b = adj.value(tape, ra, shape_a), adj.value(tape, rb, shape_b)
     g = adj[r]
     a2 = a[None, :] if a.ndim == 1 else a
     b2 = b[:, None] if b.ndim == 1 else b
@@ -74,7 +76,7 @@ def matmul(a, b):
     if not need or not tape.enabled:
         return _plain(data)
     r = tape.record(_MATMUL, (_operand(tape, a), _operand(tape, b)), data)
-    tape.host[r] = (np.asarray(ad), np.asarray(bd))
+    tape.host[r] = (np.shape(ad), np.shape(bd))
     return _result(tape, r, data)
 
 

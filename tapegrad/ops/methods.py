@@ -10,7 +10,7 @@ from . import elementwise as E
 from . import linalg as L
 from . import reductions as Rd
 from . import shape as S
-from .numpy_api import HANDLED_FUNCTIONS, UFUNCS, REDUCE_UFUNCS, unsupported
+from .numpy_api import HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, unsupported
 
 
 def _swap(fn):
@@ -67,7 +67,11 @@ def _set_value(self, value):
     if value.shape != self.shape:
         raise ValueError(f"in-place update would change the shape from {self.shape} "
                          f"to {value.shape}")
+    if not np.can_cast(value.dtype, self.dtype, "same_kind"):
+        raise TypeError(f"in-place update cannot cast {value.dtype} to the tensor's "
+                        f"{self.dtype} (same_kind casting, as NumPy); write x = x + ...")
     value = value.astype(self.dtype, copy=False)
+    self._ltok = None  # a leaf's LEAF record holds the old value: make a new one
     old = self._data
     if isinstance(old, np.ndarray) and old.flags.writeable:
         old[...] = value
@@ -135,6 +139,11 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
             "use tg.where(mask, numpy.{0}(x), fallback)".format(ufunc.__name__))
     kwargs.pop("where", None)
     dtype = kwargs.pop("dtype", None)
+    if method == "__call__" and ufunc in PLAIN_UFUNCS:
+        return PLAIN_UFUNCS[ufunc](*inputs, dtype=dtype, **kwargs)
+    if method == "reduce" and ufunc in REDUCE_UFUNCS:
+        axis = kwargs.pop("axis", 0)  # ufunc.reduce's default, unlike np.sum's
+        keepdims = kwargs.pop("keepdims", False)
     if kwargs:
         raise TypeError(f"numpy.{ufunc.__name__}: keyword(s) {sorted(kwargs)} are not "
                         "supported on tensors")
@@ -147,7 +156,7 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     elif method == "reduce":
         fn = REDUCE_UFUNCS.get(ufunc)
         if fn is not None:
-            return fn(*inputs, **kwargs)
+            return fn(*inputs, axis=axis, keepdims=keepdims)
     return unsupported(f"{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"),
                        inputs)
 

@@ -62,6 +62,14 @@ for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort,
 # np.around/np.round of a tensor give plain arrays: their gradient is zero.
 
 
+# ufuncs whose results carry no gradient (predicates, bit and logic ops)
+PLAIN_UFUNCS = {
+    f: _plain_values(f) for f in (
+        np.isnan, np.isfinite, np.isinf, np.signbit, np.logical_and, np.logical_or,
+        np.logical_not, np.logical_xor)
+}
+
+
 def unsupported(name, args):
     raise TypeError(
         f"tapegrad cannot differentiate numpy.{name} yet. To compute it on plain "

@@ -66,7 +66,13 @@ def expand_dims(a, axis):
 
 
 def astype(a, dtype):
-    """Cast to another floating dtype; the gradient is cast back."""
+    """Cast to another dtype; the gradient is cast back.
+
+    A cast to a non-floating dtype gives a tensor that does not require grad
+    (as PyTorch's ``x.long()``).
+    """
+    if np.dtype(dtype).kind != "f" and isinstance(a, Tensor):
+        return _plain(np.asarray(a._data).astype(dtype))
     return _view(_ASTYPE, lambda d, t: np.asarray(d).astype(t), a, dtype)
 
 
