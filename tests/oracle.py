@@ -1,13 +1,47 @@
-"""Independent oracle: central finite differences in float64.
+"""Shared test helpers and the independent oracle: central finite differences
+in float64.
 
 ``check_vjp`` compares the VJP tapegrad computes for a random seed ``v``
 with the directional derivative of ``<v, f(x)>`` along random directions,
 as HIPS autograd's ``check_grads`` does: one scalar per (input, direction),
 cheap enough to run on every op for many drawn shapes.
 """
+import threading
+
 import numpy as np
 
 import tapegrad as tg
+
+RTOL = 1e-12
+
+
+def close(actual, expected, rtol=RTOL, atol=1e-14):
+    """assert_allclose for tensors or arrays, tight by default (float64)."""
+    actual = actual.numpy() if isinstance(actual, tg.Tensor) else np.asarray(actual)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+
+
+def leaf(data):
+    """A float64 leaf that requires grad."""
+    return tg.tensor(np.asarray(data, dtype=np.float64), requires_grad=True)
+
+
+def in_fresh_thread(fn):
+    """Run fn on a new thread, so it gets a tape no other test has touched."""
+    box = {}
+
+    def run():
+        try:
+            box["result"] = fn()
+        except BaseException as e:  # re-raised on the calling thread
+            box["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
 
 
 def _plain_forward(fn, arrays):

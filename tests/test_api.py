@@ -7,41 +7,13 @@ indexing, ``grad_fn`` / ``next_functions``, ``no_grad`` and ``backward``.
 Every expected gradient here is written out by hand (or from a finite
 difference where a closed form would only restate the code).
 """
-import threading
 
 import numpy as np
 import pytest
 
 import tapegrad as tg
 
-RTOL = 1e-12
-
-
-def close(actual, expected, rtol=RTOL, atol=1e-14):
-    actual = actual.numpy() if isinstance(actual, tg.Tensor) else np.asarray(actual)
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
-
-
-def leaf(data):
-    return tg.tensor(np.asarray(data, dtype=np.float64), requires_grad=True)
-
-
-def in_fresh_thread(fn):
-    """Run fn on a new thread, so it gets a tape no other test has touched."""
-    box = {}
-
-    def run():
-        try:
-            box["result"] = fn()
-        except BaseException as e:  # re-raised on the calling thread
-            box["error"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
+from oracle import close, in_fresh_thread, leaf
 
 
 def numgrad(f, x, seed, eps=1e-6):

@@ -9,12 +9,9 @@ import pytest
 
 import tapegrad as tg
 
+from oracle import close
+
 F32_RTOL = 2e-6
-
-
-def close(actual, expected, rtol=1e-12, atol=1e-14):
-    actual = actual.numpy() if isinstance(actual, tg.Tensor) else np.asarray(actual)
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
 
 # -- creation ------------------------------------------------------------------------------

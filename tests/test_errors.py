@@ -12,39 +12,13 @@ import pathlib
 import subprocess
 import sys
 import textwrap
-import threading
 
 import numpy as np
 import pytest
 
 import tapegrad as tg
 
-
-def close(actual, expected, rtol=1e-12, atol=1e-14):
-    actual = actual.numpy() if isinstance(actual, tg.Tensor) else np.asarray(actual)
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
-
-
-def leaf(data):
-    return tg.tensor(np.asarray(data, dtype=np.float64), requires_grad=True)
-
-
-def in_fresh_thread(fn):
-    """Run fn on a new thread, so it gets a tape no other test has touched."""
-    box = {}
-
-    def run():
-        try:
-            box["result"] = fn()
-        except BaseException as e:  # re-raised on the calling thread
-            box["error"] = e
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
+from oracle import close, in_fresh_thread, leaf
 
 
 def run_isolated(code, timeout=300):

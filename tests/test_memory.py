@@ -1,6 +1,5 @@
 """Memory follows liveness: loops run in bounded memory, saved arrays are
 released and restored, and compaction keeps surviving graphs correct."""
-import threading
 import tracemalloc
 
 import numpy as np
@@ -8,22 +7,7 @@ import numpy as np
 import tapegrad as tg
 from tapegrad.tape import current
 
-
-def _in_thread(fn):
-    """Run on a fresh thread (a fresh tape), re-raising its failure."""
-    out = {}
-
-    def run():
-        try:
-            out["value"] = fn()
-        except BaseException as e:  # noqa: BLE001
-            out["error"] = e
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
+from oracle import in_fresh_thread
 
 
 def _bounded_loop(step, iterations=10_000):
@@ -61,7 +45,7 @@ def test_backward_loop_is_bounded():
         sizes = _bounded_loop(step)
         _assert_bounded(sizes)
         assert max(n for n, _ in sizes) < 50
-    _in_thread(run)
+    in_fresh_thread(run)
 
 
 def test_dropped_graphs_are_bounded():
@@ -74,7 +58,7 @@ def test_dropped_graphs_are_bounded():
         def step(i):
             state["y"] = (tg.sin(x) * x).sum() + i  # never differentiated
         _assert_bounded(_bounded_loop(step))
-    _in_thread(run)
+    in_fresh_thread(run)
 
 
 def test_mixed_loop_with_kept_results_stays_correct():
@@ -102,7 +86,7 @@ def test_mixed_loop_with_kept_results_stays_correct():
             np.testing.assert_allclose(x.grad.numpy(), want, rtol=1e-12)
             (n, slot), = [f for f in y.grad_fn.next_functions[1][0].next_functions[:1]]
             assert n.name() == "UnbindBackward" and slot == 1
-    _in_thread(run)
+    in_fresh_thread(run)
 
 
 def test_user_array_is_read_only_only_while_a_graph_holds_it():
@@ -116,7 +100,7 @@ def test_user_array_is_read_only_only_while_a_graph_holds_it():
         (x * 2.0).sum()              # the next op starts a new tape epoch
         assert W.flags.writeable
         W[0, 0] = 5.0
-    _in_thread(run)
+    in_fresh_thread(run)
 
 
 def test_freed_large_values_are_released():
@@ -130,4 +114,4 @@ def test_freed_large_values_are_released():
         assert sum(a is not None for a in tape.refs) < held
         other.backward()             # still correct
         np.testing.assert_allclose(x.grad.numpy(), np.exp(2.0) + 3.0)
-    _in_thread(run)
+    in_fresh_thread(run)

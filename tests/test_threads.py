@@ -12,12 +12,9 @@ import pytest
 
 import tapegrad as tg
 
+from oracle import close
+
 N_THREADS = 8
-
-
-def close(actual, expected, rtol=1e-12, atol=1e-14):
-    actual = actual.numpy() if isinstance(actual, tg.Tensor) else np.asarray(actual)
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
 
 def run_threads(target, n=N_THREADS, args_of=lambda i: (i,)):
