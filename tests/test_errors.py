@@ -303,7 +303,7 @@ def _matrix():
                                id=f"{case}-{'victim' if victim_first else 'bystander'}_first")
 
 
-@pytest.mark.parametrize("case, victim_first", _matrix())
+@pytest.mark.parametrize("case, victim_first", list(_matrix()))
 def test_error_leaves_everything_intact(case, victim_first):
     # a fresh thread has a fresh tape: the outcome does not depend on earlier tests
     in_fresh_thread(lambda: _error_scenario(case, victim_first))

@@ -280,7 +280,11 @@ def nary_vjp(T, r, sub):
         return
     if ma == n and mb == n and (sub == C.ADD or sub == C.SUB) and alias(T, ar, r):
         # a now owns g as its adjoint; b receives +-g
-        _unary_loop(C.IDENT if sub == C.ADD else C.NEG, g, xb, y, gb, claim(T, br))
+        first = claim(T, br)
+        if sub == C.ADD:
+            _unary_loop(C.IDENT, g, xb, y, gb, first)
+        else:
+            _unary_loop(C.NEG, g, xb, y, gb, first)
         return
     if ma == n and mb == n:  # the common case: no broadcasting
         fa, fb = claim(T, ar), claim(T, br)

@@ -84,8 +84,8 @@ def sweep(T, freed, start):
 @kernel
 def consumed(T, n, freed):
     """Mask of records that some not-freed record among the first n reads."""
-    op, arg0, args = T[0], T[1], T[4]
-    keep = freed[:n] != freed[:n]  # all False, right dtype
+    arg0, args = T[1], T[4]
+    keep = np.zeros(n, np.bool_)
     for r in range(n):
         if not freed[r]:
             for j in range(arg0[r], arg0[r + 1]):
