@@ -115,13 +115,20 @@ def d_binary(sub, a, b, y):
 
 # -- array kernels ---------------------------------------------------------------
 @inline
+def _put(gx, i, v, first):
+    """``gx[i] = v`` on the first write to an unzeroed adjoint, else ``+=``.
+
+    A select rather than two loops: the old value is read (and ignored) on
+    first writes, which costs a read stream but halves the compiled code;
+    the loops below are specialised per op and compile time adds up.
+    """
+    gx[i] = v + (0.0 if first else gx[i])
+
+
+@inline
 def _unary_loop(sub, g, x, y, gx, first):
-    if first:
-        for i in range(g.size):
-            gx[i] = g[i] * d_unary(sub, x[i], y[i])
-    else:
-        for i in range(g.size):
-            gx[i] += g[i] * d_unary(sub, x[i], y[i])
+    for i in range(g.size):
+        _put(gx, i, g[i] * d_unary(sub, x[i], y[i]), first)
 
 
 @kernel
@@ -132,7 +139,8 @@ def unary_vjp(T, r, sub):
     if (sub == C.IDENT or sub >= C.VIEW_FIRST) and alias(T, xr, r):
         return
     first = claim(T, xr)
-    # one branch per op, so that each loop is compiled for a constant sub
+    # the common ops get loops compiled for a constant sub (the switch folds
+    # away and the loop vectorises); the rest share one loop with the switch
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
         _unary_loop(C.IDENT, g, x, y, gx, first)
     elif sub == C.NEG:
@@ -141,44 +149,18 @@ def unary_vjp(T, r, sub):
         _unary_loop(C.EXP, g, x, y, gx, first)
     elif sub == C.LOG:
         _unary_loop(C.LOG, g, x, y, gx, first)
-    elif sub == C.LOG1P:
-        _unary_loop(C.LOG1P, g, x, y, gx, first)
-    elif sub == C.EXPM1:
-        _unary_loop(C.EXPM1, g, x, y, gx, first)
-    elif sub == C.SQRT:
-        _unary_loop(C.SQRT, g, x, y, gx, first)
     elif sub == C.SQUARE:
         _unary_loop(C.SQUARE, g, x, y, gx, first)
-    elif sub == C.SIN:
-        _unary_loop(C.SIN, g, x, y, gx, first)
-    elif sub == C.COS:
-        _unary_loop(C.COS, g, x, y, gx, first)
-    elif sub == C.TAN:
-        _unary_loop(C.TAN, g, x, y, gx, first)
     elif sub == C.TANH:
         _unary_loop(C.TANH, g, x, y, gx, first)
-    elif sub == C.SINH:
-        _unary_loop(C.SINH, g, x, y, gx, first)
-    elif sub == C.COSH:
-        _unary_loop(C.COSH, g, x, y, gx, first)
-    elif sub == C.ARCSIN:
-        _unary_loop(C.ARCSIN, g, x, y, gx, first)
-    elif sub == C.ARCCOS:
-        _unary_loop(C.ARCCOS, g, x, y, gx, first)
-    elif sub == C.ARCTAN:
-        _unary_loop(C.ARCTAN, g, x, y, gx, first)
-    elif sub == C.ABS:
-        _unary_loop(C.ABS, g, x, y, gx, first)
+    else:
+        _unary_loop(sub, g, x, y, gx, first)
 
 
 @inline
 def _scalar_loop(sub, g, x, y, c, gx, first):
-    if first:
-        for i in range(g.size):
-            gx[i] = g[i] * d_scalar(sub, x[i], y[i], c)
-    else:
-        for i in range(g.size):
-            gx[i] += g[i] * d_scalar(sub, x[i], y[i], c)
+    for i in range(g.size):
+        _put(gx, i, g[i] * d_scalar(sub, x[i], y[i], c), first)
 
 
 @kernel
@@ -194,16 +176,8 @@ def scalar_vjp(T, r, sub):
         _scalar_loop(C.ADDC, g, x, y, c, gx, first)
     elif sub == C.MULC:
         _scalar_loop(C.MULC, g, x, y, c, gx, first)
-    elif sub == C.DIVC:
-        _scalar_loop(C.DIVC, g, x, y, c, gx, first)
-    elif sub == C.RSUBC:
-        _scalar_loop(C.RSUBC, g, x, y, c, gx, first)
-    elif sub == C.RDIVC:
-        _scalar_loop(C.RDIVC, g, x, y, c, gx, first)
-    elif sub == C.POWC:
-        _scalar_loop(C.POWC, g, x, y, c, gx, first)
-    elif sub == C.RPOWC:
-        _scalar_loop(C.RPOWC, g, x, y, c, gx, first)
+    else:
+        _scalar_loop(sub, g, x, y, c, gx, first)
 
 
 @inline
@@ -218,28 +192,18 @@ def _operand_index(i, n, m, ip, b, nd, k):
 
 @inline
 def _binary_same_shape(sub, g, xa, xb, y, ga, gb, first):
-    if first:
-        for i in range(g.size):
-            da, db = d_binary(sub, xa[i], xb[i], y[i])
-            gi = g[i]
-            ga[i] = gi * da
-            gb[i] = gi * db
-    else:
-        for i in range(g.size):
-            da, db = d_binary(sub, xa[i], xb[i], y[i])
-            gi = g[i]
-            ga[i] += gi * da
-            gb[i] += gi * db
+    for i in range(g.size):
+        da, db = d_binary(sub, xa[i], xb[i], y[i])
+        gi = g[i]
+        _put(ga, i, gi * da, first)
+        _put(gb, i, gi * db, first)
 
 
 @inline
 def _binary_self(sub, g, x, y, gx, first):
     for i in range(g.size):
         da, db = d_binary(sub, x[i], x[i], y[i])
-        if first:
-            gx[i] = g[i] * (da + db)
-        else:
-            gx[i] += g[i] * (da + db)
+        _put(gx, i, g[i] * (da + db), first)
 
 
 @kernel
@@ -296,12 +260,8 @@ def nary_vjp(T, r, sub):
                 gb[:] = 0.0
         if sub == C.ADD:
             _binary_same_shape(C.ADD, g, xa, xb, y, ga, gb, first)
-        elif sub == C.SUB:
-            _binary_same_shape(C.SUB, g, xa, xb, y, ga, gb, first)
         elif sub == C.MUL:
             _binary_same_shape(C.MUL, g, xa, xb, y, ga, gb, first)
-        elif sub == C.DIV:
-            _binary_same_shape(C.DIV, g, xa, xb, y, ga, gb, first)
         else:
             _binary_same_shape(sub, g, xa, xb, y, ga, gb, first)
         return
