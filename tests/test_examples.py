@@ -1,0 +1,18 @@
+"""The README's main example runs and prints the seeds' numbers."""
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_seeds_example_prints_the_answers():
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "seeds.py")],
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    assert "a.grad = tensor([0.3, 3.0, 0.0003])" in out
+    assert "b.grad = tensor([1.2, 16.0, 0.002])" in out
+    assert "c.grad = tensor([0.01666667, 0.14285714, 1.25e-05])" in out
+    assert "a.grad = tensor(3.0)  b.grad = tensor(4.0)  c.grad = tensor(10.0)" in out
+    assert "a.grad = tensor(6.0)  b.grad = tensor(8.0)  c.grad = tensor(2.0)" in out
+    assert "Trying to backward through the graph a second time" in out
+    assert "same UnbindBackward node: True | slots: 0 1" in out
