@@ -58,7 +58,7 @@ class Adjoints:
     """
 
     def __init__(self, tape, upto):
-        self.voff, self.rix, self.off, self.leaf, inner, outer = layout(
+        self.voff, self.off, self.leaf, inner, outer = layout(
             tape.op, tape.size, upto, SMALL)
         if tape.scratch is None or tape.scratch.size < inner:
             tape.scratch = np.empty(max(inner, 1024))
@@ -83,7 +83,7 @@ class Adjoints:
             o = self.voff[r]
             flat = tape.vals[o:o + n]
         else:
-            flat = np.ravel(tape.refs[self.rix[r]])
+            flat = np.ravel(tape.refs[tape.rix[r]])
         return flat.reshape(shape)
 
     def fresh(self, r, shape):

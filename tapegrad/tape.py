@@ -3,10 +3,10 @@
 Each operation on tensors that require grad appends one record: its op code,
 its parents (record ids in argument order, CSR-style so ops with many inputs
 fit), its output size, an offset into the integer parameters and one float
-parameter.  The record's output value is kept too: one-element values in a
-per-record slot, values of at most ``SMALL`` elements in a float64 arena,
-larger ones referenced in place and made read-only while the tape holds
-them.  A record has one output; an op with k outputs (``unbind``, ``split``)
+parameter.  Output values: one-element values in a per-record slot, values
+of at most ``SMALL`` elements in a float64 arena, and larger ones only when a
+VJP will read them (``codes.READS_INPUTS``/``READS_OUTPUT``), referenced in
+place and made read-only while the tape holds them.  A record has one output; an op with k outputs (``unbind``, ``split``)
 is one record of size 0 followed by k ``OUTPUT`` records, so the pair
 ``(record, slot)`` that ``grad_fn.next_functions`` shows is ``(op record,
 output record - op record - 1)``.
@@ -32,6 +32,7 @@ import numpy as np
 
 from .kernels import codes as C
 from .kernels._views import SMALL
+from .kernels.codes import READS_INPUTS, READS_OUTPUT
 
 _INT = np.int64
 _getrefcount = sys.getrefcount
@@ -53,7 +54,7 @@ class Tape:
     CHECK_RECORDS = 4096
 
     # slots: the recording fast paths read a dozen attributes per op
-    __slots__ = ("enabled", "op", "arg0", "size", "ip0", "fp", "v1", "freed", "args", "ip",
+    __slots__ = ("enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room")
 
@@ -63,7 +64,7 @@ class Tape:
         self.args = np.zeros(4 * capacity, _INT)
         self.ip = np.zeros(4 * capacity, _INT)
         self.vals = np.zeros(capacity, np.float64)
-        self.refs = []             # large values, one per large record
+        self.refs = []             # large values kept for VJPs (rix[r] indexes it)
         self.leaves = {}           # LEAF record -> Tensor
         self.host = {}             # host record -> what its VJP needs
         self.flipped = []          # arrays made read-only, to restore
@@ -79,6 +80,7 @@ class Tape:
         self.ip0 = np.zeros(cap, _INT)
         self.fp = np.zeros(cap, np.float64)
         self.v1 = np.zeros(cap, np.float64)
+        self.rix = np.full(cap, -1, _INT)  # index in refs of a kept large value
         self.freed = np.zeros(cap, np.bool_)
 
     def _new_epoch(self):
@@ -103,7 +105,8 @@ class Tape:
         return b
 
     def _grow_records(self):
-        old = {k: getattr(self, k) for k in ("op", "arg0", "size", "ip0", "fp", "v1", "freed")}
+        old = {k: getattr(self, k)
+               for k in ("op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed")}
         self._alloc(2 * len(self.op))
         for k, a in old.items():
             getattr(self, k)[:len(a)] = a
@@ -129,12 +132,13 @@ class Tape:
         self.ip = self._grown(self.ip, need)
 
     # -- recording -------------------------------------------------------------
-    def record(self, op, parents, value, ints=None, const=0.0):
+    def record(self, op, parents, value, ints=None, const=0.0, inputs=None):
         """Append one record and return its id.
 
         ``parents`` are record ids; ``value`` is the output (a float array or
         NumPy scalar, stored as float64); ``ints`` are integer parameters and
-        ``const`` the float parameter of a K_SCALAR record.
+        ``const`` the float parameter of a K_SCALAR record; ``inputs`` are the
+        parents' values, kept if the op's VJP reads them.
         """
         r = self.n
         if r + 2 > len(self.op):
@@ -157,13 +161,13 @@ class Tape:
             self._ints(r, ints)
         if const:
             self.fp[r] = const
-        self._value(r, value)
+        self._value(r, value, inputs)
         self.n = r + 1
         if k > 2:
             self._update_room()
         return r
 
-    def record1(self, op, parent, value, const=0.0):
+    def record1(self, op, parent, value, const=0.0, inputs=None):
         """``record`` for one parent and no integer parameters (the hot path)."""
         r = self.n
         na = self.na
@@ -176,26 +180,7 @@ class Tape:
         if const:
             self.fp[r] = const
         if value.ndim:
-            self._value(r, value)
-        else:
-            self.v1[r] = value  # size is 1 by default
-        self.n = r + 1
-        return r
-
-    def record2(self, op, pa, pb, value):
-        """``record`` for two parents and no parameters (the hot path)."""
-        r = self.n
-        na = self.na
-        if r >= self.room:
-            self._make_room(2)
-        self.op[r] = op
-        self.arg0[r] = na
-        args = self.args
-        args[na] = pa
-        args[na + 1] = pb
-        self.na = na + 2
-        if value.ndim:
-            self._value(r, value)
+            self._value(r, value, inputs)
         else:
             self.v1[r] = value  # size is 1 by default
         self.n = r + 1
@@ -210,7 +195,8 @@ class Tape:
         self.ip[ni:ni + k] = ints
         self.ni = ni + k
 
-    def _value(self, r, value):
+    def _value(self, r, value, inputs=None):
+        """Store record r's output value; keep large inputs its VJP reads."""
         size = value.size
         if size != 1:
             self.size[r] = size
@@ -222,8 +208,19 @@ class Tape:
                 self.vals = self._grown(self.vals, nv + size)
             self.vals[nv:nv + size] = np.ravel(value)
             self.nv = nv + size
-        else:
-            self.refs.append(self._hold(value))
+        elif READS_OUTPUT[self.op[r]]:
+            self.keep(r, value)
+        if inputs is not None and READS_INPUTS[self.op[r]]:
+            a0 = self.arg0[r]
+            for j, x in enumerate(inputs):
+                p = self.args[a0 + j]
+                if self.size[p] > SMALL and self.rix[p] < 0:
+                    self.keep(p, x)
+
+    def keep(self, r, value):
+        """Keep record r's large value for the sweep."""
+        self.rix[r] = len(self.refs)
+        self.refs.append(self._hold(np.asarray(value)))
 
     def _hold(self, value):
         """Keep a large value for the sweep without copying when possible.
@@ -250,7 +247,10 @@ class Tape:
             value = value.astype(np.float64)
         elif value.size > SMALL and value.base is not None:
             value = value.copy()
-        return self.record(_CONST, (), value)
+        r = self.record(_CONST, (), value)
+        if value.size > SMALL:  # operands are read by most VJPs that have them
+            self.keep(r, value)
+        return r
 
     # -- liveness ----------------------------------------------------------------
     def alive(self):
@@ -272,9 +272,8 @@ class Tape:
         from .kernels.sweep import consumed
         n = self.n
         keep = consumed(T, n, self.freed)
-        large = self.size[:n] > SMALL
-        rix = np.cumsum(large) - 1  # T[10] covers only the backward's records
-        for r in np.flatnonzero(large & self.freed[:n] & ~keep):
+        rix = self.rix[:n]
+        for r in np.flatnonzero((rix >= 0) & self.freed[:n] & ~keep):
             self.refs[rix[r]] = None
 
     def compact(self):
@@ -323,9 +322,8 @@ class Tape:
         mid = (size > 1) & (size <= SMALL)
         vsz = np.where(mid, size, 0)
         vals, _ = segments((np.cumsum(vsz) - vsz)[idx], vsz[idx], self.vals)
-        large = size > SMALL
-        rix = np.cumsum(large) - 1
-        refs = [self.refs[rix[r]] for r in idx if large[r]]
+        kept_rix = self.rix[idx]
+        refs = [self.refs[k] for k in kept_rix if k >= 0]
         kept = {id(a) for a in refs if a is not None}
         for a in self.flipped:
             if id(a) not in kept:
@@ -336,6 +334,8 @@ class Tape:
             a = getattr(self, name)
             a[:m] = a[idx]
             a[m:n] = name == "size"  # the defaults: size 1, everything else 0
+        self.rix[:m] = np.where(kept_rix >= 0, np.cumsum(kept_rix >= 0) - 1, -1)
+        self.rix[m:n] = -1
         self.arg0[:m] = arg0
         self.ip0[:m] = np.where(ip_len[idx] > 0, ip0 + 1, 0)
         self.ip0[m:n] = 0
@@ -364,6 +364,7 @@ class Tape:
         self.ip0[:n] = 0
         self.fp[:n] = 0.0
         self.size[:n] = 1
+        self.rix[:n] = -1
         for a in self.flipped:
             _writeable(a)
         self.flipped.clear()
@@ -380,7 +381,7 @@ class Tape:
         ptrs = np.fromiter((0 if a is None else a.ctypes.data for a in self.refs),
                            _INT, len(self.refs))
         return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
-                self.v1, self.vals, adj.voff, adj.rix, ptrs, adj.aptr)
+                self.v1, self.vals, adj.voff, self.rix, ptrs, adj.aptr)
 
 
 def _writeable(a):

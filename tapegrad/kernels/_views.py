@@ -16,7 +16,7 @@ A kernel receives the tape as one tuple ``T`` of flat arrays (see
   7   v1      r's value when it has one element
   8   vals    arena of values of 2..SMALL elements, float64
   9   voff    offset of r's value in ``vals``
- 10   rix     index of r's value in ``ptrs`` (larger values)
+ 10   rix     index of r's value in ``ptrs`` (larger values; -1: not kept)
  11   ptrs    data addresses of large values, held alive by the tape
  12   aptr    address of r's adjoint (leaves and the rest live in two arenas)
  13   reached whether r's adjoint has been written in this sweep
@@ -61,13 +61,21 @@ def _at(base, offset, n):
 
 @inline
 def value(T, v):
-    """Output value of record ``v`` as a flat float64 view."""
+    """Output value of record ``v`` as a flat float64 view.
+
+    Large values that no VJP reads are not kept; for them this returns the
+    record's adjoint memory instead, so that a loop shared by several ops may
+    load (and ignore) elements without touching a dangling address.
+    """
     n = T[2][v]
     if n == 1:
         return _at(T[7], v, 1)
     if n <= SMALL:
         return _at(T[8], T[9][v], n)
-    return numba.carray(_voidptr(T[11][T[10][v]]), (n,), np.float64)
+    k = T[10][v]
+    if k < 0:
+        return numba.carray(_voidptr(T[12][v]), (n,), np.float64)
+    return numba.carray(_voidptr(T[11][k]), (n,), np.float64)
 
 
 @inline

@@ -42,3 +42,30 @@ SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP = range(6)
 
 def code(kind, sub):
     return (kind << SHIFT) | sub
+
+
+# What each VJP reads besides the adjoints: its inputs' values (``x``), its
+# output's value (``y``), both, or neither.  The tape keeps large values only
+# when some VJP will read them, so arrays nobody needs are freed as soon as
+# their tensors are (an ADD or a SUM keeps nothing).  Kept in step with the
+# kernels in elementwise.py / structural.py and ops/linalg.py.
+_X, _Y = 1, 2
+_READS = {
+    (K_UNARY, EXP): _Y, (K_UNARY, LOG): _X, (K_UNARY, LOG1P): _X,
+    (K_UNARY, EXPM1): _Y, (K_UNARY, SQRT): _Y, (K_UNARY, SQUARE): _X,
+    (K_UNARY, SIN): _X, (K_UNARY, COS): _X, (K_UNARY, TAN): _Y, (K_UNARY, TANH): _Y,
+    (K_UNARY, SINH): _X, (K_UNARY, COSH): _X, (K_UNARY, ARCSIN): _X,
+    (K_UNARY, ARCCOS): _X, (K_UNARY, ARCTAN): _X, (K_UNARY, ABS): _X,
+    (K_SCALAR, RDIVC): _X | _Y, (K_SCALAR, POWC): _X, (K_SCALAR, RPOWC): _Y,
+    (K_NARY, MUL): _X, (K_NARY, DIV): _X | _Y, (K_NARY, POW): _X | _Y,
+    (K_NARY, MAXIMUM): _X, (K_NARY, MINIMUM): _X, (K_NARY, WHERE): _X,
+    (K_REDUCE, MAX): _X | _Y, (K_REDUCE, MIN): _X | _Y, (K_REDUCE, PROD): _X | _Y,
+    (K_REDUCE, LOGSUMEXP): _X | _Y,
+    (K_HOST, 0): _X,
+}
+#: indexed by op code: does its VJP read its inputs' / its output's values?
+READS_INPUTS = [False] * (8 << SHIFT)
+READS_OUTPUT = [False] * (8 << SHIFT)
+for (_kind, _sub), _what in _READS.items():
+    READS_INPUTS[code(_kind, _sub)] = bool(_what & _X)
+    READS_OUTPUT[code(_kind, _sub)] = bool(_what & _Y)

@@ -8,7 +8,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import kernel
-from ._views import SMALL, adjoint_span, claim, fparam
+from ._views import adjoint_span, claim, fparam
 from .elementwise import d_binary, d_scalar, d_unary, nary_vjp, scalar_vjp, unary_vjp
 from .structural import concat_vjp, gather_vjp, reduce_vjp
 
@@ -30,7 +30,7 @@ def sweep(T, freed, start):
             return -2 - r
         for j in range(arg0[r], arg0[r + 1]):
             p = args[j]
-            if size[p] > SMALL and ptrs[rix[p]] == 0:
+            if rix[p] >= 0 and ptrs[rix[p]] == 0:
                 # a parent from a freed graph whose value was released: the
                 # backward would reach that graph and fail there anyway
                 return -2 - p
@@ -127,27 +127,21 @@ _LEAF = C.code(C.K_NONE, C.LEAF)
 def layout(op, size, n, small):
     """Where the values and adjoints of records ``0 .. n-1`` live, in one pass.
 
-    Returns ``(voff, rix, aoff, leaf, inner, outer)``: offsets of mid-size
-    values in the arena, indices of large values among the referenced ones,
-    adjoint offsets (leaves' in their own arena), which records are leaves,
-    and the two adjoint arenas' sizes.
+    Returns ``(voff, aoff, leaf, inner, outer)``: offsets of mid-size values
+    in the arena, adjoint offsets (leaves' in their own arena), which records
+    are leaves, and the two adjoint arenas' sizes.
     """
     voff = np.empty(n, np.int64)
-    rix = np.empty(n, np.int64)
     aoff = np.empty(n, np.int64)
     leaf = np.empty(n, np.bool_)
     v = 0
-    k = -1
     inner = 0
     outer = 0
     for r in range(n):
         s = size[r]
         voff[r] = v
-        if s > small:
-            k += 1
-        elif s > 1:
+        if 1 < s <= small:
             v += s
-        rix[r] = k
         is_leaf = op[r] == _LEAF
         leaf[r] = is_leaf
         if is_leaf:
@@ -156,7 +150,7 @@ def layout(op, size, n, small):
         else:
             aoff[r] = inner
             inner += s
-    return voff, rix, aoff, leaf, inner, outer
+    return voff, aoff, leaf, inner, outer
 
 
 @kernel

@@ -24,7 +24,8 @@ def _unary(code, fn, x):
     if x._requires_grad:
         tape = current()
         if tape.enabled:
-            return _result(tape, tape.record1(code, _node(tape, x), data), data)
+            r = tape.record1(code, _node(tape, x), data, inputs=(x._data,))
+            return _result(tape, r, data)
     return _plain(data)
 
 
@@ -46,7 +47,7 @@ def _def_unary(name, sub, fn, doc_name=None):
                     tape.args[na] = x._rec
                     tape.na = na + 1
                     if data.ndim:
-                        tape._value(r, data)
+                        tape._value(r, data, (x._data,))
                     else:
                         tape.v1[r] = data  # size is 1 by default
                     tape.n = r + 1
@@ -143,7 +144,7 @@ def _binary(code, fn, a, b):
         rb = _node(tape, b) if b._requires_grad else tape.constant(bd)
         sa, sb = ad.shape, bd.shape
         p = None if sa == sb else broadcast_params(data.shape, (sa, sb), data.size)
-        return _result(tape, tape.record(code, (ra, rb), data, p), data)
+        return _result(tape, tape.record(code, (ra, rb), data, p, inputs=(ad, bd)), data)
     if ta or tb:
         t, other = (a, b) if ta else (b, a)
         if not isinstance(other, Tensor):
@@ -157,7 +158,7 @@ def _binary(code, fn, a, b):
                     return _plain(data)
                 sc = (_LEFT if ta else _RIGHT).get(code)
                 if sc is not None:
-                    r = tape.record1(sc, _node(tape, t), data, float(other))
+                    r = tape.record1(sc, _node(tape, t), data, float(other), (t._data,))
                     return _result(tape, r, data)
     elif not (isinstance(a, Tensor) or isinstance(b, Tensor)):
         return fn(a, b)
@@ -173,7 +174,7 @@ def _binary(code, fn, a, b):
     ra, rb = _operand(tape, a), _operand(tape, b)
     sa, sb = np.shape(ad), np.shape(bd)
     p = None if sa == sb else broadcast_params(np.shape(data), (sa, sb), np.size(data))
-    return _result(tape, tape.record(code, (ra, rb), data, p), data)
+    return _result(tape, tape.record(code, (ra, rb), data, p, inputs=(ad, bd)), data)
 
 
 def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
@@ -187,7 +188,7 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
     def op(a, b):
         # Fast paths for eager code's hot path: two same-shape non-leaves of
         # this thread's live epoch, or one with a Python number.  They write
-        # the record inline (what Tape.record2/record1 do, minus the capacity
+        # the record inline (what Tape.record/record1 do, minus the capacity
         # checks that ``room`` settles in advance): a method call and the
         # attribute look-ups it repeats cost as much as the write itself
         # (about 0.9 us per op before, 0.45 us after, on the scalar chain).
@@ -210,7 +211,7 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
                     args[na + 1] = b._rec
                     tape.na = na + 2
                     if data.ndim:
-                        tape._value(r, data)
+                        tape._value(r, data, (ad, bd))
                     else:
                         tape.v1[r] = data  # size is 1 by default
                     tape.n = r + 1
@@ -235,7 +236,7 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
                     if b:
                         tape.fp[r] = b
                     if data.ndim:
-                        tape._value(r, data)
+                        tape._value(r, data, (a._data,))
                     else:
                         tape.v1[r] = data  # size is 1 by default
                     tape.n = r + 1
@@ -305,7 +306,8 @@ def where(condition, x, y):
     rc = tape.constant(cond)
     rx, ry = _operand(tape, x), _operand(tape, y)
     p = broadcast_params(data.shape, (cond.shape, np.shape(xd), np.shape(yd)), data.size)
-    return _result(tape, tape.record(_WHERE, (rc, rx, ry), data, p), data)
+    r = tape.record(_WHERE, (rc, rx, ry), data, p, inputs=(cond, xd, yd))
+    return _result(tape, r, data)
 
 
 def clip(a, a_min=None, a_max=None):

@@ -75,7 +75,7 @@ def matmul(a, b):
     tape = current()
     if not need or not tape.enabled:
         return _plain(data)
-    r = tape.record(_MATMUL, (_operand(tape, a), _operand(tape, b)), data)
+    r = tape.record(_MATMUL, (_operand(tape, a), _operand(tape, b)), data, inputs=(ad, bd))
     tape.host[r] = (np.shape(ad), np.shape(bd))
     return _result(tape, r, data)
 

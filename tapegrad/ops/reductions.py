@@ -54,7 +54,7 @@ def _reduce(code, fname, fn, x, axis, keepdims):
     else:
         kshape = tuple(1 if d in axes else n for d, n in enumerate(shape))
         p = (len(shape), *shape, *_bstrides(kshape, shape))
-    return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
+    return _result(tape, tape.record(code, (_node(tape, x),), data, p, inputs=(xd,)), data)
 
 
 def _logsumexp(a, axis=None, keepdims=False):
