@@ -7,10 +7,20 @@ dependency counts.  A record is visited only if some consumer reached it.
 import numpy as np
 
 from . import codes as C
-from ._jit import kernel
+from ._jit import inline, kernel
 from ._views import adjoint_span, claim, fparam
 from .elementwise import d_binary, d_scalar, d_unary, nary_vjp, scalar_vjp, unary_vjp
 from .structural import concat_vjp, gather_vjp, reduce_vjp
+
+
+@inline
+def _deposit1(T, v, x):
+    """Write (first time) or add ``x`` to one-element record v's adjoint."""
+    gv = adjoint_span(T, v, 1)
+    if claim(T, v):
+        gv[0] = x
+    else:
+        gv[0] += x
 
 
 @kernel
@@ -44,24 +54,15 @@ def sweep(T, freed, start):
             # too, so skip the views and loops (scalar code's hot path)
             g = adjoint_span(T, r, 1)[0]
             a = args[arg0[r]]
-            ga = adjoint_span(T, a, 1)
             if kind == C.K_UNARY:
-                da, db = d_unary(sub, v1[a], v1[r]), 0.0
+                _deposit1(T, a, g * d_unary(sub, v1[a], v1[r]))
             elif kind == C.K_SCALAR:
-                da, db = d_scalar(sub, v1[a], v1[r], fparam(T, r)), 0.0
+                _deposit1(T, a, g * d_scalar(sub, v1[a], v1[r], fparam(T, r)))
             else:
-                da, db = d_binary(sub, v1[a], v1[args[arg0[r] + 1]], v1[r])
-            if claim(T, a):
-                ga[0] = g * da
-            else:
-                ga[0] += g * da
-            if kind == C.K_NARY:
                 b = args[arg0[r] + 1]
-                gb = adjoint_span(T, b, 1)
-                if claim(T, b):
-                    gb[0] = g * db
-                else:
-                    gb[0] += g * db
+                da, db = d_binary(sub, v1[a], v1[b], v1[r])
+                _deposit1(T, a, g * da)
+                _deposit1(T, b, g * db)
             continue
         if kind == C.K_UNARY:
             unary_vjp(T, r, sub)
