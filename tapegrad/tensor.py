@@ -309,10 +309,3 @@ def tensor(data, requires_grad=False, dtype=None):
     if requires_grad:
         t.requires_grad_(True)
     return t
-
-
-def astensor(x):
-    """``x`` if it is a Tensor, else a plain tensor of it (no copy for ndarrays)."""
-    if isinstance(x, Tensor):
-        return x
-    return _plain(np.asarray(x))

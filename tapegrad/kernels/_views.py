@@ -137,11 +137,6 @@ def parent(T, r, i):
 
 
 @inline
-def iparam(T, r, i):
-    return T[5][T[3][r] + i]
-
-
-@inline
 def fparam(T, r):
     return T[6][r]
 
