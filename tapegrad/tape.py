@@ -6,10 +6,11 @@ fit), its output size, an offset into the integer parameters and one float
 parameter.  Output values: one-element values in a per-record slot, values
 of at most ``SMALL`` elements in a float64 arena, and larger ones only when a
 VJP will read them (``codes.READS_INPUTS``/``READS_OUTPUT``), referenced in
-place and made read-only while the tape holds them.  A record has one output; an op with k outputs (``unbind``, ``split``)
-is one record of size 0 followed by k ``OUTPUT`` records, so the pair
-``(record, slot)`` that ``grad_fn.next_functions`` shows is ``(op record,
-output record - op record - 1)``.
+place and made read-only while the tape holds them.  A record has one
+output; an op with k outputs (``unbind``, ``split``) is one record of size 0
+followed by k ``OUTPUT`` records, so the pair ``(record, slot)`` that
+``grad_fn.next_functions`` shows is ``(op record, output record - op record
+- 1)``.
 
 Everything else the sweep needs is derived when a backward starts (value
 and adjoint offsets are cumulative sums of sizes), so recording writes as
@@ -21,8 +22,11 @@ reference count tells how many are alive.  The tape is reset (and its
 arrays reused) when none is alive, or when a backward has freed every record
 on it; tensors of the old epoch keep their values, and one that re-enters a
 later graph does so as a freed stub, so differentiating through it again
-raises the usual error.  Resets happen only at the start of an operation,
-before it resolves its inputs' records.
+raises the usual error.  When the tape has doubled since it last looked,
+``compact`` drops the records no live tensor or node can reach (a loop that
+keeps its previous result while recording the next never leaves the tape
+entirely dead).  Resets and compactions happen only at the start of an
+operation, before it resolves its inputs' records.
 """
 import gc
 import sys
