@@ -58,12 +58,12 @@ class Tape:
     CHECK_RECORDS = 4096
 
     # slots: the recording fast paths read a dozen attributes per op
-    __slots__ = ("enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
+    __slots__ = ("_enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room")
 
     def __init__(self, capacity=1024):
-        self.enabled = True        # grad mode of this thread
+        self._enabled = True       # grad mode of this thread
         self._alloc(capacity)
         self.args = np.zeros(4 * capacity, _INT)
         self.ip = np.zeros(4 * capacity, _INT)
@@ -129,8 +129,22 @@ class Tape:
 
     def _update_room(self):
         """``room``: records the hot paths may append (with up to 2 parents each)
-        before they must check capacities again."""
-        self.room = min(len(self.op) - 2, self.n + (len(self.args) - self.na) // 2)
+        before they must check capacities again; -1 while grad mode is off, so
+        the hot paths need one comparison for both."""
+        if self._enabled:
+            self.room = min(len(self.op) - 2, self.n + (len(self.args) - self.na) // 2)
+        else:
+            self.room = -1
+
+    @property
+    def enabled(self):
+        """Grad mode of this thread: whether operations are recorded."""
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, flag):
+        self._enabled = bool(flag)
+        self._update_room()
 
     def _grow_ip(self, need):
         self.ip = self._grown(self.ip, need)
@@ -397,6 +411,16 @@ def _writeable(a):
 
 
 _CONST = C.code(C.K_NONE, C.CONST)
+class _NoTape:
+    """Stands for "this thread has no tape yet" in the ops' fast paths: no
+    token matches its ``tok`` and it has no room."""
+
+    tok = object()
+    n = 0
+    room = -1
+
+
+NO_TAPE = _NoTape()
 _local = threading.local()
 
 

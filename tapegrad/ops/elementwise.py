@@ -9,7 +9,7 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
-from ..tape import _local as _tls, current
+from ..tape import NO_TAPE, _local as _tls, current
 from ..tensor import Tensor, _new, _node, _plain, _result
 from .registry import register
 
@@ -35,11 +35,11 @@ def _def_unary(name, sub, fn, doc_name=None):
     def op(x):
         # fast path: a non-leaf of this thread's live epoch (see _binary's op)
         if type(x) is Tensor:
-            tape = _tls.__dict__.get("tape")
+            tape = _tls.__dict__.get("tape", NO_TAPE)
             tok = x._tok
-            if tape is not None and tok is tape.tok and tape.enabled:
+            if tok is tape.tok:
                 r = tape.n
-                if r < tape.room:
+                if r < tape.room:  # room is -1 under no_grad
                     data = fn(x._data)
                     na = tape.na
                     tape.op[r] = code
@@ -197,10 +197,10 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
             tb = type(b)
             if tb is Tensor:
                 ad, bd = a._data, b._data
-                tape = _tls.__dict__.get("tape")
+                tape = _tls.__dict__.get("tape", NO_TAPE)
                 tok = a._tok
-                if (tape is not None and tok is tape.tok and tok is b._tok
-                        and ad.shape == bd.shape and tape.enabled and tape.n < tape.room):
+                if (tok is tape.tok and tok is b._tok and ad.shape == bd.shape
+                        and tape.n < tape.room):
                     data = fn(ad, bd)
                     r = tape.n
                     na = tape.na
@@ -222,10 +222,9 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
                     t._rec = r
                     return t
             elif (tb is float or tb is int) and left:
-                tape = _tls.__dict__.get("tape")
+                tape = _tls.__dict__.get("tape", NO_TAPE)
                 tok = a._tok
-                if (tape is not None and tok is tape.tok and tape.enabled
-                        and tape.n < tape.room):
+                if tok is tape.tok and tape.n < tape.room:
                     data = fn(a._data, b)
                     r = tape.n
                     na = tape.na
