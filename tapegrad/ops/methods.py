@@ -157,14 +157,15 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         fn = REDUCE_UFUNCS.get(ufunc)
         if fn is not None:
             return fn(*inputs, axis=axis, keepdims=keepdims)
-    return unsupported(f"{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"),
+    return unsupported(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"),
                        inputs)
 
 
 def _array_function(self, func, types, args, kwargs):
     fn = HANDLED_FUNCTIONS.get(func)
     if fn is None:
-        return unsupported(func.__name__, args)
+        module = getattr(func, "__module__", None) or "numpy"
+        return unsupported(f"{module}.{func.__name__}", args)
     return fn(*args, **kwargs)
 
 

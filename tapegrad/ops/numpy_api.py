@@ -72,6 +72,6 @@ PLAIN_UFUNCS = {
 
 def unsupported(name, args):
     raise TypeError(
-        f"tapegrad cannot differentiate numpy.{name} yet. To compute it on plain "
+        f"tapegrad cannot differentiate {name} yet. To compute it on plain "
         f"values, pass t.numpy() (or np.asarray(t.detach())) instead of the tensor; "
         f"the result will not be differentiable.")
