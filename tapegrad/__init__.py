@@ -18,10 +18,13 @@ from . import ops as _ops  # noqa: F401  (registers ops, binds Tensor methods)
 from .grad_mode import is_grad_enabled, no_grad
 from .graph import AccumulateGrad, Node
 from .ops.elementwise import (
-    abs, absolute, add, arccos, arcsin, arctan, clip, cos, cosh, divide, equal, exp,
-    expm1, greater, greater_equal, less, less_equal, log, log1p, maximum, minimum,
-    multiply, negative, not_equal, positive, power, sign, sin, sinh, sqrt, square,
-    subtract, tan, tanh, true_divide, where)
+    abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt,
+    ceil, clip, copysign, cos, cosh, deg2rad, degrees, divide, equal, exp, exp2, expm1,
+    fabs, float_power, floor, floor_divide, fmax, fmin, fmod, greater, greater_equal,
+    heaviside, hypot, less, less_equal, log, log1p, log2, log10, logaddexp, logaddexp2,
+    maximum, minimum, mod, multiply, negative, not_equal, positive, power, rad2deg,
+    radians, reciprocal, remainder, rint, round, sign, sin, sinh, sqrt, square, subtract,
+    tan, tanh, true_divide, trunc, where)
 from .ops.linalg import dot, matmul
 from .ops.reductions import amax, amin, logsumexp, max, mean, min, prod, sum
 from .ops.shape import (

@@ -20,6 +20,14 @@ from oracle import check_vjp
 ANY = lambda rng, s: rng.uniform(-2, 2, s)  # noqa: E731
 POS = lambda rng, s: rng.uniform(0.5, 2.0, s)  # noqa: E731
 UNIT = lambda rng, s: rng.uniform(-0.9, 0.9, s)  # noqa: E731
+ABOVE1 = lambda rng, s: rng.uniform(1.2, 3.0, s)  # noqa: E731
+FRACTION = lambda rng, s: rng.uniform(0.2, 0.8, s)  # noqa: E731  (a / b stays in (0, 1))
+DIVISOR = lambda rng, s: rng.uniform(1.0, 2.0, s)  # noqa: E731
+
+
+def _off_integers(rng, s):
+    """Values at least 0.1 away from the jumps of floor/ceil/trunc/rint/round."""
+    return rng.integers(-3, 3, s) + rng.uniform(0.1, 0.4, s) + rng.choice([0.0, 0.5], s)
 NONZERO = lambda rng, s: rng.uniform(0.3, 2.0, s) * rng.choice([-1.0, 1.0], s)  # noqa: E731
 
 
@@ -174,6 +182,35 @@ CASES = {
     "Cat": (joined(), lambda *xs, axis: tg.concatenate(xs, axis=axis) * 1.0),
     "Stack": (joined(stack=True), lambda *xs, axis: np.stack(xs, axis=axis) * 1.0),
     "Mm": (matmul_case(), lambda a, b: a @ b),
+    # further ufuncs (issue 3)
+    "Fabs": (unary(NONZERO), np.fabs),
+    "Reciprocal": (unary(NONZERO), np.reciprocal),
+    "Exp2": (unary(), tg.exp2),
+    "Log2": (unary(POS), np.log2),
+    "Log10": (unary(POS), tg.log10),
+    "Cbrt": (unary(NONZERO), np.cbrt),
+    "Asinh": (unary(), np.arcsinh),
+    "Acosh": (unary(ABOVE1), tg.arccosh),
+    "Atanh": (unary(UNIT), np.arctanh),
+    "Deg2rad": (unary(), np.radians),
+    "Rad2deg": (unary(), tg.rad2deg),
+    "Floor": (unary(_off_integers), lambda x: np.floor(x) * x),
+    "Ceil": (unary(_off_integers), lambda x: tg.ceil(x) * x),
+    "Trunc": (unary(_off_integers), lambda x: np.trunc(x) * x),
+    "Rint": (unary(_off_integers), lambda x: np.rint(x) * x),
+    "Round": (unary(_off_integers), lambda x: np.round(x) * x),
+    "Fmax": (binary((_distinct, _distinct)), np.fmax),
+    "Fmin": (binary((_distinct, _distinct)), tg.fmin),
+    "Atan2": (binary((ANY, NONZERO)), np.arctan2),
+    "Hypot": (binary((NONZERO, NONZERO)), np.hypot),
+    "Logaddexp": (binary(), np.logaddexp),
+    "Logaddexp2": (binary(), tg.logaddexp2),
+    "Copysign": (binary((NONZERO, NONZERO)), np.copysign),
+    "Fmod": (binary((FRACTION, DIVISOR)), np.fmod),
+    "Remainder": (binary((FRACTION, DIVISOR)), np.mod),
+    "FloatPower": (binary((POS, ANY)), np.float_power),
+    "FloorDivide": (binary((FRACTION, DIVISOR)), lambda a, b: (a // b) * a + b),
+    "Heaviside": (binary((NONZERO, ANY)), lambda a, b: np.heaviside(a, b) * a + b),
 }
 
 

@@ -24,17 +24,24 @@ LEAF, CONST, OUTPUT, FREED = 0, 1, 2, 3
 
 # K_UNARY subs
 (IDENT, NEG, EXP, LOG, LOG1P, EXPM1, SQRT, SQUARE, SIN, COS, TAN, TANH, SINH,
- COSH, ARCSIN, ARCCOS, ARCTAN, ABS, ZERO) = range(19)
+ COSH, ARCSIN, ARCCOS, ARCTAN, ABS, ZERO, RECIPROCAL, EXP2, LOG2, LOG10, CBRT,
+ ARCSINH, ARCCOSH, ARCTANH, DEG2RAD, RAD2DEG, FABS) = range(30)
 
-#: K_UNARY subs from here on are views with identity VJP (reshape, squeeze,
-#: astype, ...): distinct codes only so that ``grad_fn.name()`` can tell them apart.
-VIEW_FIRST = 32
+#: K_UNARY subs from ZERO_FIRST are piecewise-constant ops (floor, ceil, ...)
+#: with zero gradient, and from VIEW_FIRST on views with identity VJP (reshape,
+#: squeeze, astype, ...): distinct codes only so that ``grad_fn.name()`` can
+#: tell them apart.
+ZERO_FIRST = 40
+VIEW_FIRST = 48
 
 # K_SCALAR subs: x op c, c op x
 ADDC, MULC, DIVC, RSUBC, RDIVC, POWC, RPOWC = range(7)
 
 # K_NARY subs
-ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM, WHERE = range(8)
+(ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM, WHERE, ARCTAN2, HYPOT, LOGADDEXP,
+ LOGADDEXP2, FMAX, FMIN, COPYSIGN, FMOD, REMAINDER, FLOAT_POWER) = range(18)
+#: K_NARY subs from here on have zero gradient (floor_divide, heaviside)
+NARY_ZERO_FIRST = 40
 
 # K_REDUCE subs
 SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP = range(6)
@@ -56,9 +63,16 @@ _READS = {
     (K_UNARY, SIN): _X, (K_UNARY, COS): _X, (K_UNARY, TAN): _Y, (K_UNARY, TANH): _Y,
     (K_UNARY, SINH): _X, (K_UNARY, COSH): _X, (K_UNARY, ARCSIN): _X,
     (K_UNARY, ARCCOS): _X, (K_UNARY, ARCTAN): _X, (K_UNARY, ABS): _X,
+    (K_UNARY, RECIPROCAL): _Y, (K_UNARY, EXP2): _Y, (K_UNARY, LOG2): _X,
+    (K_UNARY, LOG10): _X, (K_UNARY, CBRT): _Y, (K_UNARY, ARCSINH): _X,
+    (K_UNARY, ARCCOSH): _X, (K_UNARY, ARCTANH): _X, (K_UNARY, FABS): _X,
     (K_SCALAR, RDIVC): _X | _Y, (K_SCALAR, POWC): _X, (K_SCALAR, RPOWC): _Y,
     (K_NARY, MUL): _X, (K_NARY, DIV): _X | _Y, (K_NARY, POW): _X | _Y,
     (K_NARY, MAXIMUM): _X, (K_NARY, MINIMUM): _X, (K_NARY, WHERE): _X,
+    (K_NARY, ARCTAN2): _X, (K_NARY, HYPOT): _X | _Y, (K_NARY, LOGADDEXP): _X | _Y,
+    (K_NARY, LOGADDEXP2): _X | _Y, (K_NARY, FMAX): _X, (K_NARY, FMIN): _X,
+    (K_NARY, COPYSIGN): _X, (K_NARY, FMOD): _X, (K_NARY, REMAINDER): _X,
+    (K_NARY, FLOAT_POWER): _X | _Y,
     (K_REDUCE, MAX): _X | _Y, (K_REDUCE, MIN): _X | _Y, (K_REDUCE, PROD): _X | _Y,
     (K_REDUCE, LOGSUMEXP): _X | _Y,
     (K_HOST, 0): _X,

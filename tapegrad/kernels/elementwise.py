@@ -13,6 +13,9 @@ import math
 
 import numpy as np
 
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
+
 from . import codes as C
 from ._jit import inline, kernel
 from ._views import adjoint, alias, bindex, claim, claim_zeroed, fparam, parent, value
@@ -55,9 +58,29 @@ def d_unary(sub, x, y):
         return -1.0 / math.sqrt(1.0 - x * x)
     if sub == C.ARCTAN:
         return 1.0 / (1.0 + x * x)
-    if sub == C.ABS:
+    if sub == C.ABS or sub == C.FABS:
         return np.sign(x)
-    return 0.0  # C.ZERO: piecewise-constant ops
+    if sub == C.RECIPROCAL:
+        return -y * y
+    if sub == C.EXP2:
+        return y * _LN2
+    if sub == C.LOG2:
+        return 1.0 / (x * _LN2)
+    if sub == C.LOG10:
+        return 1.0 / (x * _LN10)
+    if sub == C.CBRT:
+        return 1.0 / (3.0 * y * y)
+    if sub == C.ARCSINH:
+        return 1.0 / math.sqrt(x * x + 1.0)
+    if sub == C.ARCCOSH:
+        return 1.0 / math.sqrt(x * x - 1.0)
+    if sub == C.ARCTANH:
+        return 1.0 / (1.0 - x * x)
+    if sub == C.DEG2RAD:
+        return math.pi / 180.0
+    if sub == C.RAD2DEG:
+        return 180.0 / math.pi
+    return 0.0  # C.ZERO and ZERO_FIRST..: piecewise-constant ops
 
 
 @inline
@@ -90,11 +113,36 @@ def d_binary(sub, a, b, y):
         return b, a
     if sub == C.DIV:
         return 1.0 / b, -y / b
-    if sub == C.POW:
+    if sub == C.POW or sub == C.FLOAT_POWER:
         da = b * a ** (b - 1.0) if b != 0.0 else 0.0
         # d/db a**b = a**b log a; the limit at a == 0 (b > 0) is 0, as in PyTorch
         db = y * math.log(a) if a != 0.0 else 0.0
         return da, db
+    if sub == C.ARCTAN2:
+        r2 = a * a + b * b
+        return b / r2, -a / r2
+    if sub == C.HYPOT:
+        return a / y, b / y
+    if sub == C.LOGADDEXP:
+        return math.exp(a - y), math.exp(b - y)
+    if sub == C.LOGADDEXP2:
+        return 2.0 ** (a - y), 2.0 ** (b - y)
+    if sub == C.COPYSIGN:  # |a| with b's sign
+        return math.copysign(1.0, a) * math.copysign(1.0, b), 0.0
+    if sub == C.FMOD:  # a - trunc(a / b) * b
+        return 1.0, -float(np.trunc(a / b))
+    if sub == C.REMAINDER:  # a - floor(a / b) * b
+        return 1.0, -math.floor(a / b)
+    if sub == C.FMAX or sub == C.FMIN:  # NaN loses (it wins in maximum/minimum)
+        if a != a:
+            return 0.0, 1.0
+        if b != b:
+            return 1.0, 0.0
+        if a == b:
+            return 0.5, 0.5
+        return (1.0, 0.0) if (a > b) == (sub == C.FMAX) else (0.0, 1.0)
+    if sub >= C.NARY_ZERO_FIRST:
+        return 0.0, 0.0
     if sub == C.MAXIMUM:
         if a > b:
             return 1.0, 0.0

@@ -84,7 +84,30 @@ arccos = _def_unary("Acos", C.ARCCOS, np.arccos)
 arctan = _def_unary("Atan", C.ARCTAN, np.arctan)
 absolute = _def_unary("Abs", C.ABS, np.absolute)
 abs = absolute  # noqa: A001  (NumPy's alias)
+fabs = _def_unary("Fabs", C.FABS, np.fabs)
+reciprocal = _def_unary("Reciprocal", C.RECIPROCAL, np.reciprocal)
+exp2 = _def_unary("Exp2", C.EXP2, np.exp2)
+log2 = _def_unary("Log2", C.LOG2, np.log2)
+log10 = _def_unary("Log10", C.LOG10, np.log10)
+cbrt = _def_unary("Cbrt", C.CBRT, np.cbrt)
+arcsinh = _def_unary("Asinh", C.ARCSINH, np.arcsinh)
+arccosh = _def_unary("Acosh", C.ARCCOSH, np.arccosh)
+arctanh = _def_unary("Atanh", C.ARCTANH, np.arctanh)
+deg2rad = _def_unary("Deg2rad", C.DEG2RAD, np.deg2rad)
+rad2deg = _def_unary("Rad2deg", C.RAD2DEG, np.rad2deg)
+radians, degrees = deg2rad, rad2deg
+# piecewise constant: recorded (so graphs stay connected), zero gradient
 sign = _def_unary("Sign", C.ZERO, np.sign)
+floor = _def_unary("Floor", C.ZERO_FIRST, np.floor)
+ceil = _def_unary("Ceil", C.ZERO_FIRST + 1, np.ceil)
+trunc = _def_unary("Trunc", C.ZERO_FIRST + 2, np.trunc)
+rint = _def_unary("Rint", C.ZERO_FIRST + 3, np.rint)
+_ROUND = register("Round", C.K_UNARY, C.ZERO_FIRST + 4, np.round)
+
+
+def round(a, decimals=0):  # noqa: A001  (NumPy's name)
+    """``numpy.round``; piecewise constant, so its gradient is zero."""
+    return _unary(_ROUND, lambda d: np.round(d, decimals), a)
 
 
 # -- binary --------------------------------------------------------------------
@@ -274,6 +297,19 @@ divide, DIV = _def_binary("Div", C.DIV, operator.truediv, _DIVC, _RDIVC, np.divi
 power, POW = _def_binary("Pow", C.POW, operator.pow, _POWC, _RPOWC, np.power)
 maximum, _ = _def_binary("Maximum", C.MAXIMUM, np.maximum)
 minimum, _ = _def_binary("Minimum", C.MINIMUM, np.minimum)
+fmax, _ = _def_binary("Fmax", C.FMAX, np.fmax)
+fmin, _ = _def_binary("Fmin", C.FMIN, np.fmin)
+arctan2, _ = _def_binary("Atan2", C.ARCTAN2, np.arctan2)
+hypot, _ = _def_binary("Hypot", C.HYPOT, np.hypot)
+logaddexp, _ = _def_binary("Logaddexp", C.LOGADDEXP, np.logaddexp)
+logaddexp2, _ = _def_binary("Logaddexp2", C.LOGADDEXP2, np.logaddexp2)
+copysign, _ = _def_binary("Copysign", C.COPYSIGN, np.copysign)
+fmod, _ = _def_binary("Fmod", C.FMOD, np.fmod)
+remainder, _ = _def_binary("Remainder", C.REMAINDER, np.remainder)
+mod = remainder
+float_power, _ = _def_binary("FloatPower", C.FLOAT_POWER, np.float_power)
+floor_divide, _ = _def_binary("FloorDivide", C.NARY_ZERO_FIRST, np.floor_divide)
+heaviside, _ = _def_binary("Heaviside", C.NARY_ZERO_FIRST + 1, np.heaviside)
 true_divide = divide
 
 _WHERE = register("Where", C.K_NARY, C.WHERE, np.where)

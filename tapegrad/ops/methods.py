@@ -23,6 +23,8 @@ _OPERATORS = {
     "__mul__": E.multiply, "__rmul__": _swap(E.multiply),
     "__truediv__": E.divide, "__rtruediv__": _swap(E.divide),
     "__pow__": E.power, "__rpow__": _swap(E.power),
+    "__floordiv__": E.floor_divide, "__rfloordiv__": _swap(E.floor_divide),
+    "__mod__": E.remainder, "__rmod__": _swap(E.remainder),
     "__matmul__": L.matmul, "__rmatmul__": _swap(L.matmul),
     "__lt__": E.less, "__le__": E.less_equal, "__gt__": E.greater,
     "__ge__": E.greater_equal, "__eq__": E.equal, "__ne__": E.not_equal,

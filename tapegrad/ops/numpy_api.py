@@ -21,6 +21,15 @@ UFUNCS = {
     np.cosh: E.cosh, np.arcsin: E.arcsin, np.arccos: E.arccos,
     np.arctan: E.arctan, np.absolute: E.absolute, np.maximum: E.maximum,
     np.minimum: E.minimum, np.sign: E.sign, np.matmul: L.matmul,
+    np.fabs: E.fabs, np.reciprocal: E.reciprocal, np.exp2: E.exp2, np.log2: E.log2,
+    np.log10: E.log10, np.cbrt: E.cbrt, np.arcsinh: E.arcsinh, np.arccosh: E.arccosh,
+    np.arctanh: E.arctanh, np.deg2rad: E.deg2rad, np.radians: E.deg2rad,
+    np.rad2deg: E.rad2deg, np.degrees: E.rad2deg, np.floor: E.floor, np.ceil: E.ceil,
+    np.trunc: E.trunc, np.rint: E.rint, np.fmax: E.fmax, np.fmin: E.fmin,
+    np.arctan2: E.arctan2, np.hypot: E.hypot, np.logaddexp: E.logaddexp,
+    np.logaddexp2: E.logaddexp2, np.copysign: E.copysign, np.fmod: E.fmod,
+    np.remainder: E.remainder, np.float_power: E.float_power,
+    np.floor_divide: E.floor_divide, np.heaviside: E.heaviside,
     np.less: E.less, np.less_equal: E.less_equal, np.greater: E.greater,
     np.greater_equal: E.greater_equal, np.equal: E.equal,
     np.not_equal: E.not_equal,
@@ -38,6 +47,7 @@ HANDLED_FUNCTIONS = {
     np.expand_dims: S.expand_dims, np.broadcast_to: S.broadcast_to,
     np.concatenate: S.concatenate, np.stack: S.stack, np.split: S.split,
     np.where: E.where, np.clip: E.clip, np.dot: L.dot, np.abs: E.absolute,
+    np.round: E.round, np.around: E.round,
 }
 
 
@@ -56,10 +66,8 @@ for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort,
            np.nonzero, np.isnan, np.isfinite, np.isinf, np.allclose, np.isclose,
            np.array_equal, np.result_type, np.count_nonzero, np.any, np.all,
            np.searchsorted, np.iscomplexobj, np.isrealobj, np.may_share_memory,
-           np.shares_memory, np.copyto, np.array_repr, np.array_str, np.around,
-           np.round):
+           np.shares_memory, np.copyto, np.array_repr, np.array_str):
     HANDLED_FUNCTIONS[_f] = _plain_values(_f)
-# np.around/np.round of a tensor give plain arrays: their gradient is zero.
 
 
 # ufuncs whose results carry no gradient (predicates, bit and logic ops)
