@@ -29,7 +29,7 @@ def _unary(code, fn, x):
     return _plain(data)
 
 
-def _def_unary(name, sub, fn, doc_name=None):
+def _def_unary(name, sub, fn, doc_name=None, example=0.5):
     code = register(name, C.K_UNARY, sub, fn)
 
     def op(x):
@@ -61,7 +61,7 @@ def _def_unary(name, sub, fn, doc_name=None):
     op.__name__ = op.__qualname__ = doc_name or fn.__name__
     op.__doc__ = (f"Elementwise ``numpy.{fn.__name__}`` of a tensor, differentiable.\n\n"
                   f"Examples\n--------\n>>> import tapegrad as tg\n"
-                  f">>> tg.{op.__name__}(tg.tensor([0.5])).shape\n(1,)\n")
+                  f">>> tg.{op.__name__}(tg.tensor([{example}])).shape\n(1,)\n")
     return op
 
 
@@ -91,7 +91,7 @@ log2 = _def_unary("Log2", C.LOG2, np.log2)
 log10 = _def_unary("Log10", C.LOG10, np.log10)
 cbrt = _def_unary("Cbrt", C.CBRT, np.cbrt)
 arcsinh = _def_unary("Asinh", C.ARCSINH, np.arcsinh)
-arccosh = _def_unary("Acosh", C.ARCCOSH, np.arccosh)
+arccosh = _def_unary("Acosh", C.ARCCOSH, np.arccosh, example=1.5)
 arctanh = _def_unary("Atanh", C.ARCTANH, np.arctanh)
 deg2rad = _def_unary("Deg2rad", C.DEG2RAD, np.deg2rad)
 rad2deg = _def_unary("Rad2deg", C.RAD2DEG, np.rad2deg)
