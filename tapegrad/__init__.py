@@ -28,8 +28,9 @@ from .ops.elementwise import (
 from .ops.linalg import dot, matmul
 from .ops.reductions import amax, amin, logsumexp, max, mean, min, prod, sum
 from .ops.shape import (
-    astype, broadcast_to, concatenate, expand_dims, getitem, ravel, reshape, split,
-    squeeze, stack, swapaxes, transpose, unbind)
+    astype, broadcast_to, concatenate, diag, diagonal, expand_dims, flip, fliplr, flipud,
+    getitem, moveaxis, pad, ravel, repeat, reshape, roll, sort, split, squeeze, stack,
+    swapaxes, take, take_along_axis, tile, transpose, tril, triu, unbind)
 from .tensor import Tensor, tensor
 
 __version__ = "0.1.0"

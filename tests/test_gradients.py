@@ -121,8 +121,29 @@ def matmul_case(draw):
     return (a, b), (ANY, ANY), {}
 
 
+@st.composite
+def matrix_case(draw, min_dims=2):
+    shape = draw(hnp.array_shapes(min_dims=min_dims, max_dims=3, min_side=1, max_side=4))
+    return (shape,), (ANY,), dict(k=draw(st.integers(-2, 2)))
+
+
+@st.composite
+def pad_case(draw):
+    shape = draw(nonempty)
+    mode = draw(st.sampled_from(["constant", "edge", "reflect", "symmetric", "wrap"]))
+    widths = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape)
+    if mode == "reflect":  # reflect needs at least 2 elements per padded axis
+        widths = tuple(w if n > 1 else (0, 0) for w, n in zip(widths, shape))
+    return (shape,), (ANY,), dict(pad_width=widths, mode=mode)
+
+
 def _weights(x):
     return np.arange(1, x.size + 1, dtype=float).reshape(x.shape)
+
+
+def _weighted(t):
+    """t times distinct weights, so a wrong permutation changes the gradient."""
+    return t * _weights(t.numpy())
 
 
 # name -> (strategy, function of (tensors..., **params))
@@ -211,6 +232,22 @@ CASES = {
     "FloatPower": (binary((POS, ANY)), np.float_power),
     "FloorDivide": (binary((FRACTION, DIVISOR)), lambda a, b: (a // b) * a + b),
     "Heaviside": (binary((NONZERO, ANY)), lambda a, b: np.heaviside(a, b) * a + b),
+    # selections (gathers)
+    "Moveaxis": (axis_of(), lambda x, axis: _weighted(np.moveaxis(x, axis, 0))),
+    "Flip": (axis_of(), lambda x, axis: _weighted(np.flip(x, axis))),
+    "Roll": (axis_of(), lambda x, axis: _weighted(tg.roll(x, 2, axis))),
+    "Tile": (unary(), lambda x: _weighted(np.tile(x, (2, 1)))),
+    "Repeat": (axis_of(), lambda x, axis: _weighted(np.repeat(x, 2, axis))),
+    "Diagonal": (matrix_case(), lambda x, k: _weighted(np.diagonal(x, k))),
+    "Take": (axis_of(), lambda x, axis: _weighted(np.take(x, [0, -1, 0], axis))),
+    "TakeAlongAxis": (axis_of(), lambda x, axis: _weighted(np.take_along_axis(
+        x, np.argsort(x.numpy(), axis=axis), axis))),
+    "Sort": (axis_of(), lambda x, axis: _weighted(np.sort(x * 1.0, axis=axis))),
+    "Triu": (matrix_case(), lambda x, k: _weighted(np.triu(x, k))),
+    "Tril": (matrix_case(), lambda x, k: _weighted(tg.tril(x, k))),
+    "Diag": (matrix_case(min_dims=1), lambda x, k: _weighted(
+        tg.diag(x if x.ndim < 3 else x[0, :, :], k))),
+    "Pad": (pad_case(), lambda x, pad_width, mode: _weighted(np.pad(x, pad_width, mode=mode))),
 }
 
 

@@ -79,7 +79,8 @@ def reduce_vjp(T, r, sub):
 
 @kernel
 def gather_vjp(T, r, sub):
-    """``ip`` holds ``[m, idx_0 .. idx_{m-1}]``: output k is input ``idx_k``.
+    """``ip`` holds ``[m, idx_0 .. idx_{m-1}]``: output k is input ``idx_k``, or
+    a filled-in zero with no input when ``idx_k`` is -1.
 
     A multi-output record (split, unbind) has size 0 and its outputs are the
     next records, whose adjoints follow its own in the arena: one gather covers
@@ -99,7 +100,9 @@ def gather_vjp(T, r, sub):
     claim_zeroed(T, xr)
     gx = adjoint(T, xr)
     for k in range(m):
-        gx[ip[b + 1 + k]] += g[k]
+        i = ip[b + 1 + k]
+        if i >= 0:
+            gx[i] += g[k]
 
 
 @kernel

@@ -46,6 +46,10 @@ HANDLED_FUNCTIONS = {
     np.swapaxes: S.swapaxes, np.squeeze: S.squeeze,
     np.expand_dims: S.expand_dims, np.broadcast_to: S.broadcast_to,
     np.concatenate: S.concatenate, np.stack: S.stack, np.split: S.split,
+    np.moveaxis: S.moveaxis, np.flip: S.flip, np.fliplr: S.fliplr, np.flipud: S.flipud,
+    np.roll: S.roll, np.tile: S.tile, np.repeat: S.repeat, np.diagonal: S.diagonal,
+    np.take: S.take, np.take_along_axis: S.take_along_axis, np.sort: S.sort,
+    np.triu: S.triu, np.tril: S.tril, np.diag: S.diag, np.pad: S.pad,
     np.where: E.where, np.clip: E.clip, np.dot: L.dot, np.abs: E.absolute,
     np.round: E.round, np.around: E.round,
 }

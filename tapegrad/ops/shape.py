@@ -77,8 +77,15 @@ def astype(a, dtype):
 
 
 # -- gathers: output = input elements picked by an index map ------------------------
-def _gather(code, fn, x):
-    """Record ``fn(x)`` where fn only selects elements (fn applied to an index grid)."""
+def _gather(code, fn, x, index_fn=None):
+    """Record ``fn(x)``, whose elements are elements of x or zeros.
+
+    The index map is ``fn`` applied to a grid of 1-based element numbers,
+    minus one: selected elements map to their source, and zeros that ``fn``
+    fills in (triu, diag, constant padding) map to -1, which the VJP skips.
+    ``index_fn`` replaces ``fn`` for the grid when the selection depends on
+    the values (sort).
+    """
     if not isinstance(x, Tensor):
         return fn(x)
     xd = x._data
@@ -88,7 +95,8 @@ def _gather(code, fn, x):
     tape = current()
     if not tape.enabled:
         return _plain(data)
-    idx = np.ravel(fn(np.arange(np.size(xd)).reshape(np.shape(xd))))
+    grid = np.arange(1, np.size(xd) + 1).reshape(np.shape(xd))
+    idx = np.ravel((index_fn or fn)(grid)) - 1
     p = np.empty(idx.size + 1, np.int64)
     p[0] = idx.size
     p[1:] = idx
@@ -101,6 +109,114 @@ _BROADCAST = register("Expand", C.K_GATHER, 2, np.broadcast_to)
 _SWAPAXES = register("Swapaxes", C.K_GATHER, 3, np.swapaxes)
 _SPLIT = register("Split", C.K_GATHER, 4, np.split)
 _UNBIND = register("Unbind", C.K_GATHER, 5, None)
+
+
+_MOVEAXIS = register("Moveaxis", C.K_GATHER, 6, np.moveaxis)
+_FLIP = register("Flip", C.K_GATHER, 7, np.flip)
+_ROLL = register("Roll", C.K_GATHER, 8, np.roll)
+_TILE = register("Tile", C.K_GATHER, 9, np.tile)
+_REPEAT = register("Repeat", C.K_GATHER, 10, np.repeat)
+_DIAGONAL = register("Diagonal", C.K_GATHER, 11, np.diagonal)
+_TAKE = register("Take", C.K_GATHER, 12, np.take)
+_TAKE_ALONG = register("TakeAlongAxis", C.K_GATHER, 13, np.take_along_axis)
+_SORT = register("Sort", C.K_GATHER, 14, np.sort)
+_TRIU = register("Triu", C.K_GATHER, 15, np.triu)
+_TRIL = register("Tril", C.K_GATHER, 16, np.tril)
+_DIAG = register("Diag", C.K_GATHER, 17, np.diag)
+_PAD = register("Pad", C.K_GATHER, 18, np.pad)
+
+
+def moveaxis(a, source, destination):
+    """``numpy.moveaxis``."""
+    return _gather(_MOVEAXIS, lambda d: np.moveaxis(d, source, destination), a)
+
+
+def flip(m, axis=None):
+    """``numpy.flip``."""
+    return _gather(_FLIP, lambda d: np.flip(d, axis), m)
+
+
+def fliplr(m):
+    """``numpy.fliplr``."""
+    return flip(m, 1)
+
+
+def flipud(m):
+    """``numpy.flipud``."""
+    return flip(m, 0)
+
+
+def roll(a, shift, axis=None):
+    """``numpy.roll``."""
+    return _gather(_ROLL, lambda d: np.roll(d, shift, axis), a)
+
+
+def tile(a, reps):
+    """``numpy.tile``; repeated elements accumulate their gradients."""
+    return _gather(_TILE, lambda d: np.tile(d, reps), a)
+
+
+def repeat(a, repeats, axis=None):
+    """``numpy.repeat``; repeated elements accumulate their gradients."""
+    return _gather(_REPEAT, lambda d: np.repeat(d, repeats, axis), a)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """``numpy.diagonal``."""
+    return _gather(_DIAGONAL, lambda d: np.diagonal(d, offset, axis1, axis2).copy(), a)
+
+
+def take(a, indices, axis=None):
+    """``numpy.take``; repeated indices accumulate."""
+    indices = _index_key(indices)
+    return _gather(_TAKE, lambda d: np.take(d, indices, axis), a)
+
+
+def take_along_axis(arr, indices, axis):
+    """``numpy.take_along_axis``."""
+    indices = _index_key(indices)
+    return _gather(_TAKE_ALONG, lambda d: np.take_along_axis(d, indices, axis), arr)
+
+
+def sort(a, axis=-1):
+    """``numpy.sort``; the gradient flows back through the sorting permutation."""
+    if not isinstance(a, Tensor):
+        return np.sort(a, axis)
+    order = np.argsort(a._data, axis=axis, kind="stable")
+    if axis is None:
+        return _gather(_SORT, lambda d: np.ravel(d)[order], a)
+    return _gather(_SORT, lambda d: np.take_along_axis(d, order, axis), a)
+
+
+def triu(m, k=0):
+    """``numpy.triu``: zeros below the k-th diagonal get no gradient."""
+    return _gather(_TRIU, lambda d: np.triu(d, k), m)
+
+
+def tril(m, k=0):
+    """``numpy.tril``: zeros above the k-th diagonal get no gradient."""
+    return _gather(_TRIL, lambda d: np.tril(d, k), m)
+
+
+def diag(v, k=0):
+    """``numpy.diag``: the k-th diagonal of a matrix, or a matrix with v on it."""
+    return _gather(_DIAG, lambda d: np.diag(d, k).copy(), v)
+
+
+def pad(array, pad_width, mode="constant", **kwargs):
+    """``numpy.pad`` with modes constant, edge, reflect, symmetric and wrap.
+
+    Padded constants get no gradient; edge/reflect/symmetric/wrap padding
+    repeats elements, whose gradients accumulate.
+    """
+    if mode not in ("constant", "edge", "reflect", "symmetric", "wrap"):
+        raise NotImplementedError(f"tapegrad.pad: mode {mode!r} is not supported; use "
+                                  "constant, edge, reflect, symmetric or wrap")
+    fn = lambda d: np.pad(d, pad_width, mode=mode, **kwargs)  # noqa: E731
+    if mode != "constant":
+        return _gather(_PAD, fn, array)
+    # the grid is padded with 0 (-> index -1) whatever the constant is
+    return _gather(_PAD, fn, array, index_fn=lambda g: np.pad(g, pad_width))
 
 
 def transpose(a, axes=None):
