@@ -25,6 +25,10 @@ from .ops.elementwise import (
     maximum, minimum, mod, multiply, negative, not_equal, positive, power, rad2deg,
     radians, reciprocal, remainder, rint, round, sign, sin, sinh, sqrt, square, subtract,
     tan, tanh, true_divide, trunc, where)
+from .ops.composite import (
+    array_split, atleast_1d, atleast_2d, atleast_3d, average, column_stack, dstack, hsplit,
+    hstack, log_softmax, nanmax, nanmean, nanmin, nansum, norm, ptp, softmax, std, trace,
+    var, vsplit, vstack)
 from .ops.linalg import dot, matmul
 from .ops.reductions import amax, amin, logsumexp, max, mean, min, prod, sum
 from .ops.shape import (

@@ -6,6 +6,7 @@ import numpy as np
 
 from ..tape import current
 from ..tensor import Tensor, _plain
+from . import composite as K
 from . import elementwise as E
 from . import linalg as L
 from . import reductions as Rd
@@ -121,6 +122,8 @@ _METHODS = {
     "astype": S.astype,
     "exp": E.exp, "log": E.log, "sqrt": E.sqrt, "sin": E.sin, "cos": E.cos,
     "tanh": E.tanh, "abs": E.absolute, "unbind": S.unbind, "split": S.split,
+    "var": K.var, "std": K.std, "ptp": K.ptp, "trace": K.trace, "repeat": S.repeat,
+    "take": S.take, "diagonal": S.diagonal,
 }
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -7,6 +7,7 @@ values.  Anything else raises a TypeError that names the function.
 """
 import numpy as np
 
+from . import composite as K
 from . import elementwise as E
 from . import linalg as L
 from . import reductions as Rd
@@ -52,6 +53,12 @@ HANDLED_FUNCTIONS = {
     np.triu: S.triu, np.tril: S.tril, np.diag: S.diag, np.pad: S.pad,
     np.where: E.where, np.clip: E.clip, np.dot: L.dot, np.abs: E.absolute,
     np.round: E.round, np.around: E.round,
+    np.var: K.var, np.std: K.std, np.ptp: K.ptp, np.average: K.average,
+    np.nansum: K.nansum, np.nanmean: K.nanmean, np.nanmax: K.nanmax, np.nanmin: K.nanmin,
+    np.trace: K.trace, np.atleast_1d: K.atleast_1d, np.atleast_2d: K.atleast_2d,
+    np.atleast_3d: K.atleast_3d, np.hstack: K.hstack, np.vstack: K.vstack,
+    np.dstack: K.dstack, np.column_stack: K.column_stack, np.array_split: K.array_split,
+    np.hsplit: K.hsplit, np.vsplit: K.vsplit, np.linalg.norm: K.norm,
 }
 
 

@@ -296,10 +296,10 @@ def unbind(a, axis=0):
     return _multi(_UNBIND, a, lambda d: [np.take(d, i, axis=axis) for i in range(n)])
 
 
-def split(a, indices_or_sections, axis=0):
+def split(a, indices_or_sections, axis=0, _fn=np.split):
     """``numpy.split``: a list of tensors, one record with several outputs."""
     a = a if isinstance(a, Tensor) else _plain(np.asarray(a))
-    return list(_multi(_SPLIT, a, lambda d: np.split(d, indices_or_sections, axis=axis)))
+    return list(_multi(_SPLIT, a, lambda d: _fn(d, indices_or_sections, axis=axis)))
 
 
 # -- concatenate / stack ----------------------------------------------------------------
