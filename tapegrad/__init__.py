@@ -30,7 +30,8 @@ from .ops.composite import (
     hstack, log_softmax, nanmax, nanmean, nanmin, nansum, norm, ptp, softmax, std, trace,
     var, vsplit, vstack)
 from .ops.linalg import dot, matmul
-from .ops.reductions import amax, amin, logsumexp, max, mean, min, prod, sum
+from .ops.reductions import (
+    amax, amin, cumprod, cumsum, logsumexp, max, mean, min, prod, sum)
 from .ops.shape import (
     astype, broadcast_to, concatenate, diag, diagonal, expand_dims, flip, fliplr, flipud,
     getitem, moveaxis, pad, ravel, repeat, reshape, roll, sort, split, squeeze, stack,

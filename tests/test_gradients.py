@@ -232,6 +232,8 @@ CASES = {
     "FloatPower": (binary((POS, ANY)), np.float_power),
     "FloorDivide": (binary((FRACTION, DIVISOR)), lambda a, b: (a // b) * a + b),
     "Heaviside": (binary((NONZERO, ANY)), lambda a, b: np.heaviside(a, b) * a + b),
+    "Cumsum": (axis_of(), lambda x, axis: _weighted(np.cumsum(x, axis=axis))),
+    "Cumprod": (axis_of(), lambda x, axis: _weighted(tg.cumprod(x, axis=axis))),
     # selections (gathers)
     "Moveaxis": (axis_of(), lambda x, axis: _weighted(np.moveaxis(x, axis, 0))),
     "Flip": (axis_of(), lambda x, axis: _weighted(np.flip(x, axis))),
@@ -270,3 +272,10 @@ def test_op_gradient(name):
         check_vjp(f, arrays, rng, expect_name=name)
 
     run()
+
+
+def test_cumprod_gradient_is_exact_with_zeros():
+    x = tg.tensor([2.0, 0.0, 3.0, 0.0], requires_grad=True)
+    tg.cumprod(x).sum().backward()
+    # d/dx_k of sum_j prod_{i<=j} x_i
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 2.0 + 6.0, 0.0, 0.0])

@@ -18,6 +18,7 @@ K_REDUCE = 4   # reductions over axes
 K_GATHER = 5   # y is a selection of x's elements (index map): views, indexing
 K_CONCAT = 6   # y gathers from several inputs (concatenate, stack)
 K_HOST = 7     # VJP applied by Python/NumPy (BLAS-bound: matmul)
+K_SCAN = 8     # cumulative ops along an axis (cumsum, cumprod)
 
 # K_NONE subs
 LEAF, CONST, OUTPUT, FREED = 0, 1, 2, 3
@@ -45,6 +46,9 @@ NARY_ZERO_FIRST = 40
 
 # K_REDUCE subs
 SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP = range(6)
+
+# K_SCAN subs
+CUMSUM, CUMPROD = range(2)
 
 
 def code(kind, sub):
@@ -76,10 +80,11 @@ _READS = {
     (K_REDUCE, MAX): _X | _Y, (K_REDUCE, MIN): _X | _Y, (K_REDUCE, PROD): _X | _Y,
     (K_REDUCE, LOGSUMEXP): _X | _Y,
     (K_HOST, 0): _X,
+    (K_SCAN, CUMPROD): _X | _Y,
 }
 #: indexed by op code: does its VJP read its inputs' / its output's values?
-READS_INPUTS = [False] * (8 << SHIFT)
-READS_OUTPUT = [False] * (8 << SHIFT)
+READS_INPUTS = [False] * (16 << SHIFT)
+READS_OUTPUT = [False] * (16 << SHIFT)
 for (_kind, _sub), _what in _READS.items():
     READS_INPUTS[code(_kind, _sub)] = bool(_what & _X)
     READS_OUTPUT[code(_kind, _sub)] = bool(_what & _Y)

@@ -117,3 +117,35 @@ def concat_vjp(T, r, sub):
     for k in range(m):
         gx = adjoint(T, parent(T, r, ip[b + 1 + k]))
         gx[ip[b + 1 + m + k]] += g[k]
+
+
+@kernel
+def scan_vjp(T, r, sub):
+    """Cumulative ops along one axis; ``ip`` holds ``[outer, n, inner]``.
+
+    cumsum: the adjoint is the reversed cumulative sum of g.  cumprod: with
+    ``S_k = g_k + x_{k+1} S_{k+1}``, ``dx_k = y_{k-1} S_k`` -- no division, so
+    exact when some x are zero.
+    """
+    ip = T[5]
+    b = T[3][r]
+    outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
+    xr = parent(T, r, 0)
+    g = adjoint(T, r)
+    first = claim(T, xr)
+    gx = adjoint(T, xr)
+    x = value(T, xr)
+    y = value(T, r)
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            acc = 0.0
+            for k in range(n - 1, -1, -1):
+                j = base + k * inner
+                if sub == C.CUMSUM:
+                    acc += g[j]
+                    d = acc
+                else:
+                    acc = g[j] + (x[j + inner] * acc if k < n - 1 else 0.0)
+                    d = acc * (y[j - inner] if k > 0 else 1.0)
+                gx[j] = d + (0.0 if first else gx[j])

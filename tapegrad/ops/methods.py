@@ -123,7 +123,7 @@ _METHODS = {
     "exp": E.exp, "log": E.log, "sqrt": E.sqrt, "sin": E.sin, "cos": E.cos,
     "tanh": E.tanh, "abs": E.absolute, "unbind": S.unbind, "split": S.split,
     "var": K.var, "std": K.std, "ptp": K.ptp, "trace": K.trace, "repeat": S.repeat,
-    "take": S.take, "diagonal": S.diagonal,
+    "take": S.take, "diagonal": S.diagonal, "cumsum": Rd.cumsum, "cumprod": Rd.cumprod,
 }
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)

@@ -105,3 +105,41 @@ Examples
 >>> tg.logsumexp(tg.tensor([0.0, 0.0]))
 tensor(0.69314718)
 """
+
+
+_CUMSUM = register("Cumsum", C.K_SCAN, C.CUMSUM, np.cumsum)
+_CUMPROD = register("Cumprod", C.K_SCAN, C.CUMPROD, np.cumprod)
+
+
+def _scan(code, fn, a, axis):
+    if not isinstance(a, Tensor):
+        return fn(a, axis=axis)
+    if axis is None:  # NumPy flattens first
+        from .shape import ravel
+        a, axis = ravel(a), 0
+    xd = a._data
+    shape = np.shape(xd)
+    (axis,) = normalize_axis(axis, len(shape), fn.__name__)
+    data = fn(xd, axis=axis)
+    tape = current()
+    if not (a._requires_grad and tape.enabled):
+        return _plain(data)
+    p = (int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:])))
+    return _result(tape, tape.record(code, (_node(tape, a),), data, p, inputs=(xd,)), data)
+
+
+def cumsum(a, axis=None):
+    """``numpy.cumsum`` (flattened when ``axis`` is None).
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> tg.cumsum(tg.tensor([1.0, 2.0, 3.0]))
+    tensor([1.0, 3.0, 6.0])
+    """
+    return _scan(_CUMSUM, np.cumsum, a, axis)
+
+
+def cumprod(a, axis=None):
+    """``numpy.cumprod``; its gradient is exact when elements are zero."""
+    return _scan(_CUMPROD, np.cumprod, a, axis)
