@@ -30,6 +30,7 @@ from .ops.composite import (
     hstack, log_softmax, nanmax, nanmean, nanmin, nansum, norm, ptp, softmax, std, trace,
     var, vsplit, vstack)
 from .ops.linalg import dot, matmul
+from . import linalg
 from .ops.reductions import (
     amax, amin, cumprod, cumsum, logsumexp, max, mean, min, prod, sum)
 from .ops.shape import (

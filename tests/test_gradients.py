@@ -137,6 +137,24 @@ def pad_case(draw):
     return (shape,), (ANY,), dict(pad_width=widths, mode=mode)
 
 
+def _well_conditioned(rng, s):
+    """Random matrices plus a multiple of the identity: far from singular."""
+    n = s[-1]
+    return rng.uniform(-1, 1, s) + 2.0 * n * np.eye(n) * rng.choice([-1.0, 1.0])
+
+
+@st.composite
+def square_case(draw, rhs=False):
+    n = draw(st.integers(1, 4))
+    batch = draw(st.sampled_from([(), (2,), (2, 1)]))
+    a = batch + (n, n)
+    if not rhs:
+        return (a,), (_well_conditioned,), {}
+    b = draw(st.sampled_from([(n,), batch + (n, 2)])) if batch else draw(
+        st.sampled_from([(n,), (n, 3)]))
+    return (a, b), (_well_conditioned, ANY), {}
+
+
 def _weights(x):
     return np.arange(1, x.size + 1, dtype=float).reshape(x.shape)
 
@@ -232,6 +250,10 @@ CASES = {
     "FloatPower": (binary((POS, ANY)), np.float_power),
     "FloorDivide": (binary((FRACTION, DIVISOR)), lambda a, b: (a // b) * a + b),
     "Heaviside": (binary((NONZERO, ANY)), lambda a, b: np.heaviside(a, b) * a + b),
+    "LinalgInv": (square_case(), lambda a: _weighted(np.linalg.inv(a))),
+    "LinalgSolve": (square_case(rhs=True), lambda a, b: _weighted(np.linalg.solve(a, b))),
+    "LinalgDet": (square_case(), lambda a: _weighted(np.linalg.det(a))),
+    "LinalgSlogdet": (square_case(), lambda a: _weighted(np.linalg.slogdet(a)[1])),
     "Cumsum": (axis_of(), lambda x, axis: _weighted(np.cumsum(x, axis=axis))),
     "Cumprod": (axis_of(), lambda x, axis: _weighted(tg.cumprod(x, axis=axis))),
     # selections (gathers)

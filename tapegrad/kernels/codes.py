@@ -79,7 +79,11 @@ _READS = {
     (K_NARY, FLOAT_POWER): _X | _Y,
     (K_REDUCE, MAX): _X | _Y, (K_REDUCE, MIN): _X | _Y, (K_REDUCE, PROD): _X | _Y,
     (K_REDUCE, LOGSUMEXP): _X | _Y,
-    (K_HOST, 0): _X,
+    (K_HOST, 0): _X,             # matmul
+    (K_HOST, 1): _Y,             # inv
+    (K_HOST, 2): _X | _Y,        # solve
+    (K_HOST, 3): _X | _Y,        # det
+    (K_HOST, 4): _X,             # log|det| (slogdet)
     (K_SCAN, CUMPROD): _X | _Y,
 }
 #: indexed by op code: does its VJP read its inputs' / its output's values?

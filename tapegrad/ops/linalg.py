@@ -95,3 +95,94 @@ def dot(a, b):
             "of matrices use tapegrad.matmul (the @ operator)")
     return matmul(a, b)
 
+
+
+# -- inverse, solve, determinants: LAPACK through NumPy -----------------------
+def _T(m):
+    return np.swapaxes(m, -1, -2)
+
+
+def _host(code, forward, inputs):
+    """Record a host op of tensor/array ``inputs`` computed by ``forward``."""
+    datas = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in inputs]
+    data = forward(*datas)
+    need = any(isinstance(x, Tensor) and x._requires_grad for x in inputs)
+    tape = current()
+    if not need or not tape.enabled:
+        return _plain(data)
+    parents = tuple(_operand(tape, x) for x in inputs)
+    r = tape.record(code, parents, data, inputs=tuple(datas))
+    tape.host[r] = tuple(np.shape(d) for d in datas) + (np.shape(data),)
+    return _result(tape, r, data)
+
+
+def _inv_vjp(tape, adj, r):
+    (ra,) = tape.args[tape.arg0[r]:tape.arg0[r] + 1]
+    shape_a, shape_y = tape.host[r]
+    Y = adj.value(tape, r, shape_y)
+    G = adj[r].reshape(shape_y)
+    if tape.op[ra] != CONST:
+        adj.add(ra, -_T(Y) @ G @ _T(Y))
+
+
+def _solve_vjp(tape, adj, r):
+    a0 = tape.arg0[r]
+    ra, rb = tape.args[a0], tape.args[a0 + 1]
+    shape_a, shape_b, shape_x = tape.host[r]
+    A = adj.value(tape, ra, shape_a)
+    X = adj.value(tape, r, shape_x)
+    G = adj[r].reshape(shape_x)
+    vector = len(shape_b) == 1
+    GB = np.linalg.solve(_T(A), G[..., None] if vector else G)
+    if tape.op[rb] != CONST:
+        adj.add(rb, _unbroadcast(GB[..., 0] if vector else GB, shape_b))
+    if tape.op[ra] != CONST:
+        adj.add(ra, _unbroadcast(-GB @ _T(X[..., None] if vector else X), shape_a))
+
+
+def _det_vjp(tape, adj, r):
+    (ra,) = tape.args[tape.arg0[r]:tape.arg0[r] + 1]
+    shape_a, shape_d = tape.host[r]
+    A = adj.value(tape, ra, shape_a)
+    d = adj.value(tape, r, shape_d)
+    g = adj[r].reshape(shape_d)
+    if tape.op[ra] != CONST:
+        adj.add(ra, (g * d)[..., None, None] * _T(np.linalg.inv(A)))
+
+
+def _logabsdet_vjp(tape, adj, r):
+    (ra,) = tape.args[tape.arg0[r]:tape.arg0[r] + 1]
+    shape_a, shape_d = tape.host[r]
+    A = adj.value(tape, ra, shape_a)
+    g = adj[r].reshape(shape_d)
+    if tape.op[ra] != CONST:
+        adj.add(ra, g[..., None, None] * _T(np.linalg.inv(A)))
+
+
+_INV = register("LinalgInv", C.K_HOST, 1, np.linalg.inv, host_vjp=_inv_vjp)
+_SOLVE = register("LinalgSolve", C.K_HOST, 2, np.linalg.solve, host_vjp=_solve_vjp)
+_DET = register("LinalgDet", C.K_HOST, 3, np.linalg.det, host_vjp=_det_vjp)
+_LOGABSDET = register("LinalgSlogdet", C.K_HOST, 4, None, host_vjp=_logabsdet_vjp)
+
+
+def inv(a):
+    """``numpy.linalg.inv``, batched over leading axes."""
+    return _host(_INV, np.linalg.inv, (a,))
+
+
+def solve(a, b):
+    """``numpy.linalg.solve``, batched; differentiable in both operands."""
+    return _host(_SOLVE, np.linalg.solve, (a, b))
+
+
+def det(a):
+    """``numpy.linalg.det``, batched."""
+    return _host(_DET, np.linalg.det, (a,))
+
+
+def slogdet(a):
+    """``numpy.linalg.slogdet``: ``(sign, logabsdet)``; the sign carries no
+    gradient and comes back as a plain array."""
+    ad = a._data if isinstance(a, Tensor) else np.asarray(a)
+    sign, _ = np.linalg.slogdet(ad)
+    return sign, _host(_LOGABSDET, lambda m: np.linalg.slogdet(m)[1], (a,))

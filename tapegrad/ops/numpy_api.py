@@ -59,6 +59,8 @@ HANDLED_FUNCTIONS = {
     np.atleast_3d: K.atleast_3d, np.hstack: K.hstack, np.vstack: K.vstack,
     np.dstack: K.dstack, np.column_stack: K.column_stack, np.array_split: K.array_split,
     np.hsplit: K.hsplit, np.vsplit: K.vsplit, np.linalg.norm: K.norm,
+    np.linalg.inv: L.inv, np.linalg.solve: L.solve, np.linalg.det: L.det,
+    np.linalg.slogdet: L.slogdet,
 }
 
 
