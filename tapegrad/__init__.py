@@ -27,8 +27,8 @@ from .ops.elementwise import (
     tan, tanh, true_divide, trunc, where)
 from .ops.composite import (
     array_split, atleast_1d, atleast_2d, atleast_3d, average, column_stack, dstack, hsplit,
-    hstack, log_softmax, nanmax, nanmean, nanmin, nansum, norm, ptp, softmax, std, trace,
-    var, vsplit, vstack)
+    hstack, inner, kron, log_softmax, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
+    softmax, std, tensordot, trace, var, vdot, vsplit, vstack)
 from .ops.linalg import dot, matmul
 from . import linalg
 from .ops.reductions import (

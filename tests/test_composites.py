@@ -82,6 +82,27 @@ def test_composite(name):
     run()
 
 
+PRODUCTS = {
+    "outer": (((3,), (2, 2)), np.outer),
+    "vdot": (((2, 3), (6,)), np.vdot),
+    "inner": (((2, 3), (4, 3)), np.inner),
+    "tensordot": (((2, 3, 4), (4, 3, 2)), lambda a, b: np.tensordot(a, b, axes=([1, 2], [1, 0]))),
+    "tensordot int": (((2, 3, 4), (3, 4, 5)), np.tensordot),
+    "kron": (((2, 3), (3, 1)), np.kron),
+    "kron mixed ndim": (((2,), (2, 3)), np.kron),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_products(name):
+    shapes_, fn = PRODUCTS[name]
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal(s) for s in shapes_]
+    np.testing.assert_allclose(fn(*[tg.tensor(a) for a in arrays]).numpy(), fn(*arrays),
+                               rtol=1e-12, atol=1e-12)
+    check_vjp(fn, arrays, rng)
+
+
 def test_nan_functions_skip_nans():
     x = tg.tensor([1.0, np.nan, 3.0], requires_grad=True)
     (np.nansum(x) + np.nanmax(x) + np.nanmean(x)).backward()

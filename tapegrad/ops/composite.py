@@ -219,3 +219,51 @@ def norm(x, ord=None, axis=None, keepdims=False):
     raise NotImplementedError(
         f"tapegrad: matrix norm ord={ord!r} needs singular values, which are not "
         "differentiable in tapegrad yet; use ord='fro', 1 or inf")
+
+
+def outer(a, b):
+    """``numpy.outer`` of the flattened operands."""
+    return S.reshape(a, (-1, 1)) * S.reshape(b, (1, -1))
+
+
+def vdot(a, b):
+    """``numpy.vdot`` for real operands: the sum of the elementwise product."""
+    return Rd.sum(S.ravel(a) * S.ravel(b))
+
+
+def tensordot(a, b, axes=2):
+    """``numpy.tensordot``: transposes and reshapes around one matmul."""
+    a, b = _t(a), _t(b)
+    if isinstance(axes, int):
+        ax_a = list(range(a.ndim - axes, a.ndim))
+        ax_b = list(range(axes))
+    else:
+        ax_a, ax_b = ([x] if isinstance(x, int) else list(x) for x in axes)
+    ax_a = [x % a.ndim for x in ax_a]
+    ax_b = [x % b.ndim for x in ax_b]
+    free_a = [i for i in range(a.ndim) if i not in ax_a]
+    free_b = [i for i in range(b.ndim) if i not in ax_b]
+    k = int(np.prod([a.shape[i] for i in ax_a]))
+    a2 = S.reshape(S.transpose(a, free_a + ax_a), (-1, k))
+    b2 = S.reshape(S.transpose(b, ax_b + free_b), (k, -1))
+    from .linalg import matmul
+    out_shape = tuple(a.shape[i] for i in free_a) + tuple(b.shape[i] for i in free_b)
+    return S.reshape(matmul(a2, b2), out_shape)
+
+
+def inner(a, b):
+    """``numpy.inner``: sums over the last axes."""
+    if np.ndim(a) == 0 or np.ndim(b) == 0:
+        return E.multiply(a, b)
+    return tensordot(a, b, axes=([-1], [-1]))
+
+
+def kron(a, b):
+    """``numpy.kron``: every product of an element of a with one of b."""
+    a, b = _t(a), _t(b)
+    nd = max(a.ndim, b.ndim)
+    sa = (1,) * (nd - a.ndim) + a.shape
+    sb = (1,) * (nd - b.ndim) + b.shape
+    ea = S.reshape(a, tuple(v for n in sa for v in (n, 1)))
+    eb = S.reshape(b, tuple(v for n in sb for v in (1, n)))
+    return S.reshape(ea * eb, tuple(x * y for x, y in zip(sa, sb)))
