@@ -35,7 +35,7 @@ from .ops.reductions import (
     amax, amin, cumprod, cumsum, logsumexp, max, mean, min, prod, sum)
 from .ops.shape import (
     astype, broadcast_to, concatenate, diag, diagonal, expand_dims, flip, fliplr, flipud,
-    getitem, moveaxis, pad, ravel, repeat, reshape, roll, sort, split, squeeze, stack,
+    getitem, index_put, moveaxis, pad, ravel, repeat, reshape, roll, sort, split, squeeze, stack,
     swapaxes, take, take_along_axis, tile, transpose, tril, triu, unbind)
 from .tensor import Tensor, tensor
 

@@ -97,6 +97,14 @@ def index_case(draw):
 
 
 @st.composite
+def index_put_case(draw):
+    (shape,), _, params = draw(index_case())
+    target = np.zeros(shape)[params["key"]].shape
+    vshape = draw(st.sampled_from([(), target]))
+    return (shape, vshape), (ANY, ANY), params
+
+
+@st.composite
 def joined(draw, stack=False):
     base = draw(hnp.array_shapes(min_dims=1, max_dims=3, max_side=4))
     axis = draw(st.integers(0, len(base) - (0 if stack else 1)))
@@ -254,6 +262,7 @@ CASES = {
     "LinalgSolve": (square_case(rhs=True), lambda a, b: _weighted(np.linalg.solve(a, b))),
     "LinalgDet": (square_case(), lambda a: _weighted(np.linalg.det(a))),
     "LinalgSlogdet": (square_case(), lambda a: _weighted(np.linalg.slogdet(a)[1])),
+    "IndexPut": (index_put_case(), lambda x, v, key: _weighted(tg.index_put(x, key, v * 2.0))),
     "Cumsum": (axis_of(), lambda x, axis: _weighted(np.cumsum(x, axis=axis))),
     "Cumprod": (axis_of(), lambda x, axis: _weighted(tg.cumprod(x, axis=axis))),
     # selections (gathers)

@@ -57,12 +57,25 @@ def _inplace(fn):
     return method
 
 
+_UNSET = object()
+
+
 def _become(self, new):
-    """Let ``self`` take ``new``'s place on the tape (and new take self's)."""
-    for slot in ("_data", "_tok", "_rec"):
-        a, b = getattr(self, slot), getattr(new, slot)
-        setattr(self, slot, b)
-        setattr(new, slot, a)
+    """Let ``self`` take ``new``'s place on the tape (and new take self's).
+
+    ``self`` may have been a plain leaf (``out[i] = x`` with x requiring
+    grad): it becomes the non-leaf result.
+    """
+    for slot in ("_data", "_requires_grad", "_tok", "_rec"):
+        a, b = getattr(self, slot, _UNSET), getattr(new, slot, _UNSET)
+        for obj, val in ((self, b), (new, a)):
+            if val is _UNSET:
+                try:
+                    delattr(obj, slot)
+                except AttributeError:
+                    pass
+            else:
+                setattr(obj, slot, val)
 
 
 def _set_value(self, value):
@@ -89,11 +102,18 @@ for _name, _fn in (("__iadd__", E.add), ("__isub__", E.subtract),
 
 
 def _setitem(self, key, value):
-    if self._requires_grad and current().enabled:
+    """``t[key] = value``: in a graph, a functional update that takes t's place
+    (gradients reach t's old contents outside key and value inside it)."""
+    recording = current().enabled
+    if recording and self._requires_grad and self._tok is None:
         raise RuntimeError(
-            "item assignment on a tensor that requires grad is not supported yet; "
-            "build the result with tg.where or tg.concatenate, or assign under "
+            "item assignment into a leaf tensor that requires grad is not allowed "
+            "(as in PyTorch); assign into a copy (y = x * 1.0; y[i] = v) or under "
             "`with tg.no_grad():`")
+    if recording and (self._requires_grad
+                      or (isinstance(value, Tensor) and value._requires_grad)):
+        _become(self, S.index_put(self, key, value))
+        return
     new = np.array(self._data, copy=True)
     new[S._index_key(key)] = value._data if isinstance(value, Tensor) else value
     _set_value(self, new)

@@ -219,6 +219,43 @@ def pad(array, pad_width, mode="constant", **kwargs):
     return _gather(_PAD, fn, array, index_fn=lambda g: np.pad(g, pad_width))
 
 
+_SCATTER = register("IndexPut", C.K_GATHER, 19, None)
+
+
+def index_put(a, key, value):
+    """``a`` with ``a[key] = value``, as a new tensor (the functional form of
+    item assignment).
+
+    The gradient flows to ``a`` outside ``key`` and to ``value`` inside it
+    (summed where ``value`` was broadcast); where an index repeats, the last
+    assignment wins, as in NumPy, and only it receives gradient.
+    """
+    from .elementwise import where
+    key = _index_key(key)
+    a = a if isinstance(a, Tensor) else _plain(np.asarray(a))
+    shape = a.shape
+    mask = np.zeros(shape, bool)
+    mask[key] = True
+    v = value if isinstance(value, Tensor) else _plain(np.asarray(value, dtype=a.dtype))
+    target_shape = np.zeros(shape, np.int8)[key].shape
+
+    def place(d):  # d's elements at the assigned positions, zeros elsewhere
+        out = np.zeros(shape, np.result_type(d, a.dtype))
+        out[key] = d
+        return out
+
+    def index_grid(grid):  # grid: v's 1-based element numbers
+        out = np.zeros(shape, np.int64)
+        out[key] = np.broadcast_to(grid, target_shape)
+        return out
+
+    if not v._requires_grad:
+        placed = _plain(place(v._data))
+    else:
+        placed = _gather(_SCATTER, place, v, index_fn=index_grid)
+    return where(mask, placed, a)
+
+
 def transpose(a, axes=None):
     """``numpy.transpose``."""
     return _gather(_TRANSPOSE, lambda d: np.transpose(d, axes), a)
