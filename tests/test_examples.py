@@ -1,7 +1,11 @@
-"""The README's main example runs and prints the seeds' numbers."""
+"""The examples: the README's main one prints the seeds' numbers, and an
+unmodified NumPy routine (examples/lennard_jones.py) differentiates."""
 import pathlib
+import runpy
 import subprocess
 import sys
+
+import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -16,3 +20,10 @@ def test_seeds_example_prints_the_answers():
     assert "a.grad = tensor(6.0)  b.grad = tensor(8.0)  c.grad = tensor(2.0)" in out
     assert "Trying to backward through the graph a second time" in out
     assert "same UnbindBackward node: True | slots: 0 1" in out
+
+
+def test_lennard_jones_forces_match_closed_form_and_finite_differences():
+    main = runpy.run_path(str(ROOT / "examples" / "lennard_jones.py"))["main"]
+    forces, exact, numeric = main()
+    np.testing.assert_allclose(forces, exact, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(forces, numeric, rtol=1e-5, atol=1e-6)
