@@ -130,3 +130,18 @@ def test_stacking_and_splitting():
 def test_matrix_two_norm_says_what_to_use():
     with pytest.raises(NotImplementedError, match="singular values"):
         np.linalg.norm(tg.tensor(np.eye(2), requires_grad=True), 2)
+
+
+def test_select_and_masked_reductions():
+    x = tg.tensor([-2.0, 0.5, 3.0, -1.0], requires_grad=True)
+    xv = x.numpy()
+    y = np.select([x.numpy() < 0, x.numpy() > 1], [x * x, 3.0 * x], default=x)
+    np.testing.assert_allclose(y.numpy(), np.select([xv < 0, xv > 1], [xv * xv, 3 * xv], xv))
+    mask = np.array([True, False, True, True])
+    total = np.sum(y, where=mask) + np.mean(x, where=mask) + np.max(x, where=mask, initial=-9)
+    np.testing.assert_allclose(
+        total.numpy(), np.sum(y.numpy(), where=mask) + np.mean(xv, where=mask) + 3.0)
+    total.backward()
+    # d/dx of: select part (masked by `mask`) + mean over mask + max over mask (x[2])
+    want = np.array([2 * -2.0, 0.0, 3.0, 2 * -1.0]) + mask / 3.0 + [0, 0, 1.0, 0]
+    np.testing.assert_allclose(x.grad.numpy(), want)

@@ -267,3 +267,11 @@ def kron(a, b):
     ea = S.reshape(a, tuple(v for n in sa for v in (n, 1)))
     eb = S.reshape(b, tuple(v for n in sb for v in (1, n)))
     return S.reshape(ea * eb, tuple(x * y for x, y in zip(sa, sb)))
+
+
+def select(condlist, choicelist, default=0):
+    """``numpy.select``: the first choice whose condition holds, else default."""
+    out = default
+    for cond, choice in reversed(list(zip(condlist, choicelist))):
+        out = E.where(cond, choice, out)
+    return out if isinstance(out, Tensor) else _plain(np.asarray(out))

@@ -61,7 +61,7 @@ HANDLED_FUNCTIONS = {
     np.hsplit: K.hsplit, np.vsplit: K.vsplit, np.linalg.norm: K.norm,
     np.linalg.inv: L.inv, np.linalg.solve: L.solve, np.linalg.det: L.det,
     np.linalg.slogdet: L.slogdet, np.outer: K.outer, np.vdot: K.vdot,
-    np.tensordot: K.tensordot, np.inner: K.inner, np.kron: K.kron,
+    np.tensordot: K.tensordot, np.inner: K.inner, np.kron: K.kron, np.select: K.select,
 }
 
 

@@ -57,6 +57,28 @@ def _reduce(code, fname, fn, x, axis, keepdims):
     return _result(tape, tape.record(code, (_node(tape, x),), data, p, inputs=(xd,)), data)
 
 
+def _with_initial(op, pyname, a, axis, keepdims, where, initial):
+    """NumPy's ``initial=``: one more element in every reduction."""
+    from . import elementwise as E
+    out = op(a, axis=axis, keepdims=keepdims, where=where)
+    combine = {"sum": E.add, "prod": E.multiply, "max": E.maximum, "min": E.minimum}
+    if pyname not in combine:
+        raise TypeError(f"{pyname}: initial= is not supported")
+    return combine[pyname](out, initial)
+
+
+def _masked(op, pyname, a, axis, keepdims, where):
+    """A reduction over the elements where ``where`` holds."""
+    from .elementwise import where as select_where
+    mask = np.asarray(where._data if isinstance(where, Tensor) else where, dtype=bool)
+    if pyname == "mean":
+        count = np.sum(np.broadcast_to(mask, np.shape(a)), axis=axis, keepdims=keepdims)
+        return sum(select_where(mask, a, 0.0), axis=axis, keepdims=keepdims) / count
+    if pyname not in _NEUTRAL:
+        raise TypeError(f"{pyname}: where= is not supported")
+    return op(select_where(mask, a, _NEUTRAL[pyname]), axis=axis, keepdims=keepdims)
+
+
 def _logsumexp(a, axis=None, keepdims=False):
     m = np.max(a, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0)
@@ -65,10 +87,18 @@ def _logsumexp(a, axis=None, keepdims=False):
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
+#: what a masked-out element contributes (NumPy's ``where=`` of reductions)
+_NEUTRAL = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}
+
+
 def _def_reduce(name, sub, fn, pyname):
     code = register(name, C.K_REDUCE, sub, fn)
 
-    def op(a, axis=None, keepdims=False):
+    def op(a, axis=None, keepdims=False, where=None, initial=None):
+        if initial is not None:
+            return _with_initial(op, pyname, a, axis, keepdims, where, initial)
+        if where is not None:
+            return _masked(op, pyname, a, axis, keepdims, where)
         return _reduce(code, pyname, fn, a, axis, keepdims)
     op.__name__ = op.__qualname__ = pyname
     return op
