@@ -15,6 +15,7 @@ Examples
 tensor([0.3, 3.0, 0.0003])
 """
 from . import ops as _ops  # noqa: F401  (registers ops, binds Tensor methods)
+from .function import Function, FunctionCtx
 from .grad_mode import is_grad_enabled, no_grad
 from .graph import AccumulateGrad, Node
 from .ops.elementwise import (

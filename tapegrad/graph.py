@@ -5,7 +5,10 @@ nodes reached from different tensors compare and hash equal when they stand
 for the same record.  A node holds the tape's epoch token (as a tensor does),
 so the graph it shows stays on the tape while the node is alive.
 """
+from .kernels import codes as C
 from .ops.registry import CONST, FREED, LEAF, OUTPUT, REGISTRY
+
+FUNCTION = C.code(C.K_HOST, 5)  # see function.py
 
 
 class Node:
@@ -20,6 +23,8 @@ class Node:
 
     def name(self):
         """``<Op>Backward``, e.g. ``AddBackward`` or ``UnbindBackward``."""
+        if self._code == FUNCTION:  # a tg.Function: the user's class name
+            return self._tok.tape.host[self._rec][0].__name__ + "Backward"
         return REGISTRY[self._code].name + "Backward"
 
     @property

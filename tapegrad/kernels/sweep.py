@@ -115,7 +115,8 @@ def live_records(T, n, roots):
             for j in range(arg0[r], arg0[r + 1]):
                 keep[args[j]] = True
     for r in range(n):
-        if keep[r] and size[r] == 0 and (op[r] >> C.SHIFT) == C.K_GATHER:
+        if keep[r] and size[r] == 0 and ((op[r] >> C.SHIFT) == C.K_GATHER
+                                          or (op[r] >> C.SHIFT) == C.K_HOST):
             j = r + 1
             while j < n and op[j] == _OUTPUT and args[arg0[j]] == r:
                 keep[j] = True

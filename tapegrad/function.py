@@ -1,0 +1,122 @@
+"""Custom operations: ``tg.Function`` with PyTorch's shape.
+
+Subclass it with static ``forward(ctx, *args)`` and ``backward(ctx, *grads)``
+working on NumPy arrays; ``MyOp.apply(*args)`` runs the forward on the
+values and records one host record (and one output record per output when
+there are several).  The sweep hands the record to Python, which calls
+``backward`` with the outputs' gradients (zeros for outputs nothing used).
+
+Examples
+--------
+>>> import numpy as np, tapegrad as tg
+>>> class Cube(tg.Function):
+...     @staticmethod
+...     def forward(ctx, x):
+...         ctx.save_for_backward(x)
+...         return x ** 3
+...     @staticmethod
+...     def backward(ctx, g):
+...         (x,) = ctx.saved_tensors
+...         return 3 * x ** 2 * g
+>>> x = tg.tensor([1.0, 2.0], requires_grad=True)
+>>> y = Cube.apply(x)
+>>> y.grad_fn.name()
+'CubeBackward'
+>>> y.sum().backward()
+>>> x.grad
+tensor([3.0, 12.0])
+"""
+import numpy as np
+
+from .kernels import codes as C
+from .ops.elementwise import _operand
+from .ops.registry import CONST, OUTPUT, register
+from .tape import current
+from .tensor import Tensor, _plain, _result
+
+
+class FunctionCtx:
+    """What ``forward`` leaves for ``backward``: saved arrays, any attributes."""
+
+    def save_for_backward(self, *arrays):
+        self._saved = tuple(np.array(a, copy=True) if isinstance(a, np.ndarray) else a
+                            for a in arrays)
+
+    @property
+    def saved_tensors(self):
+        return getattr(self, "_saved", ())
+
+
+def _function_vjp(tape, adj, r):
+    cls, ctx, tensor_args, out_shapes = tape.host[r]
+    if len(out_shapes) == 1 and tape.size[r] == int(np.prod(out_shapes[0])) \
+            and tape.op[r + 1 if r + 1 < tape.n else r] != OUTPUT:
+        grads_out = (adj[r].reshape(out_shapes[0]).copy(),)
+    else:  # one OUTPUT record per output follows r
+        grads_out = tuple(adj[r + 1 + k].reshape(s).copy() if adj.reached.size > r + 1 + k
+                          and adj.reached[r + 1 + k] else np.zeros(s)
+                          for k, s in enumerate(out_shapes))
+    grads = cls.backward(ctx, *grads_out)
+    if not isinstance(grads, tuple):
+        grads = (grads,)
+    a0 = tape.arg0[r]
+    for j, (position, shape) in enumerate(tensor_args):
+        if position >= len(grads):
+            raise RuntimeError(
+                f"{cls.__name__}.backward returned {len(grads)} gradients; it must "
+                "return one per input of forward (None for inputs without gradient)")
+        g = grads[position]
+        p = tape.args[a0 + j]
+        if g is None or tape.op[p] == CONST:
+            continue
+        g = np.asarray(g, dtype=np.float64)
+        if g.shape != shape:
+            raise RuntimeError(
+                f"{cls.__name__}.backward returned a gradient of shape {g.shape} for "
+                f"input {position}, whose shape is {shape}")
+        adj.add(p, g)
+
+
+_FUNCTION = register("Function", C.K_HOST, 5, None, host_vjp=_function_vjp)
+
+
+class Function:
+    """Base class of custom operations (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        raise NotImplementedError("a tg.Function subclass must define forward(ctx, *args)")
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("a tg.Function subclass must define backward(ctx, *grads)")
+
+    @classmethod
+    def apply(cls, *args):
+        """Run ``forward`` on the arguments' values and record it."""
+        values = [a._data if isinstance(a, Tensor) else a for a in args]
+        ctx = FunctionCtx()
+        outs = cls.forward(ctx, *values)
+        single = not isinstance(outs, tuple)
+        outs = (outs,) if single else outs
+        outs = tuple(np.asarray(o) for o in outs)
+        tape = current()
+        need = tape.enabled and any(isinstance(a, Tensor) and a._requires_grad for a in args)
+        if not need:
+            plain = tuple(_plain(o if o.ndim else o[()]) for o in outs)
+            return plain[0] if single else plain
+        tensor_args = [(i, np.shape(a._data)) for i, a in enumerate(args)
+                       if isinstance(a, Tensor)]
+        parents = tuple(_operand(tape, args[i]) for i, _ in tensor_args)
+        shapes = tuple(o.shape for o in outs)
+        if single:
+            r = tape.record(_FUNCTION, parents, outs[0])
+            tape.host[r] = (cls, ctx, tensor_args, shapes)
+            return _result(tape, r, outs[0] if outs[0].ndim else outs[0][()])
+        u = tape.record(_FUNCTION, parents, np.zeros(0))
+        tape.host[u] = (cls, ctx, tensor_args, shapes)
+        results = []
+        for s, o in enumerate(outs):
+            rr = tape.record(OUTPUT, (u,), o, (s,))
+            results.append(_result(tape, rr, o if o.ndim else o[()]))
+        return tuple(results)

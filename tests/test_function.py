@@ -1,0 +1,77 @@
+"""tg.Function: custom operations with PyTorch's forward/backward shape."""
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+from oracle import check_vjp, close, leaf
+
+
+class Softplus(tg.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.log1p(np.exp(x))
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g / (1.0 + np.exp(-x))
+
+
+class MinMax(tg.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.i, ctx.j, ctx.shape = int(np.argmin(x)), int(np.argmax(x)), x.shape
+        return x.min(), x.max()
+
+    @staticmethod
+    def backward(ctx, gmin, gmax):
+        g = np.zeros(ctx.shape)
+        g.flat[ctx.i] += gmin
+        g.flat[ctx.j] += gmax
+        return g
+
+
+def test_single_output_matches_finite_differences():
+    rng = np.random.default_rng(0)
+    check_vjp(lambda x: Softplus.apply(x * 1.0), [rng.normal(size=(3, 4))], rng)
+
+
+def test_two_outputs_with_slots_and_unused_output():
+    x = leaf([3.0, -1.0, 2.0])
+    lo, hi = MinMax.apply(x)
+    y = lo * 2.0 + hi
+    (n0, s0), = y.grad_fn.next_functions[0][0].next_functions
+    assert n0.name() == "MinMaxBackward" and s0 == 0
+    assert y.grad_fn.next_functions[1] == (hi.grad_fn, 1) or \
+        y.grad_fn.next_functions[1][0] == hi.grad_fn
+    y.backward()
+    close(x.grad, [1.0, 2.0, 0.0])
+    x.grad = None
+    lo2, _ = MinMax.apply(x)   # the max output is never used: its gradient is zero
+    lo2.backward()
+    close(x.grad, [0.0, 1.0, 0.0])
+
+
+def test_no_grad_and_plain_inputs_return_plain_tensors():
+    out = Softplus.apply(tg.tensor([0.0]))
+    assert not out.requires_grad
+    close(out, [np.log(2.0)])
+
+
+def test_bad_backward_is_reported_and_leaves_grads_intact():
+    class Wrong(tg.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return np.ones(5)
+
+    x = leaf([1.0, 2.0])
+    (x * 3.0).sum().backward()
+    with pytest.raises(RuntimeError, match=r"shape \(5,\) for input 0"):
+        Wrong.apply(x).sum().backward()
+    close(x.grad, [3.0, 3.0])
