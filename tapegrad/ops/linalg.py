@@ -140,23 +140,24 @@ def _solve_vjp(tape, adj, r):
         adj.add(ra, _unbroadcast(-GB @ _T(X[..., None] if vector else X), shape_a))
 
 
-def _det_vjp(tape, adj, r):
+def _det_like_vjp(tape, adj, r, times_det):
+    """d det(A) = det(A) A^-T, d log|det(A)| = A^-T, times the output's gradient."""
     (ra,) = tape.args[tape.arg0[r]:tape.arg0[r] + 1]
+    if tape.op[ra] == CONST:
+        return
     shape_a, shape_d = tape.host[r]
-    A = adj.value(tape, ra, shape_a)
-    d = adj.value(tape, r, shape_d)
-    g = adj[r].reshape(shape_d)
-    if tape.op[ra] != CONST:
-        adj.add(ra, (g * d)[..., None, None] * _T(np.linalg.inv(A)))
+    w = adj[r].reshape(shape_d)
+    if times_det:
+        w = w * adj.value(tape, r, shape_d)
+    adj.add(ra, w[..., None, None] * _T(np.linalg.inv(adj.value(tape, ra, shape_a))))
+
+
+def _det_vjp(tape, adj, r):
+    _det_like_vjp(tape, adj, r, True)
 
 
 def _logabsdet_vjp(tape, adj, r):
-    (ra,) = tape.args[tape.arg0[r]:tape.arg0[r] + 1]
-    shape_a, shape_d = tape.host[r]
-    A = adj.value(tape, ra, shape_a)
-    g = adj[r].reshape(shape_d)
-    if tape.op[ra] != CONST:
-        adj.add(ra, g[..., None, None] * _T(np.linalg.inv(A)))
+    _det_like_vjp(tape, adj, r, False)
 
 
 _INV = register("LinalgInv", C.K_HOST, 1, np.linalg.inv, host_vjp=_inv_vjp)
