@@ -10,6 +10,6 @@ tensor([[2.0, 0.0],
         [0.0, 2.0]])
 """
 from .ops.composite import norm
-from .ops.linalg import det, inv, slogdet, solve
+from .ops.linalg import cholesky, det, eigh, inv, slogdet, solve
 
-__all__ = ["det", "inv", "norm", "slogdet", "solve"]
+__all__ = ["cholesky", "det", "eigh", "inv", "norm", "slogdet", "solve"]

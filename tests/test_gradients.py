@@ -151,13 +151,23 @@ def _well_conditioned(rng, s):
     return rng.uniform(-1, 1, s) + 2.0 * n * np.eye(n) * rng.choice([-1.0, 1.0])
 
 
+def _spd(rng, s):
+    """Symmetric positive definite matrices."""
+    b = rng.uniform(-1, 1, s)
+    return b @ np.swapaxes(b, -1, -2) + s[-1] * np.eye(s[-1])
+
+
+def _sym(a):
+    return (a + np.swapaxes(a, -1, -2)) * 0.5
+
+
 @st.composite
-def square_case(draw, rhs=False):
+def square_case(draw, rhs=False, values=None):
     n = draw(st.integers(1, 4))
     batch = draw(st.sampled_from([(), (2,), (2, 1)]))
     a = batch + (n, n)
     if not rhs:
-        return (a,), (_well_conditioned,), {}
+        return (a,), (values or _well_conditioned,), {}
     b = draw(st.sampled_from([(n,), batch + (n, 2)])) if batch else draw(
         st.sampled_from([(n,), (n, 3)]))
     return (a, b), (_well_conditioned, ANY), {}
@@ -280,6 +290,9 @@ CASES = {
     "Function": (unary(), lambda x: _weighted(_SinCos.apply(x, 2.0)[0])
                  + _weighted(_SinCos.apply(x * 3.0, 1.0)[1])),
     "IndexPut": (index_put_case(), lambda x, v, key: _weighted(tg.index_put(x, key, v * 2.0))),
+    "LinalgCholesky": (square_case(values=_spd), lambda a: _weighted(np.linalg.cholesky(_sym(a)))),
+    "LinalgEigh": (square_case(values=_spd), lambda a: _weighted(np.linalg.eigh(_sym(a))[0]).sum()
+                   + _weighted(np.linalg.eigh(_sym(a))[1] ** 2).sum()),  # sign-free
     "Cumsum": (axis_of(), lambda x, axis: _weighted(np.cumsum(x, axis=axis))),
     "Cumprod": (axis_of(), lambda x, axis: _weighted(tg.cumprod(x, axis=axis))),
     # selections (gathers)

@@ -84,6 +84,8 @@ _READS = {
     (K_HOST, 2): _X | _Y,        # solve
     (K_HOST, 3): _X | _Y,        # det
     (K_HOST, 4): _X,             # log|det| (slogdet)
+    (K_HOST, 6): _Y,             # cholesky
+    (K_HOST, 7): 0,              # eigh keeps its eigenpairs with the host record
     (K_SCAN, CUMPROD): _X | _Y,
 }
 #: indexed by op code: does its VJP read its inputs' / its output's values?

@@ -9,7 +9,7 @@ from ..kernels import codes as C
 from ..tape import current
 from ..tensor import Tensor, _plain, _result
 from .elementwise import _operand, multiply
-from .registry import CONST, register
+from .registry import CONST, OUTPUT, register
 
 
 def _unbroadcast(g, shape):
@@ -160,10 +160,82 @@ def _logabsdet_vjp(tape, adj, r):
     _det_like_vjp(tape, adj, r, False)
 
 
+def _sym(m):
+    return 0.5 * (m + _T(m))
+
+
+def _cholesky_vjp(tape, adj, r):
+    # gA = sym(L^-T Phi(L^T gL) L^-1), Phi: lower triangle with half diagonal
+    (ra,) = tape.args[tape.arg0[r]:tape.arg0[r] + 1]
+    if tape.op[ra] == CONST:
+        return
+    shape_a, shape_l = tape.host[r]
+    L = adj.value(tape, r, shape_l)
+    G = adj[r].reshape(shape_l)
+    P = np.tril(_T(L) @ G)
+    P = P - 0.5 * np.einsum("...ii->...i", P)[..., None] * np.eye(P.shape[-1])
+    Linv = np.linalg.inv(L)
+    adj.add(ra, _sym(_T(Linv) @ P @ Linv))
+
+
+def _eigh_vjp(tape, adj, r):
+    # gA = V (diag(gw) + F * (V^T gV)) V^T, F_ij = 1 / (w_j - w_i) off the diagonal
+    (ra,) = tape.args[tape.arg0[r]:tape.arg0[r] + 1]
+    if tape.op[ra] == CONST:
+        return
+    w, V = tape.host[r][1]
+    gw = adj[r + 1].reshape(w.shape) if adj.reached[r + 1] else np.zeros(w.shape)
+    gV = adj[r + 2].reshape(V.shape) if adj.reached.size > r + 2 and adj.reached[r + 2] \
+        else np.zeros(V.shape)
+    diff = w[..., None, :] - w[..., :, None]
+    n = w.shape[-1]
+    off = ~np.eye(n, dtype=bool)
+    F = np.where(off, 1.0 / np.where(off, diff, 1.0), 0.0)
+    inner = F * (_T(V) @ gV)
+    inner = inner + gw[..., None] * np.eye(n)
+    adj.add(ra, _sym(V @ inner @ _T(V)))
+
+
 _INV = register("LinalgInv", C.K_HOST, 1, np.linalg.inv, host_vjp=_inv_vjp)
 _SOLVE = register("LinalgSolve", C.K_HOST, 2, np.linalg.solve, host_vjp=_solve_vjp)
 _DET = register("LinalgDet", C.K_HOST, 3, np.linalg.det, host_vjp=_det_vjp)
 _LOGABSDET = register("LinalgSlogdet", C.K_HOST, 4, None, host_vjp=_logabsdet_vjp)
+
+
+_CHOLESKY = register("LinalgCholesky", C.K_HOST, 6, np.linalg.cholesky,
+                     host_vjp=_cholesky_vjp)
+_EIGH = register("LinalgEigh", C.K_HOST, 7, np.linalg.eigh, host_vjp=_eigh_vjp)
+
+
+def cholesky(a):
+    """``numpy.linalg.cholesky`` (lower factor), batched.
+
+    Like NumPy, only the lower triangle of ``a`` is read; the gradient is the
+    symmetric one (as PyTorch's and JAX's): perturbing ``a`` and ``a.T``
+    alike.
+    """
+    return _host(_CHOLESKY, np.linalg.cholesky, (a,))
+
+
+def eigh(a, UPLO="L"):
+    """``numpy.linalg.eigh``: ``(eigenvalues, eigenvectors)``, two outputs of one
+    record (slots 0 and 1), batched; the gradient is the symmetric one.
+
+    Eigenvector gradients are undefined for repeated eigenvalues (as in every
+    framework); eigenvalue gradients are fine.
+    """
+    ad = a._data if isinstance(a, Tensor) else np.asarray(a)
+    w, V = np.linalg.eigh(ad, UPLO)
+    tape = current()
+    if not (isinstance(a, Tensor) and a._requires_grad and tape.enabled):
+        return _plain(w), _plain(V)
+    u = tape.record(_EIGH, (_operand(tape, a),), np.zeros(0))
+    tape.host[u] = (np.shape(ad), (w, V))  # the eigenpairs, for the VJP
+    outs = []
+    for s, value in enumerate((w, V)):
+        r = tape.record(OUTPUT, (u,), value, (s,))
+        outs.append(_result(tape, r, value))
+    return tuple(outs)
 
 
 def inv(a):
