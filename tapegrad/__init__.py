@@ -30,7 +30,7 @@ from .ops.composite import (
     array_split, atleast_1d, atleast_2d, atleast_3d, average, column_stack, dstack, hsplit,
     hstack, inner, kron, log_softmax, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
     select, softmax, std, tensordot, trace, var, vdot, vsplit, vstack)
-from .ops.linalg import dot, matmul
+from .ops.linalg import dot, einsum, matmul
 from . import linalg
 from .ops.reductions import (
     amax, amin, cumprod, cumsum, logsumexp, max, mean, min, prod, sum)

@@ -104,6 +104,19 @@ def index_put_case(draw):
     return (shape, vshape), (ANY, ANY), params
 
 
+EINSUM_SPECS = [("ij,jk->ik", (2, 3), (3, 4)), ("ij,ij->", (2, 3), (2, 3)),
+                ("ijk,kj->i", (2, 3, 4), (4, 3)), ("i,j", (3,), (2,)),
+                ("bij,bjk->bik", (2, 2, 3), (2, 3, 2)), ("ij->j", (3, 4), None),
+                ("ijk,i->k", (2, 3, 2), (2,))]
+
+
+@st.composite
+def einsum_case(draw):
+    spec, sa, sb = draw(st.sampled_from(EINSUM_SPECS))
+    shapes_ = (sa,) if sb is None else (sa, sb)
+    return shapes_, (ANY,) * len(shapes_), dict(spec=spec)
+
+
 @st.composite
 def joined(draw, stack=False):
     base = draw(hnp.array_shapes(min_dims=1, max_dims=3, max_side=4))
@@ -293,6 +306,7 @@ CASES = {
     "LinalgCholesky": (square_case(values=_spd), lambda a: _weighted(np.linalg.cholesky(_sym(a)))),
     "LinalgEigh": (square_case(values=_spd), lambda a: _weighted(np.linalg.eigh(_sym(a))[0]).sum()
                    + _weighted(np.linalg.eigh(_sym(a))[1] ** 2).sum()),  # sign-free
+    "Einsum": (einsum_case(), lambda *xs, spec: _weighted(np.einsum(spec, *xs) * 1.0)),
     "Cumsum": (axis_of(), lambda x, axis: _weighted(np.cumsum(x, axis=axis))),
     "Cumprod": (axis_of(), lambda x, axis: _weighted(tg.cumprod(x, axis=axis))),
     # selections (gathers)

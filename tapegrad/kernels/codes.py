@@ -86,6 +86,7 @@ _READS = {
     (K_HOST, 4): _X,             # log|det| (slogdet)
     (K_HOST, 6): _Y,             # cholesky
     (K_HOST, 7): 0,              # eigh keeps its eigenpairs with the host record
+    (K_HOST, 8): _X,             # einsum
     (K_SCAN, CUMPROD): _X | _Y,
 }
 #: indexed by op code: does its VJP read its inputs' / its output's values?

@@ -196,6 +196,47 @@ def _eigh_vjp(tape, adj, r):
     adj.add(ra, _sym(V @ inner @ _T(V)))
 
 
+def _einsum_parse(subscripts, n):
+    spec = subscripts.replace(" ", "")
+    if "." in spec:
+        raise NotImplementedError("tapegrad.einsum: '...' is not supported yet; "
+                                  "write the axes out")
+    ins, _, out = spec.partition("->")
+    ins = ins.split(",")
+    if len(ins) != n:
+        raise ValueError(f"einsum: {len(ins)} operand subscripts for {n} operands")
+    if "->" not in spec:  # implicit output: indices seen once, sorted
+        seen = "".join(ins)
+        out = "".join(sorted(c for c in set(seen) if seen.count(c) == 1))
+    for s in ins:
+        if len(set(s)) != len(s):
+            raise NotImplementedError(
+                f"tapegrad.einsum: repeated index in one operand ({s!r}, a diagonal) "
+                "is not supported yet; use tg.diagonal")
+    return ins, out
+
+
+def _einsum_vjp(tape, adj, r):
+    ins, out, shapes, out_shape = tape.host[r]
+    a0 = tape.arg0[r]
+    parents = [tape.args[a0 + k] for k in range(len(ins))]
+    values = [adj.value(tape, p, s) for p, s in zip(parents, shapes)]
+    g = adj[r].reshape(out_shape)
+    for k, p in enumerate(parents):
+        if tape.op[p] == CONST:
+            continue
+        others = [ins[j] for j in range(len(ins)) if j != k]
+        present = set(out).union(*others)
+        kept = "".join(c for c in ins[k] if c in present)
+        spec = ",".join([out] + others) + "->" + kept
+        gk = np.einsum(spec, g, *[values[j] for j in range(len(ins)) if j != k])
+        # indices summed within operand k alone: its gradient is broadcast there
+        for axis, c in enumerate(ins[k]):
+            if c not in present:
+                gk = np.expand_dims(gk, axis)
+        adj.add(p, np.broadcast_to(gk, shapes[k]))
+
+
 _INV = register("LinalgInv", C.K_HOST, 1, np.linalg.inv, host_vjp=_inv_vjp)
 _SOLVE = register("LinalgSolve", C.K_HOST, 2, np.linalg.solve, host_vjp=_solve_vjp)
 _DET = register("LinalgDet", C.K_HOST, 3, np.linalg.det, host_vjp=_det_vjp)
@@ -205,6 +246,34 @@ _LOGABSDET = register("LinalgSlogdet", C.K_HOST, 4, None, host_vjp=_logabsdet_vj
 _CHOLESKY = register("LinalgCholesky", C.K_HOST, 6, np.linalg.cholesky,
                      host_vjp=_cholesky_vjp)
 _EIGH = register("LinalgEigh", C.K_HOST, 7, np.linalg.eigh, host_vjp=_eigh_vjp)
+
+
+_EINSUM = register("Einsum", C.K_HOST, 8, np.einsum, host_vjp=_einsum_vjp)
+
+
+def einsum(subscripts, *operands):
+    """``numpy.einsum`` with explicit or implicit output, differentiable in
+    every operand.  Not supported yet: ``...`` and repeated indices within
+    one operand (diagonals).
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> a = tg.tensor(np.ones((2, 3)), requires_grad=True)
+    >>> tg.einsum("ij,j->i", a, np.arange(3.0))
+    tensor([3.0, 3.0], grad_fn=<EinsumBackward>)
+    """
+    ins, out = _einsum_parse(subscripts, len(operands))
+    datas = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in operands]
+    data = np.einsum(subscripts, *datas)
+    need = any(isinstance(x, Tensor) and x._requires_grad for x in operands)
+    tape = current()
+    if not need or not tape.enabled:
+        return _plain(data)
+    parents = tuple(_operand(tape, x) for x in operands)
+    r = tape.record(_EINSUM, parents, data, inputs=tuple(datas))
+    tape.host[r] = (ins, out, [np.shape(d) for d in datas], np.shape(data))
+    return _result(tape, r, data)
 
 
 def cholesky(a):

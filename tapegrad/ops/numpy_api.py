@@ -60,7 +60,8 @@ HANDLED_FUNCTIONS = {
     np.dstack: K.dstack, np.column_stack: K.column_stack, np.array_split: K.array_split,
     np.hsplit: K.hsplit, np.vsplit: K.vsplit, np.linalg.norm: K.norm,
     np.linalg.inv: L.inv, np.linalg.solve: L.solve, np.linalg.det: L.det,
-    np.linalg.slogdet: L.slogdet, np.linalg.cholesky: L.cholesky, np.linalg.eigh: L.eigh, np.outer: K.outer, np.vdot: K.vdot,
+    np.linalg.slogdet: L.slogdet, np.linalg.cholesky: L.cholesky, np.linalg.eigh: L.eigh,
+    np.einsum: L.einsum, np.outer: K.outer, np.vdot: K.vdot,
     np.tensordot: K.tensordot, np.inner: K.inner, np.kron: K.kron, np.select: K.select,
 }
 
