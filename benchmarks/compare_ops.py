@@ -1,0 +1,68 @@
+#!/usr/bin/env python
+"""Side-by-side table of the NumPy-coverage workloads (see ops_workloads.py):
+tapegrad, hand-written NumPy VJPs and PyTorch CPU on one thread, medians in ms.
+
+Run: ``python benchmarks/compare_ops.py [-n REPEAT]``.
+"""
+import argparse
+import gc
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+import ops_workloads as ow  # noqa: E402
+
+
+def median_ms(fn, args, repeat):
+    for _ in range(2):
+        fn(*args)
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-n", "--repeat", type=int, default=15)
+    args = parser.parse_args()
+    import tapegrad as tg
+    data = ow.inputs()
+    columns = {"tapegrad": ow.tapegrad_fns(tg), "numpy": ow.NUMPY}
+    try:
+        import torch
+        torch.set_num_threads(1)
+        columns["torch"] = ow.torch_fns(torch)
+    except ImportError:
+        pass
+    for name, fns in columns.items():
+        if name != "numpy":
+            ow.check(fns, data)
+    print(f"numpy {np.__version__}, one thread, median of {args.repeat}\n")
+    heads = list(columns) + ["tapegrad/numpy"] + (["torch/tapegrad"] if "torch" in columns else [])
+    print("| workload (fwd+bwd, ms) | " + " | ".join(heads) + " |")
+    print("|---|" + "---:|" * len(heads))
+    for work in ("softmax", "solve", "einsum"):
+        ms = {c: median_ms(f[work], data[work], args.repeat) for c, f in columns.items()}
+        cells = [f"{ms[c]:.2f}" for c in columns]
+        cells.append(f"{ms['tapegrad'] / ms['numpy']:.2f}x")
+        if "torch" in ms:
+            cells.append(f"{ms['torch'] / ms['tapegrad']:.2f}x")
+        print(f"| {work} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
