@@ -280,6 +280,11 @@ class Tape:
         from .kernels.sweep import free_reached
         if free_reached(self.op, self.freed, reached, self.n):
             self.all_freed = True
+            # no record that is still differentiable reads a held array: give
+            # users their arrays' write permission back now, not at the reset
+            for a in self.flipped:
+                _writeable(a)
+            self.flipped.clear()
         else:
             self._release_freed(T)
 

@@ -154,3 +154,32 @@ def bindex(i, ip, shape0, strides0, nd):
         idx += (i % s) * ip[strides0 + d]
         i //= s
     return idx
+
+
+@inline
+def odometer(ip, b, nd, k):
+    """Walk an ``nd``-d output in C order while tracking ``k`` operands' flat
+    positions: the shape and strides from ``ip[b]`` (``[nd, shape, strides of
+    each operand]``), the counters, and the positions.  ``advance`` steps it;
+    cheaper than ``bindex``'s division per axis per element."""
+    shape = ip[b + 1:b + 1 + nd]
+    strides = np.empty((k, nd), np.int64)
+    for j in range(k):
+        strides[j, :] = ip[b + 1 + nd * (j + 1):b + 1 + nd * (j + 2)]
+    return shape, strides, np.zeros(nd, np.int64), np.zeros(k, np.int64)
+
+
+@inline
+def advance(shape, strides, cnt, pos):
+    d = shape.size - 1
+    k = pos.size
+    while d >= 0:
+        cnt[d] += 1
+        for j in range(k):
+            pos[j] += strides[j, d]
+        if cnt[d] < shape[d]:
+            return
+        for j in range(k):
+            pos[j] -= strides[j, d] * shape[d]
+        cnt[d] = 0
+        d -= 1

@@ -18,7 +18,8 @@ _LN10 = math.log(10.0)
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import adjoint, alias, bindex, claim, claim_zeroed, fparam, parent, value
+from ._views import (adjoint, advance, alias, bindex, claim, claim_zeroed, fparam, odometer,
+                     parent, value)
 
 
 @inline
@@ -273,11 +274,20 @@ def nary_vjp(T, r, sub):
         claim_zeroed(T, br)
         ga, gb = adjoint(T, ar), adjoint(T, br)
         mc, ma, mb = cond.size, ga.size, gb.size
+        if nd == 0:  # every operand full-size or a single element
+            for i in range(n):
+                if cond[_operand_index(i, n, mc, ip, b, nd, 0)] != 0.0:
+                    ga[_operand_index(i, n, ma, ip, b, nd, 1)] += g[i]
+                else:
+                    gb[_operand_index(i, n, mb, ip, b, nd, 2)] += g[i]
+            return
+        shape, strides, cnt, pos = odometer(ip, b, nd, 3)
         for i in range(n):
-            if cond[_operand_index(i, n, mc, ip, b, nd, 0)] != 0.0:
-                ga[_operand_index(i, n, ma, ip, b, nd, 1)] += g[i]
+            if cond[pos[0]] != 0.0:
+                ga[pos[1]] += g[i]
             else:
-                gb[_operand_index(i, n, mb, ip, b, nd, 2)] += g[i]
+                gb[pos[2]] += g[i]
+            advance(shape, strides, cnt, pos)
         return
     ar, br = parent(T, r, 0), parent(T, r, 1)
     xa, xb, y = value(T, ar), value(T, br), value(T, r)
@@ -315,10 +325,18 @@ def nary_vjp(T, r, sub):
         return
     claim_zeroed(T, ar)
     claim_zeroed(T, br)
+    if nd == 0:  # every operand full-size or a single element
+        for i in range(n):
+            ia = _operand_index(i, n, ma, ip, b, nd, 0)
+            ib = _operand_index(i, n, mb, ip, b, nd, 1)
+            da, db = d_binary(sub, xa[ia], xb[ib], y[i])
+            ga[ia] += g[i] * da
+            gb[ib] += g[i] * db
+        return
+    shape, strides, cnt, pos = odometer(ip, b, nd, 2)
     for i in range(n):
-        ia = _operand_index(i, n, ma, ip, b, nd, 0)
-        ib = _operand_index(i, n, mb, ip, b, nd, 1)
+        ia, ib = pos[0], pos[1]
         da, db = d_binary(sub, xa[ia], xb[ib], y[i])
-        gi = g[i]
-        ga[ia] += gi * da
-        gb[ib] += gi * db
+        ga[ia] += g[i] * da
+        gb[ib] += g[i] * db
+        advance(shape, strides, cnt, pos)

@@ -12,14 +12,21 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import adjoint, adjoint_span, bindex, claim, claim_zeroed, parent, value
+from ._views import (adjoint, adjoint_span, advance, claim, claim_zeroed, odometer, parent,
+                     value)
 
 
 @inline
-def _out_index(i, m, ip, b, nd):
+def _out_map(ip, b, nd, n, m):
+    """Output index of every input element (empty for a full reduction)."""
     if m == 1:
-        return 0
-    return bindex(i, ip, b + 1, b + 1 + nd, nd)
+        return np.zeros(0, np.int64)
+    om = np.empty(n, np.int64)
+    shape, strides, cnt, pos = odometer(ip, b, nd, 1)
+    for i in range(n):
+        om[i] = pos[0]
+        advance(shape, strides, cnt, pos)
+    return om
 
 
 @kernel
@@ -32,14 +39,15 @@ def reduce_vjp(T, r, sub):
     g = adjoint(T, r)
     gx = adjoint(T, xr)
     n, m = gx.size, g.size
+    om = _out_map(ip, b, nd, n, m)
     if sub == C.SUM or sub == C.MEAN:
         scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
         if claim(T, xr):  # every element is written: assign
             for i in range(n):
-                gx[i] = g[_out_index(i, m, ip, b, nd)] * scale
+                gx[i] = g[(om[i] if m > 1 else 0)] * scale
         else:
             for i in range(n):
-                gx[i] += g[_out_index(i, m, ip, b, nd)] * scale
+                gx[i] += g[(om[i] if m > 1 else 0)] * scale
         return
     claim_zeroed(T, xr)
     x = value(T, xr)
@@ -48,11 +56,11 @@ def reduce_vjp(T, r, sub):
         # ties share the gradient equally (as torch.amax / jax.numpy.max do)
         ties = np.zeros(m)
         for i in range(n):
-            j = _out_index(i, m, ip, b, nd)
+            j = (om[i] if m > 1 else 0)
             if x[i] == y[j] or (x[i] != x[i] and y[j] != y[j]):
                 ties[j] += 1.0
         for i in range(n):
-            j = _out_index(i, m, ip, b, nd)
+            j = (om[i] if m > 1 else 0)
             if x[i] == y[j] or (x[i] != x[i] and y[j] != y[j]):
                 gx[i] += g[j] / ties[j]
     elif sub == C.PROD:
@@ -60,20 +68,20 @@ def reduce_vjp(T, r, sub):
         zeros = np.zeros(m, np.int64)
         rest = np.ones(m)
         for i in range(n):
-            j = _out_index(i, m, ip, b, nd)
+            j = (om[i] if m > 1 else 0)
             if x[i] == 0.0:
                 zeros[j] += 1
             else:
                 rest[j] *= x[i]
         for i in range(n):
-            j = _out_index(i, m, ip, b, nd)
+            j = (om[i] if m > 1 else 0)
             if zeros[j] == 0:
                 gx[i] += g[j] * rest[j] / x[i]
             elif zeros[j] == 1 and x[i] == 0.0:
                 gx[i] += g[j] * rest[j]
     elif sub == C.LOGSUMEXP:
         for i in range(n):
-            j = _out_index(i, m, ip, b, nd)
+            j = (om[i] if m > 1 else 0)
             gx[i] += g[j] * math.exp(x[i] - y[j])
 
 

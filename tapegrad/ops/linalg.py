@@ -229,7 +229,8 @@ def _einsum_vjp(tape, adj, r):
         present = set(out).union(*others)
         kept = "".join(c for c in ins[k] if c in present)
         spec = ",".join([out] + others) + "->" + kept
-        gk = np.einsum(spec, g, *[values[j] for j in range(len(ins)) if j != k])
+        gk = np.einsum(spec, g, *[values[j] for j in range(len(ins)) if j != k],
+                       optimize=True)
         # indices summed within operand k alone: its gradient is broadcast there
         for axis, c in enumerate(ins[k]):
             if c not in present:
@@ -265,7 +266,7 @@ def einsum(subscripts, *operands):
     """
     ins, out = _einsum_parse(subscripts, len(operands))
     datas = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in operands]
-    data = np.einsum(subscripts, *datas)
+    data = np.einsum(subscripts, *datas, optimize=True)  # BLAS where it can
     need = any(isinstance(x, Tensor) and x._requires_grad for x in operands)
     tape = current()
     if not need or not tape.enabled:
