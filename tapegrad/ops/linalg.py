@@ -102,8 +102,11 @@ def _T(m):
     return np.swapaxes(m, -1, -2)
 
 
-def _host(code, forward, inputs):
-    """Record a host op of tensor/array ``inputs`` computed by ``forward``."""
+def _host(code, forward, inputs, extra=()):
+    """Record a host op of tensor/array ``inputs`` computed by ``forward``.
+
+    Its VJP finds ``extra + (input shapes..., output shape)`` in ``tape.host``.
+    """
     datas = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in inputs]
     data = forward(*datas)
     need = any(isinstance(x, Tensor) and x._requires_grad for x in inputs)
@@ -112,7 +115,7 @@ def _host(code, forward, inputs):
         return _plain(data)
     parents = tuple(_operand(tape, x) for x in inputs)
     r = tape.record(code, parents, data, inputs=tuple(datas))
-    tape.host[r] = tuple(np.shape(d) for d in datas) + (np.shape(data),)
+    tape.host[r] = tuple(extra) + tuple(np.shape(d) for d in datas) + (np.shape(data),)
     return _result(tape, r, data)
 
 
@@ -217,7 +220,7 @@ def _einsum_parse(subscripts, n):
 
 
 def _einsum_vjp(tape, adj, r):
-    ins, out, shapes, out_shape = tape.host[r]
+    ins, out, *shapes, out_shape = tape.host[r]
     a0 = tape.arg0[r]
     parents = [tape.args[a0 + k] for k in range(len(ins))]
     values = [adj.value(tape, p, s) for p, s in zip(parents, shapes)]
@@ -265,16 +268,8 @@ def einsum(subscripts, *operands):
     tensor([3.0, 3.0], grad_fn=<EinsumBackward>)
     """
     ins, out = _einsum_parse(subscripts, len(operands))
-    datas = [x._data if isinstance(x, Tensor) else np.asarray(x) for x in operands]
-    data = np.einsum(subscripts, *datas, optimize=True)  # BLAS where it can
-    need = any(isinstance(x, Tensor) and x._requires_grad for x in operands)
-    tape = current()
-    if not need or not tape.enabled:
-        return _plain(data)
-    parents = tuple(_operand(tape, x) for x in operands)
-    r = tape.record(_EINSUM, parents, data, inputs=tuple(datas))
-    tape.host[r] = (ins, out, [np.shape(d) for d in datas], np.shape(data))
-    return _result(tape, r, data)
+    return _host(_EINSUM, lambda *d: np.einsum(subscripts, *d, optimize=True),  # BLAS
+                 operands, extra=(ins, out))
 
 
 def cholesky(a):
