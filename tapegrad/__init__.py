@@ -28,12 +28,12 @@ from .ops.elementwise import (
     tan, tanh, true_divide, trunc, where)
 from .ops.composite import (
     array_split, atleast_1d, atleast_2d, atleast_3d, average, column_stack, dstack, hsplit,
-    hstack, inner, kron, log_softmax, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
-    select, softmax, std, tensordot, trace, var, vdot, vsplit, vstack)
+    hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
+    select, std, tensordot, trace, var, vdot, vsplit, vstack)
 from .ops.linalg import dot, einsum, matmul
 from . import linalg
 from .ops.reductions import (
-    amax, amin, cumprod, cumsum, logsumexp, max, mean, min, prod, sum)
+    amax, amin, cumprod, cumsum, log_softmax, logsumexp, max, mean, min, prod, softmax, sum)
 from .ops.shape import (
     astype, broadcast_to, concatenate, diag, diagonal, expand_dims, flip, fliplr, flipud,
     getitem, index_put, moveaxis, pad, ravel, repeat, reshape, roll, sort, split, squeeze, stack,

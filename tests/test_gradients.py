@@ -307,6 +307,8 @@ CASES = {
     "LinalgEigh": (square_case(values=_spd), lambda a: _weighted(np.linalg.eigh(_sym(a))[0]).sum()
                    + _weighted(np.linalg.eigh(_sym(a))[1] ** 2).sum()),  # sign-free
     "Einsum": (einsum_case(), lambda *xs, spec: _weighted(np.einsum(spec, *xs) * 1.0)),
+    "Softmax": (reduction(), lambda x, axis, keepdims: _weighted(tg.softmax(x, axis=axis))),
+    "LogSoftmax": (reduction(), lambda x, axis, keepdims: _weighted(tg.log_softmax(x, axis=axis))),
     "Cumsum": (axis_of(), lambda x, axis: _weighted(np.cumsum(x, axis=axis))),
     "Cumprod": (axis_of(), lambda x, axis: _weighted(tg.cumprod(x, axis=axis))),
     # selections (gathers)

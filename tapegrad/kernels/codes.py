@@ -45,7 +45,7 @@ ADDC, MULC, DIVC, RSUBC, RDIVC, POWC, RPOWC = range(7)
 NARY_ZERO_FIRST = 40
 
 # K_REDUCE subs
-SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP = range(6)
+SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP, SOFTMAX, LOG_SOFTMAX = range(8)
 
 # K_SCAN subs
 CUMSUM, CUMPROD = range(2)
@@ -79,6 +79,7 @@ _READS = {
     (K_NARY, FLOAT_POWER): _X | _Y,
     (K_REDUCE, MAX): _X | _Y, (K_REDUCE, MIN): _X | _Y, (K_REDUCE, PROD): _X | _Y,
     (K_REDUCE, LOGSUMEXP): _X | _Y,
+    (K_REDUCE, SOFTMAX): _Y, (K_REDUCE, LOG_SOFTMAX): _Y,
     (K_HOST, 0): _X,             # matmul
     (K_HOST, 1): _Y,             # inv
     (K_HOST, 2): _X | _Y,        # solve

@@ -29,6 +29,25 @@ def _out_map(ip, b, nd, n, m):
     return om
 
 
+@inline
+def _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub):
+    """softmax: gx = y (g - sum(g y)); log_softmax: gx = g - exp(y) sum(g), with
+    the sums over the reduced axes (``ip`` as for reductions)."""
+    om = _out_map(ip, b, nd, n, 2)  # the output is not reduced: always a map
+    rows = om.max() + 1 if n else 0
+    acc = np.zeros(rows)
+    y = value(T, r)
+    for i in range(n):
+        acc[om[i]] += g[i] * y[i] if sub == C.SOFTMAX else g[i]
+    first = claim(T, xr)
+    for i in range(n):
+        if sub == C.SOFTMAX:
+            d = y[i] * (g[i] - acc[om[i]])
+        else:
+            d = g[i] - math.exp(y[i]) * acc[om[i]]
+        gx[i] = d + (0.0 if first else gx[i])
+
+
 @kernel
 def reduce_vjp(T, r, sub):
     """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
@@ -39,6 +58,9 @@ def reduce_vjp(T, r, sub):
     g = adjoint(T, r)
     gx = adjoint(T, xr)
     n, m = gx.size, g.size
+    if sub == C.SOFTMAX or sub == C.LOG_SOFTMAX:
+        _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub)
+        return
     om = _out_map(ip, b, nd, n, m)
     if sub == C.SUM or sub == C.MEAN:
         scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)

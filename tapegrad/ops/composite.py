@@ -85,30 +85,6 @@ def nanmin(a, axis=None, keepdims=False):
     return Rd.min(_nan_to(a, np.inf), axis=axis, keepdims=keepdims)
 
 
-def log_softmax(x, axis=None):
-    """``x - logsumexp(x)`` along ``axis`` (as scipy.special.log_softmax).
-
-    Examples
-    --------
-    >>> import tapegrad as tg
-    >>> tg.log_softmax(tg.tensor([0.0, 0.0]))
-    tensor([-0.69314718, -0.69314718])
-    """
-    return x - Rd.logsumexp(x, axis=axis, keepdims=True)
-
-
-def softmax(x, axis=None):
-    """``exp(x) / sum(exp(x))`` along ``axis``, stably (as scipy.special.softmax).
-
-    Examples
-    --------
-    >>> import tapegrad as tg
-    >>> tg.softmax(tg.tensor([1.0, 1.0]))
-    tensor([0.5, 0.5])
-    """
-    return E.exp(log_softmax(x, axis=axis))
-
-
 def trace(a, offset=0, axis1=0, axis2=1):
     """``numpy.trace``: the sum along a diagonal."""
     return Rd.sum(S.diagonal(a, offset, axis1, axis2), axis=-1)

@@ -173,3 +173,46 @@ def cumsum(a, axis=None):
 def cumprod(a, axis=None):
     """``numpy.cumprod``; its gradient is exact when elements are zero."""
     return _scan(_CUMPROD, np.cumprod, a, axis)
+
+
+_SOFTMAX = register("Softmax", C.K_REDUCE, C.SOFTMAX, None)
+_LOG_SOFTMAX = register("LogSoftmax", C.K_REDUCE, C.LOG_SOFTMAX, None)
+
+
+def _softmax_like(code, x, axis, log):
+    xd = x._data if isinstance(x, Tensor) else np.asarray(x)
+    shape = np.shape(xd)
+    axes = normalize_axis(axis, len(shape), "softmax")
+    data = xd - _logsumexp(xd, axis=axes, keepdims=True)
+    if not log:
+        data = np.exp(data)
+    tape = current()
+    if not (isinstance(x, Tensor) and x._requires_grad and tape.enabled):
+        return _plain(data)
+    kshape = tuple(1 if d in axes else n for d, n in enumerate(shape))
+    p = (len(shape), *shape, *_bstrides(kshape, shape))
+    return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
+
+
+def softmax(x, axis=None):
+    """``exp(x) / sum(exp(x))`` along ``axis``, stably (as scipy.special.softmax).
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> tg.softmax(tg.tensor([1.0, 1.0]))
+    tensor([0.5, 0.5])
+    """
+    return _softmax_like(_SOFTMAX, x, axis, log=False)
+
+
+def log_softmax(x, axis=None):
+    """``x - logsumexp(x)`` along ``axis`` (as scipy.special.log_softmax).
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> tg.log_softmax(tg.tensor([0.0, 0.0]))
+    tensor([-0.69314718, -0.69314718])
+    """
+    return _softmax_like(_LOG_SOFTMAX, x, axis, log=True)
