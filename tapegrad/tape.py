@@ -271,10 +271,6 @@ class Tape:
         return r
 
     # -- liveness ----------------------------------------------------------------
-    def alive(self):
-        """Number of tensors and nodes that hold this epoch's token."""
-        return _getrefcount(self.tok) - self.base
-
     def after_backward(self, reached, T):
         """Free what a backward without ``retain_graph`` used."""
         from .kernels.sweep import free_reached

@@ -10,11 +10,9 @@ protocol are bound in :mod:`tapegrad.ops.methods`.
 """
 import numpy as np
 
-from . import tape as _tape
 from .ops import registry as R
 
 _new = object.__new__
-_current = _tape.current
 _FLOAT_KINDS = "f"
 
 

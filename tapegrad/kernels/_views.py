@@ -142,26 +142,11 @@ def fparam(T, r):
 
 
 @inline
-def bindex(i, ip, shape0, strides0, nd):
-    """Flat index into an operand broadcast to an output of the given shape.
-
-    ``ip[shape0:shape0+nd]`` is the output shape and ``ip[strides0:...]`` the
-    operand's C-order element strides with 0 on broadcast axes.
-    """
-    idx = 0
-    for d in range(nd - 1, -1, -1):
-        s = ip[shape0 + d]
-        idx += (i % s) * ip[strides0 + d]
-        i //= s
-    return idx
-
-
-@inline
 def odometer(ip, b, nd, k):
     """Walk an ``nd``-d output in C order while tracking ``k`` operands' flat
     positions: the shape and strides from ``ip[b]`` (``[nd, shape, strides of
-    each operand]``), the counters, and the positions.  ``advance`` steps it;
-    cheaper than ``bindex``'s division per axis per element."""
+    each operand]``), the counters, and the positions.  ``advance`` steps it,
+    with no division per axis per element."""
     shape = ip[b + 1:b + 1 + nd]
     strides = np.empty((k, nd), np.int64)
     for j in range(k):

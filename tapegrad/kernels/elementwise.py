@@ -18,7 +18,7 @@ _LN10 = math.log(10.0)
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import (adjoint, advance, alias, bindex, claim, claim_zeroed, fparam, odometer,
+from ._views import (adjoint, advance, alias, claim, claim_zeroed, fparam, odometer,
                      parent, value)
 
 
@@ -230,13 +230,10 @@ def scalar_vjp(T, r, sub):
 
 
 @inline
-def _operand_index(i, n, m, ip, b, nd, k):
-    """Index into operand ``k`` (of size ``m``) for output element ``i``."""
-    if m == n:
-        return i
-    if m == 1:
-        return 0
-    return bindex(i, ip, b + 1, b + 1 + nd * (k + 1), nd)
+def _operand_index(i, n, m):
+    """Index into an operand of size ``m`` for output element ``i`` when no
+    operand is broadcast beyond a single element (``ip`` has ``nd == 0``)."""
+    return i if m == n else 0
 
 
 @inline
@@ -276,10 +273,10 @@ def nary_vjp(T, r, sub):
         mc, ma, mb = cond.size, ga.size, gb.size
         if nd == 0:  # every operand full-size or a single element
             for i in range(n):
-                if cond[_operand_index(i, n, mc, ip, b, nd, 0)] != 0.0:
-                    ga[_operand_index(i, n, ma, ip, b, nd, 1)] += g[i]
+                if cond[_operand_index(i, n, mc)] != 0.0:
+                    ga[_operand_index(i, n, ma)] += g[i]
                 else:
-                    gb[_operand_index(i, n, mb, ip, b, nd, 2)] += g[i]
+                    gb[_operand_index(i, n, mb)] += g[i]
             return
         shape, strides, cnt, pos = odometer(ip, b, nd, 3)
         for i in range(n):
@@ -327,8 +324,8 @@ def nary_vjp(T, r, sub):
     claim_zeroed(T, br)
     if nd == 0:  # every operand full-size or a single element
         for i in range(n):
-            ia = _operand_index(i, n, ma, ip, b, nd, 0)
-            ib = _operand_index(i, n, mb, ip, b, nd, 1)
+            ia = _operand_index(i, n, ma)
+            ib = _operand_index(i, n, mb)
             da, db = d_binary(sub, xa[ia], xb[ib], y[i])
             ga[ia] += g[i] * da
             gb[ib] += g[i] * db
