@@ -30,6 +30,7 @@ from .ops.composite import (
     array_split, atleast_1d, atleast_2d, atleast_3d, average, column_stack, dstack, hsplit,
     hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
     select, std, tensordot, trace, var, vdot, vsplit, vstack)
+from .ops.custom import ElementwiseOp, elementwise
 from .ops.linalg import dot, einsum, matmul
 from . import linalg
 from .ops.reductions import (

@@ -25,6 +25,10 @@ class Node:
         """``<Op>Backward``, e.g. ``AddBackward`` or ``UnbindBackward``."""
         if self._code == FUNCTION:  # a tg.Function: the user's class name
             return self._tok.tape.host[self._rec][0].__name__ + "Backward"
+        if self._code >> C.SHIFT == C.K_USER:  # a tg.elementwise op: its name
+            from .ops.custom import USER_OPS
+            t = self._tok.tape
+            return USER_OPS[int(t.ip[t.ip0[self._rec]])].name + "Backward"
         return REGISTRY[self._code].name + "Backward"
 
     @property

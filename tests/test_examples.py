@@ -27,3 +27,15 @@ def test_lennard_jones_forces_match_closed_form_and_finite_differences():
     forces, exact, numeric = main()
     np.testing.assert_allclose(forces, exact, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(forces, numeric, rtol=1e-5, atol=1e-6)
+
+
+def test_custom_activation_example_trains():
+    ns = runpy.run_path(str(ROOT / "examples" / "custom_activation.py"))
+    losses = ns["fit"](steps=400)
+    assert losses[-1] < 0.01 * losses[0]
+    # the op's compiled derivative against a central difference
+    x = np.linspace(-3, 3, 13)
+    h = 1e-6
+    numeric = (ns["squareplus"](x + h) - ns["squareplus"](x - h)) / (2 * h)
+    exact = [ns["squareplus_derivative"](v, 0.0) for v in x]
+    np.testing.assert_allclose(exact, numeric, rtol=1e-8)

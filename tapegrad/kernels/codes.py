@@ -19,6 +19,7 @@ K_GATHER = 5   # y is a selection of x's elements (index map): views, indexing
 K_CONCAT = 6   # y gathers from several inputs (concatenate, stack)
 K_HOST = 7     # VJP applied by Python/NumPy (BLAS-bound: matmul)
 K_SCAN = 8     # cumulative ops along an axis (cumsum, cumprod)
+K_USER = 9     # elementwise ops registered by users (derivative via pointer)
 
 # K_NONE subs
 LEAF, CONST, OUTPUT, FREED = 0, 1, 2, 3
@@ -49,6 +50,9 @@ SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP, SOFTMAX, LOG_SOFTMAX = range(8)
 
 # K_SCAN subs
 CUMSUM, CUMPROD = range(2)
+
+# K_USER subs (the op itself is named by an integer parameter)
+USER_UNARY, USER_BINARY = range(2)
 
 
 def code(kind, sub):
@@ -89,6 +93,7 @@ _READS = {
     (K_HOST, 7): 0,              # eigh keeps its eigenpairs with the host record
     (K_HOST, 8): _X,             # einsum
     (K_SCAN, CUMPROD): _X | _Y,
+    (K_USER, USER_UNARY): _X | _Y, (K_USER, USER_BINARY): _X | _Y,
 }
 #: indexed by op code: does its VJP read its inputs' / its output's values?
 READS_INPUTS = [False] * (16 << SHIFT)

@@ -11,6 +11,7 @@ from ._jit import inline, kernel
 from ._views import adjoint_span, claim, fparam
 from .elementwise import d_binary, d_scalar, d_unary, nary_vjp, scalar_vjp, unary_vjp
 from .structural import concat_vjp, gather_vjp, reduce_vjp, scan_vjp
+from .user import user_vjp
 
 
 @inline
@@ -78,6 +79,8 @@ def sweep(T, freed, start):
             concat_vjp(T, r, sub)
         elif kind == C.K_SCAN:
             scan_vjp(T, r, sub)
+        elif kind == C.K_USER:
+            user_vjp(T, r, sub)
         else:  # K_NONE: an OUTPUT record hands the gradient to its op record
             for j in range(arg0[r], arg0[r + 1]):
                 reached[args[j]] = True

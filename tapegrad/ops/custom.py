@@ -1,0 +1,185 @@
+"""Elementwise ops that users define with Numba-compiled scalar functions.
+
+``tapegrad.elementwise`` turns a scalar forward and its scalar derivative into
+an op whose forward is a NumPy ufunc (``numba.vectorize``) and whose VJP runs
+inside the compiled reverse sweep: the derivative is compiled to a C-callable
+``cfunc`` and each record carries its address (see kernels/user.py).  A backward
+through a user op therefore makes no Python call, unlike ``tg.Function``.
+"""
+import inspect
+import threading
+
+import numba
+import numpy as np
+
+from ..kernels import codes as C
+from ..tape import current
+from ..tensor import Tensor, _plain, _result
+from .elementwise import _operand, broadcast_params
+from .numpy_api import UFUNCS
+from .registry import register
+
+_UNARY = register("UserElementwise", C.K_USER, C.USER_UNARY)
+_BINARY = register("UserElementwiseBinary", C.K_USER, C.USER_BINARY)
+
+#: Every user op ever defined in this process; records name theirs by index
+#: (an op object must outlive the records that call its machine code).
+USER_OPS = []
+_lock = threading.Lock()
+
+_F64 = numba.types.float64
+
+
+def _arity(fn, what):
+    try:
+        params = inspect.signature(getattr(fn, "py_func", fn)).parameters.values()
+    except (TypeError, ValueError):
+        raise TypeError(f"tapegrad.elementwise: cannot read the signature of the {what} "
+                        f"{fn!r}; pass a plain Python function") from None
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in params):
+        raise TypeError(f"tapegrad.elementwise: the {what} must take its scalars as plain "
+                        "positional parameters (no *args, **kwargs or keyword-only ones)")
+    return len(params)
+
+
+class ElementwiseOp:
+    """A differentiable elementwise op made of Numba scalar functions.
+
+    Create one with :func:`tapegrad.elementwise`.  Calling it on tensors
+    records one tape record; on anything else it is a plain NumPy ufunc call.
+    ``op.ufunc`` is the NumPy ufunc of the forward; called on a tensor, it
+    records the op as well.
+    """
+
+    def __init__(self, forward, derivative, name):
+        self.nin = _arity(forward, "forward")
+        if self.nin not in (1, 2):
+            raise TypeError(f"tapegrad.elementwise: the forward {forward.__name__}() takes "
+                            f"{self.nin} scalars; unary and binary ops are supported")
+        nd = _arity(derivative, "derivative")
+        allowed = (1, 2) if self.nin == 1 else (3,)
+        if nd not in allowed:
+            want = ("(x) or (x, y) and return dy/dx" if self.nin == 1
+                    else "(a, b, y) and return the pair (dy/da, dy/db)")
+            raise TypeError(f"tapegrad.elementwise: the derivative of {name} must take {want}, "
+                            f"where y is the forward's value; it takes {nd} parameters")
+        self.forward = getattr(forward, "py_func", forward)
+        self.derivative = getattr(derivative, "py_func", derivative)
+        self.name = name
+        self.__name__ = name
+        self.__doc__ = forward.__doc__
+        self._compiled = None  # (ufunc, cfuncs, addresses), built on first use
+
+    def _compile(self):
+        # lazily: importing a module that defines ops should not compile them
+        with _lock:
+            if self._compiled is not None:
+                return self._compiled
+            # float32 first: NumPy takes the first loop its inputs cast to safely
+            sigs = (["float32(float32)", "float64(float64)"] if self.nin == 1
+                    else ["float32(float32, float32)", "float64(float64, float64)"])
+            try:
+                ufunc = numba.vectorize(sigs)(self.forward)
+                d = numba.njit(self.derivative)
+                if self.nin == 1:
+                    if _arity(self.derivative, "derivative") == 1:
+                        def dx(x, y):
+                            return d(x)
+                    else:
+                        def dx(x, y):
+                            return d(x, y)
+                    cfuncs = (numba.cfunc(_F64(_F64, _F64))(dx),)
+                else:
+                    def da(a, b, y):
+                        return d(a, b, y)[0]
+
+                    def db(a, b, y):
+                        return d(a, b, y)[1]
+                    sig = _F64(_F64, _F64, _F64)
+                    cfuncs = (numba.cfunc(sig)(da), numba.cfunc(sig)(db))
+            except numba.core.errors.NumbaError as e:
+                raise TypeError(
+                    f"tapegrad.elementwise: Numba could not compile {self.name}'s forward or "
+                    f"derivative as scalar float64 functions (use math, not NumPy arrays or "
+                    f"Python objects):\n{e}") from None
+            USER_OPS.append(self)
+            addrs = [cf.address for cf in cfuncs] + [0] * (2 - len(cfuncs))
+            # the cfunc objects stay referenced here: their machine code must
+            # live as long as any record that points at it
+            self._compiled = (ufunc, cfuncs, [len(USER_OPS) - 1] + addrs)
+            UFUNCS[ufunc] = self  # op.ufunc(tensor) records the op too
+            return self._compiled
+
+    @property
+    def ufunc(self):
+        """The forward as a NumPy ufunc (float32 and float64 loops)."""
+        return self._compile()[0]
+
+    def __call__(self, *args):
+        if len(args) != self.nin:
+            raise TypeError(f"{self.name}() takes {self.nin} argument"
+                            f"{'s' if self.nin > 1 else ''}, got {len(args)}")
+        ufunc, _, ints = self._compile()
+        datas = [a._data if isinstance(a, Tensor) else np.asarray(a) for a in args]
+        data = ufunc(*datas)
+        need = any(isinstance(a, Tensor) and a._requires_grad for a in args)
+        if not need:
+            return _plain(data) if any(isinstance(a, Tensor) for a in args) else data
+        tape = current()
+        if not tape.enabled:
+            return _plain(data)
+        parents = tuple(_operand(tape, a) for a in args)
+        if self.nin == 1:
+            r = tape.record(_UNARY, parents, data, ints[:2], inputs=tuple(datas))
+        else:
+            shapes = [np.shape(x) for x in datas]
+            p = broadcast_params(np.shape(data), shapes, np.size(data)) or [0]
+            r = tape.record(_BINARY, parents, data, ints + p, inputs=tuple(datas))
+        return _result(tape, r, data)
+
+    def __repr__(self):
+        return f"<tapegrad elementwise op {self.name}>"
+
+
+def elementwise(forward=None, derivative=None, *, name=None):
+    """Define a differentiable elementwise op from Numba-compiled scalar functions.
+
+    ``forward(x)`` (or ``forward(a, b)``) computes one output element from
+    one element of each input, with ``math`` functions and arithmetic: Numba
+    compiles it to a NumPy ufunc.  ``derivative(x, y)`` returns dy/dx, given
+    the input ``x`` and the forward's value ``y`` (``derivative(x)`` also
+    works); for a binary op, ``derivative(a, b, y)`` returns the pair
+    ``(dy/da, dy/db)``.  Numba compiles the derivative to machine code that
+    the reverse sweep calls directly: a backward through the op makes no
+    Python call.  Binary ops broadcast as NumPy does.  Use it as a decorator
+    with ``derivative=`` or call it with both functions.  Both are compiled on
+    the op's first call (about a second).
+
+    Examples
+    --------
+    >>> import math, numpy as np, tapegrad as tg
+    >>> def softplus_grad(x, y):
+    ...     return 1.0 / (1.0 + math.exp(-x))
+    >>> @tg.elementwise(derivative=softplus_grad)
+    ... def softplus(x):
+    ...     return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+    >>> x = tg.tensor([-1.0, 0.0, 2.0], requires_grad=True)
+    >>> softplus(x).sum().backward()
+    >>> np.allclose(x.grad.data, 1 / (1 + np.exp(-x.data)))
+    True
+    >>> softplus(x).grad_fn.name()
+    'softplusBackward'
+    """
+    if forward is None:
+        if derivative is None:
+            raise TypeError("tapegrad.elementwise needs the derivative: "
+                            "@tg.elementwise(derivative=df)")
+        return lambda f: elementwise(f, derivative, name=name)
+    if derivative is None:
+        raise TypeError(f"tapegrad.elementwise: no derivative given for "
+                        f"{getattr(forward, '__name__', forward)!r}; pass derivative=df")
+    for f, what in ((forward, "forward"), (derivative, "derivative")):
+        if not callable(f):
+            raise TypeError(f"tapegrad.elementwise: the {what} must be a function, "
+                            f"got {type(f).__name__}")
+    return ElementwiseOp(forward, derivative, name or forward.__name__)
