@@ -23,7 +23,8 @@ def with_axis(draw):
 @st.composite
 def matrices(draw):
     shape = draw(hnp.array_shapes(min_dims=2, max_dims=2, min_side=2, max_side=4))
-    return shape, dict(ord=draw(st.sampled_from([None, "fro", 1, -1, np.inf, -np.inf])))
+    return shape, dict(ord=draw(st.sampled_from([None, "fro", 1, -1, np.inf, -np.inf, 2, -2,
+                                                  "nuc"])))
 
 
 @st.composite
@@ -127,9 +128,10 @@ def test_stacking_and_splitting():
     np.testing.assert_array_equal(m.grad.numpy(), np.eye(3))
 
 
-def test_matrix_two_norm_says_what_to_use():
-    with pytest.raises(NotImplementedError, match="singular values"):
-        np.linalg.norm(tg.tensor(np.eye(2), requires_grad=True), 2)
+def test_matrix_two_norm_is_the_largest_singular_value():
+    t = tg.tensor(np.diag([3.0, -1.0]), requires_grad=True)
+    np.linalg.norm(t, 2).backward()
+    np.testing.assert_allclose(t.grad.numpy(), np.diag([1.0, 0.0]), atol=1e-12)
 
 
 def test_select_and_masked_reductions():

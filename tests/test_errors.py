@@ -456,9 +456,11 @@ class TestOpErrors:
         with pytest.raises(ValueError, match="scalar"):
             tg.matmul(leaf([1.0, 2.0]), 2.0)
 
-    def test_dot_of_3d(self):
-        with pytest.raises(NotImplementedError, match="matmul"):
-            tg.dot(leaf(np.ones((2, 2, 2))), leaf(np.ones((2, 2))))
+    def test_dot_of_3d_with_misaligned_shapes(self):
+        with pytest.raises(ValueError, match="not aligned"):
+            tg.dot(leaf(np.ones((2, 2, 2))), leaf(np.ones((3, 2))))
+        with pytest.raises(ValueError, match="shape-mismatch"):
+            tg.tensordot(leaf(np.ones((2, 3))), leaf(np.ones((2, 3))), axes=([1], [0]))
 
     def test_reshape_order_f(self):
         with pytest.raises(NotImplementedError, match="order"):

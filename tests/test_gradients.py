@@ -109,7 +109,13 @@ def index_put_case(draw):
 EINSUM_SPECS = [("ij,jk->ik", (2, 3), (3, 4)), ("ij,ij->", (2, 3), (2, 3)),
                 ("ijk,kj->i", (2, 3, 4), (4, 3)), ("i,j", (3,), (2,)),
                 ("bij,bjk->bik", (2, 2, 3), (2, 3, 2)), ("ij->j", (3, 4), None),
-                ("ijk,i->k", (2, 3, 2), (2,))]
+                ("ijk,i->k", (2, 3, 2), (2,)),
+                # ellipsis broadcasting, size-1 axes stretched, diagonals
+                ("...ij,...jk->...ik", (2, 2, 3), (3, 2)), ("...ij,...jk", (2, 1, 2, 3), (3, 3, 2)),
+                ("i...,i...->...", (3, 2), (3, 1)), ("bij,bjk->bik", (1, 2, 3), (2, 3, 2)),
+                ("ii->i", (3, 3), None), ("ii", (3, 3), None), ("iij->j", (2, 2, 3), None),
+                ("...ii->...i", (2, 3, 3), None), ("ii,i->i", (3, 3), (3,)),
+                ("iji,j", (2, 3, 2), (3,)), ("ij,...jj->...i", (2, 3), (2, 3, 3))]
 
 
 @st.composite
@@ -174,6 +180,57 @@ def _spd(rng, s):
 
 def _sym(a):
     return (a + np.swapaxes(a, -1, -2)) * 0.5
+
+
+def _distinct_sv(rng, s):
+    """Matrices with well-separated singular values in [1, 3.5] (random
+    singular vectors): full rank, and SVD / QR gradients well defined."""
+    m, n = s[-2], s[-1]
+    k = min(m, n)
+    U = np.linalg.qr(rng.standard_normal(s[:-2] + (m, k)))[0]
+    V = np.linalg.qr(rng.standard_normal(s[:-2] + (n, k)))[0]
+    sv = 1.0 + 0.6 * rng.permutation(k) + rng.uniform(0, 0.1, s[:-2] + (k,))
+    return (U * sv[..., None, :]) @ np.swapaxes(V, -1, -2)
+
+
+@st.composite
+def rect_case(draw, **choices):
+    m, n = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    batch = draw(st.sampled_from([(), (2,), (2, 1)]))
+    params = {k: draw(st.sampled_from(v(m, n) if callable(v) else v)) for k, v in choices.items()}
+    return (batch + (m, n),), (_distinct_sv,), params
+
+
+@st.composite
+def lstsq_case(draw):
+    m, n = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    b = draw(st.sampled_from([(m,), (m, 2)]))
+    return ((m, n), b), (_distinct_sv, ANY), {}
+
+
+def _svd_fn(a, full_matrices, hermitian):
+    """Invariant to the signs of singular-vector pairs; only the first
+    min(m, n) columns of U (rows of Vh) are determined."""
+    hermitian = hermitian and a.shape[-1] == a.shape[-2]
+    if hermitian:  # symmetric positive definite, singular values s**2 well apart
+        a = _sym(a @ np.swapaxes(a, -1, -2))
+    U, S, Vh = np.linalg.svd(a, full_matrices=full_matrices, hermitian=hermitian)
+    k = S.shape[-1]
+    U, Vh = U[..., :k], Vh[..., :k, :]
+    return (_weighted(S).sum() + _weighted(U ** 2).sum() + _weighted(Vh ** 2).sum()
+            + _weighted((U * S[..., None, :]) @ Vh).sum() + _weighted(U @ Vh).sum())
+
+
+def _qr_fn(a, mode):
+    if mode == "r":
+        return _weighted(np.linalg.qr(a, mode))
+    Q, R = np.linalg.qr(a, mode)
+    return _weighted(Q).sum() + _weighted(R).sum()
+
+
+def _lstsq_fn(a, b):
+    x, res, rank, s = np.linalg.lstsq(a, b)
+    return _weighted(x).sum() + (_weighted(res) if res.size else res).sum() * 3.0
 
 
 @st.composite
@@ -332,6 +389,11 @@ CASES = {
     "LinalgEigh": (square_case(values=_spd), lambda a: _weighted(np.linalg.eigh(_sym(a))[0]).sum()
                    + _weighted(np.linalg.eigh(_sym(a))[1] ** 2).sum()),  # sign-free
     "Einsum": (einsum_case(), lambda *xs, spec: _weighted(np.einsum(spec, *xs) * 1.0)),
+    "LinalgQr": (rect_case(mode=lambda m, n: ["reduced", "r"] + (["complete"] if m <= n else [])),
+                 _qr_fn),
+    "LinalgSvd": (rect_case(full_matrices=[False, True], hermitian=[False, True]), _svd_fn),
+    "LinalgPinv": (rect_case(), lambda a: _weighted(np.linalg.pinv(a))),
+    "LinalgLstsq": (lstsq_case(), _lstsq_fn),
     "Softmax": (reduction(), lambda x, axis, keepdims: _weighted(tg.softmax(x, axis=axis))),
     "LogSoftmax": (reduction(), lambda x, axis, keepdims: _weighted(tg.log_softmax(x, axis=axis))),
     "Cumsum": (axis_of(), lambda x, axis: _weighted(np.cumsum(x, axis=axis))),

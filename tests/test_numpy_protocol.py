@@ -203,7 +203,7 @@ def test_plain_value_functions():
 
 
 def test_asarray_and_array():
-    t = leaf([1.0, 2.0])
+    t = tg.tensor([1.0, 2.0])  # no grad: a requires-grad tensor refuses (test_api)
     a = np.asarray(t)
     assert type(a) is np.ndarray and np.array_equal(a, [1.0, 2.0])
     b = np.array(t, dtype=np.float32)
@@ -244,14 +244,14 @@ def test_ufunc_dtype_keyword():
     (lambda t: np.diff(t), "diff"),
     (lambda t: np.partition(t, 1), "partition"),
     (lambda t: np.linalg.eigvals(t), "eigvals"),
-    (lambda t: np.linalg.qr(t), "qr"),
+    (lambda t: np.linalg.eig(t), "eig"),
     (lambda t: np.convolve(t, t), "convolve"),
     (lambda t: np.median(t), "median"),
     (lambda t: np.spacing(t), "spacing"),
     (lambda t: np.ldexp(t, 2), "ldexp"),
     (lambda t: np.nextafter(t, t), "nextafter"),
     (lambda t: np.add.accumulate(t), "accumulate"),
-], ids=["fft", "diff", "partition", "eigvals", "qr", "convolve", "median", "spacing", "ldexp",
+], ids=["fft", "diff", "partition", "eigvals", "eig", "convolve", "median", "spacing", "ldexp",
         "nextafter", "accumulate"])
 def test_unsupported_function_raises_type_error(call, name):
     t = leaf([1.0, 2.0, 3.0])

@@ -92,6 +92,10 @@ _READS = {
     (K_HOST, 6): _Y,             # cholesky
     (K_HOST, 7): 0,              # eigh keeps its eigenpairs with the host record
     (K_HOST, 8): _X,             # einsum
+    (K_HOST, 9): 0,              # qr keeps (Q, R) with the host record
+    (K_HOST, 10): 0,             # svd keeps (U, S, Vh) with the host record
+    (K_HOST, 11): _X | _Y,       # pinv
+    (K_HOST, 12): 0,             # lstsq keeps a, b, x with the host record
     (K_SCAN, CUMPROD): _X | _Y,
     (K_USER, USER_UNARY): _X | _Y, (K_USER, USER_BINARY): _X | _Y,
 }

@@ -156,17 +156,33 @@ def vsplit(a, indices_or_sections):
 
 
 def norm(x, ord=None, axis=None, keepdims=False):
-    """``numpy.linalg.norm`` for vectors (any ``ord``) and matrices
-    (``None``/``'fro'``, 1, -1, inf, -inf).
+    """``numpy.linalg.norm`` for vectors (any ``ord``; ``ord=0`` counts and
+    carries no gradient) and matrices (``None``/``'fro'``, 1, -1, inf, -inf,
+    and through the singular values 2, -2, ``'nuc'``), over the last axes or
+    ``axis``, batched.
 
-    Matrix 2-norms and nuclear norms need singular values and raise
-    NotImplementedError for now.  At ``x = 0`` the 2-norm's gradient is NaN
-    (the function has no derivative there).
+    At ``x = 0`` the 2-norm's gradient is NaN (the function has no derivative
+    there); ties (of the largest singular values, of the column sums) share
+    the gradient as ``max`` does.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> A = tg.tensor([[3.0, 0.0], [0.0, -2.0]], requires_grad=True)
+    >>> n = tg.linalg.norm(A, 'nuc')
+    >>> n
+    tensor(5.0, grad_fn=<SumBackward>)
+    >>> n.backward()
+    >>> A.grad
+    tensor([[1.0, 0.0],
+            [0.0, -1.0]])
     """
     x = _t(x)
     nd = x.ndim
     if isinstance(axis, int):
         axis = (axis,)
+    if axis is None and ord is not None and nd not in (1, 2):
+        raise ValueError("Improper number of dimensions to norm.")
     vector = (axis is None and (ord is None or nd == 1)) or (axis is not None and len(axis) == 1)
     if axis is None and ord is None:
         return E.sqrt(Rd.sum(x * x, keepdims=keepdims))
@@ -192,9 +208,12 @@ def norm(x, ord=None, axis=None, keepdims=False):
         pick = Rd.max if ord in (1, np.inf) else Rd.min
         out = pick(s, axis=other, keepdims=True)
         return out if keepdims else S.squeeze(out, axis=(r, c))
-    raise NotImplementedError(
-        f"tapegrad: matrix norm ord={ord!r} needs singular values, which are not "
-        "differentiable in tapegrad yet; use ord='fro', 1 or inf")
+    if ord in (2, -2, "nuc"):
+        from .linalg import svd
+        sv = svd(S.moveaxis(x, (r, c), (-2, -1)), compute_uv=False)
+        out = (Rd.max if ord == 2 else Rd.min if ord == -2 else Rd.sum)(sv, axis=-1)
+        return S.expand_dims(out, tuple(sorted((r % nd, c % nd)))) if keepdims else out
+    raise ValueError(f"Invalid norm order {ord!r} for matrices.")
 
 
 def outer(a, b):
@@ -217,6 +236,8 @@ def tensordot(a, b, axes=2):
         ax_a, ax_b = ([x] if isinstance(x, int) else list(x) for x in axes)
     ax_a = [x % a.ndim for x in ax_a]
     ax_b = [x % b.ndim for x in ax_b]
+    if len(ax_a) != len(ax_b) or any(a.shape[i] != b.shape[j] for i, j in zip(ax_a, ax_b)):
+        raise ValueError("shape-mismatch for sum")
     free_a = [i for i in range(a.ndim) if i not in ax_a]
     free_b = [i for i in range(b.ndim) if i not in ax_b]
     k = int(np.prod([a.shape[i] for i in ax_a]))
@@ -251,3 +272,203 @@ def select(condlist, choicelist, default=0):
     for cond, choice in reversed(list(zip(condlist, choicelist))):
         out = E.where(cond, choice, out)
     return out if isinstance(out, Tensor) else _plain(np.asarray(out))
+
+
+# -- more of numpy.linalg, from the ops above -----------------------------------
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    """``numpy.linalg.matrix_norm``: :func:`norm` over the last two axes."""
+    return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    """``numpy.linalg.vector_norm``: :func:`norm` of the elements over ``axis``
+    (all of them by default, whatever the shape).
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> tg.linalg.vector_norm(tg.tensor([[3.0], [4.0]]))
+    tensor(5.0)
+    """
+    x = _t(x)
+    nd = x.ndim
+    axes = tuple(range(nd)) if axis is None else (axis,) if isinstance(axis, int) else axis
+    axes = tuple(sorted(a % nd for a in axes))
+    rest = [i for i in range(nd) if i not in axes]
+    flat = S.reshape(S.transpose(x, rest + list(axes)), tuple(x.shape[i] for i in rest) + (-1,))
+    out = norm(flat, ord=ord, axis=-1)
+    return S.expand_dims(out, axes) if keepdims else out
+
+
+def matrix_transpose(x, /):
+    """``numpy.linalg.matrix_transpose``: swaps the last two axes."""
+    return S.swapaxes(x, -1, -2)
+
+
+def matrix_rank(A, tol=None, hermitian=False, **kwargs):
+    """``numpy.linalg.matrix_rank``, on the values (an integer: no gradient)."""
+    return np.linalg.matrix_rank(_t(A)._data, tol, hermitian, **kwargs)
+
+
+def cond(x, p=None):
+    """``numpy.linalg.cond``: for ``p`` None, 2 or -2 the ratio of extreme
+    singular values, else ``norm(x, p) * norm(inv(x), p)``; differentiable.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> tg.linalg.cond(tg.tensor([[2.0, 0.0], [0.0, 0.5]]))
+    tensor(4.0)
+    """
+    from .linalg import inv, svd
+    x = _t(x)
+    if p in (None, 2, -2):
+        sv = svd(x, compute_uv=False)
+        big, small = sv[..., 0], sv[..., -1]
+        return big / small if p != -2 else small / big
+    return (norm(x, p, axis=(-2, -1)) * norm(inv(x), p, axis=(-2, -1)))
+
+
+def matrix_power(a, n):
+    """``numpy.linalg.matrix_power``: repeated squaring with matmul (through
+    the inverse for ``n < 0``); ``n = 0`` gives the identity, with no gradient.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> a = tg.tensor([[1.0, 1.0], [0.0, 1.0]], requires_grad=True)
+    >>> tg.linalg.matrix_power(a, 3)
+    tensor([[1.0, 3.0],
+            [0.0, 1.0]], grad_fn=<MmBackward>)
+    """
+    import operator
+    from .linalg import inv, matmul
+    a = _t(a)
+    n = operator.index(n)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        np.linalg.matrix_power(a._data, n)  # NumPy's error
+    if n == 0:
+        return _plain(np.linalg.matrix_power(a._data, 0))
+    z = inv(a) if n < 0 else a
+    n = abs(n)
+    result = None
+    while n:
+        if n & 1:
+            result = z if result is None else matmul(result, z)
+        n >>= 1
+        if n:
+            z = matmul(z, z)
+    return E.positive(result) if result is a else result
+
+
+def _chain_order(dims):
+    """Cheapest parenthesisation of a matrix chain: split[i][j] for A_i..A_j."""
+    n = len(dims) - 1
+    cost = [[0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i][j] = None
+            for k in range(i, j):
+                c = cost[i][k] + cost[k + 1][j] + dims[i] * dims[k + 1] * dims[j + 1]
+                if cost[i][j] is None or c < cost[i][j]:
+                    cost[i][j], split[i][j] = c, k
+    return split
+
+
+def multi_dot(arrays, *, out=None):
+    """``numpy.linalg.multi_dot``: a chain of matmuls in the cheapest order
+    (a 1-D first or last operand is a row or column vector).
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> a = tg.tensor(np.ones((2, 3)), requires_grad=True)
+    >>> tg.linalg.multi_dot([a, np.ones((3, 4)), np.ones(4)])
+    tensor([12.0, 12.0], grad_fn=<ReshapeBackward>)
+    """
+    from .linalg import matmul
+    if out is not None:
+        raise TypeError("tapegrad.linalg.multi_dot: out= is not supported")
+    arrs = [_t(a) for a in arrays]
+    if len(arrs) < 2:
+        raise ValueError("Expecting at least two arrays.")
+    first, last = arrs[0].ndim == 1, arrs[-1].ndim == 1
+    if first:
+        arrs[0] = S.reshape(arrs[0], (1, -1))
+    if last:
+        arrs[-1] = S.reshape(arrs[-1], (-1, 1))
+    if any(a.ndim != 2 for a in arrs):
+        raise ValueError("multi_dot: the inner arrays must be 2-dimensional")
+    split = _chain_order([arrs[0].shape[0]] + [a.shape[1] for a in arrs])
+
+    def chain(i, j):
+        if i == j:
+            return arrs[i]
+        k = split[i][j]
+        return matmul(chain(i, k), chain(k + 1, j))
+
+    result = chain(0, len(arrs) - 1)
+    if first or last:
+        shape = result.shape[1:] if first and not last else \
+            result.shape[:1] if last and not first else ()
+        result = S.reshape(result, shape)
+    return result
+
+
+def tensorinv(a, ind=2):
+    """``numpy.linalg.tensorinv``: the inverse of ``a`` as a square matrix of
+    its first ``ind`` axes against the rest, differentiable through inv."""
+    from .linalg import inv
+    a = _t(a)
+    if ind <= 0:
+        raise ValueError("Invalid ind argument.")
+    old = a.shape
+    rows = int(np.prod(old[ind:]))
+    return S.reshape(inv(S.reshape(a, (rows, -1))), old[ind:] + old[:ind])
+
+
+def tensorsolve(a, b, axes=None):
+    """``numpy.linalg.tensorsolve``: solve ``tensordot(a, x, x.ndim) = b`` for
+    x, differentiable in ``a`` and ``b`` through solve."""
+    from .linalg import solve
+    a, b = _t(a), _t(b)
+    if axes is not None:
+        order = [i for i in range(a.ndim) if i not in [k % a.ndim for k in axes]]
+        a = S.transpose(a, order + [k % a.ndim for k in axes])
+    old = a.shape[-(a.ndim - b.ndim):]
+    n = int(np.prod(old))
+    if a.size != n * n:
+        raise np.linalg.LinAlgError(
+            "Input arrays must satisfy the requirement prod(a.shape[b.ndim:]) == "
+            "prod(a.shape[:b.ndim])")
+    return S.reshape(solve(S.reshape(a, (n, n)), S.ravel(b)), old)
+
+
+def linalg_diagonal(x, /, *, offset=0):
+    """``numpy.linalg.diagonal``: the diagonal of the last two axes."""
+    return S.diagonal(x, offset, -2, -1)
+
+
+def linalg_trace(x, /, *, offset=0, dtype=None):
+    """``numpy.linalg.trace``: the trace of the last two axes."""
+    out = Rd.sum(S.diagonal(x, offset, -2, -1), axis=-1)
+    return out if dtype is None else S.astype(out, dtype)
+
+
+def vecdot(x1, x2, /, *, axis=-1):
+    """``numpy.linalg.vecdot`` for real operands: the dot product along ``axis``."""
+    return Rd.sum(E.multiply(x1, x2), axis=axis)
+
+
+def linalg_tensordot(x1, x2, /, *, axes=2):
+    """``numpy.linalg.tensordot``: :func:`tensordot`."""
+    return tensordot(x1, x2, axes=axes)
+
+
+def linalg_outer(x1, x2, /):
+    """``numpy.linalg.outer`` of two vectors."""
+    if np.ndim(x1) != 1 or np.ndim(x2) != 1:
+        raise ValueError("Input arrays must be one-dimensional")
+    return outer(x1, x2)

@@ -63,6 +63,15 @@ HANDLED_FUNCTIONS = {
     np.linalg.slogdet: L.slogdet, np.linalg.cholesky: L.cholesky, np.linalg.eigh: L.eigh,
     np.einsum: L.einsum, np.outer: K.outer, np.vdot: K.vdot,
     np.tensordot: K.tensordot, np.inner: K.inner, np.kron: K.kron, np.select: K.select,
+    np.linalg.qr: L.qr, np.linalg.svd: L.svd, np.linalg.svdvals: L.svdvals,
+    np.linalg.pinv: L.pinv, np.linalg.lstsq: L.lstsq, np.linalg.eigvalsh: L.eigvalsh,
+    np.linalg.matrix_power: K.matrix_power, np.linalg.multi_dot: K.multi_dot,
+    np.linalg.tensorinv: K.tensorinv, np.linalg.tensorsolve: K.tensorsolve,
+    np.linalg.matrix_norm: K.matrix_norm, np.linalg.vector_norm: K.vector_norm,
+    np.linalg.matrix_transpose: K.matrix_transpose, np.linalg.cond: K.cond,
+    np.linalg.matmul: L.matmul, np.linalg.diagonal: K.linalg_diagonal,
+    np.linalg.trace: K.linalg_trace, np.linalg.vecdot: K.vecdot,
+    np.linalg.tensordot: K.linalg_tensordot, np.linalg.outer: K.linalg_outer,
 }
 
 
@@ -81,7 +90,7 @@ for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort,
            np.nonzero, np.isnan, np.isfinite, np.isinf, np.allclose, np.isclose,
            np.array_equal, np.result_type, np.count_nonzero, np.any, np.all,
            np.searchsorted, np.iscomplexobj, np.isrealobj, np.may_share_memory,
-           np.shares_memory, np.copyto, np.array_repr, np.array_str):
+           np.shares_memory, np.copyto, np.array_repr, np.array_str, np.linalg.matrix_rank):
     HANDLED_FUNCTIONS[_f] = _plain_values(_f)
 
 
