@@ -31,7 +31,7 @@ def main(repeat=51):
         T = tape.arrays(adj) + (adj.reached,)
         adj.add(y._rec, adj[y._rec] * 0 + 1.0)
         t0 = time.perf_counter()
-        sweep(T, tape.freed, y._rec)
+        sweep(T, tape.freed, y._rec, -1)
         kernel.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         y.backward(retain_graph=True)

@@ -16,7 +16,8 @@ tensor([0.3, 3.0, 0.0003])
 """
 from . import ops as _ops  # noqa: F401  (registers ops, binds Tensor methods)
 from .function import Function, FunctionCtx
-from .grad_mode import is_grad_enabled, no_grad
+from .anomaly import detect_anomaly, is_anomaly_enabled
+from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import AccumulateGrad, Node
 from .ops.elementwise import (
     abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt,
@@ -31,6 +32,9 @@ from .ops.composite import (
     hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
     select, std, tensordot, trace, var, vdot, vsplit, vstack)
 from .ops.custom import ElementwiseOp, elementwise
+from .functional import (
+    GradcheckError, grad, gradcheck, jacobian, value_and_grad, vjp)
+from . import autograd
 from .ops.linalg import dot, einsum, matmul
 from . import linalg
 from .ops.reductions import (
@@ -39,7 +43,9 @@ from .ops.shape import (
     astype, broadcast_to, concatenate, diag, diagonal, expand_dims, flip, fliplr, flipud,
     getitem, index_put, moveaxis, pad, ravel, repeat, reshape, roll, sort, split, squeeze, stack,
     swapaxes, take, take_along_axis, tile, transpose, tril, triu, unbind)
+from .stats import tape_stats
 from .tensor import Tensor, tensor
+from . import viz
 
 __version__ = "0.1.0"
 __all__ = [n for n in dir() if not n.startswith("_")]

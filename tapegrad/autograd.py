@@ -1,16 +1,19 @@
 """Reverse mode: seed the root's adjoint, run the compiled sweep, fill ``.grad``.
 
 Nothing observable changes until the sweep has finished without error: the
-leaves' ``.grad`` are updated and the graph is freed only afterwards, so a
-failed backward leaves the tape, other graphs and accumulated gradients as
-they were.
+leaves' ``.grad`` (and retained gradients) are updated and the graph is freed
+only afterwards, so a failed backward leaves the tape, other graphs and
+accumulated gradients as they were.  Tensor hooks and anomaly checks are the
+only Python that runs inside a sweep, and only when there are any: the
+compiled sweep stops at the records that need them (see ``_hooked``).
 """
 import numpy as np
 
+from . import hooks as H
 from .kernels._views import SMALL
 from .kernels.sweep import layout, sweep
 from .ops.registry import OUTPUT, REGISTRY
-from .tape import current
+from .tape import Tape, current
 from .tensor import Tensor, _plain
 
 
@@ -112,7 +115,10 @@ def backward(t, gradient=None, retain_graph=False):
             "grad enabled (not under tg.no_grad())")
     seed = _seed(t, gradient)
     if t._tok is None:  # a leaf: d t / d t = identity (never keep the caller's array)
-        _accumulate(t, seed.reshape(t.shape).copy())
+        g = seed.reshape(t.shape).copy()
+        if H.LEAF_HOOKS:
+            g = H.run_leaf_hooks(t, g)
+        _accumulate(t, g)
         return
     tape = t._tok.tape
     if tape is not current():
@@ -129,21 +135,50 @@ def backward(t, gradient=None, retain_graph=False):
     T = tape.arrays(adj) + (adj.reached,)
     adj.add(root, seed)
     reached = adj.reached
-    start = root
+    retained = []  # (non-leaf that retains its grad, gradient)
+    if type(tape) is not Tape:  # anomaly mode swaps the tape's class (anomaly.py)
+        from .anomaly import checked_sweep
+        checked_sweep(tape, adj, T, root, retained, _run)
+    elif tape.hooks:
+        _hooked(tape, adj, T, root, retained)
+    else:
+        _run(tape, adj, T, root, -1)
+    updates = [(leaf, adj[r]) for r, leaf in tape.leaves.items()
+               if r < upto and reached[r]]
+    if H.LEAF_HOOKS:  # hooks see every leaf's gradient before any is stored
+        updates = [(leaf, H.run_leaf_hooks(leaf, g)) for leaf, g in updates]
+    for leaf, g in updates:
+        _accumulate(leaf, g.reshape(leaf.shape))
+    for owner, g in retained:
+        _accumulate(owner, g)
+    if not retain_graph:
+        tape.after_backward(reached, T)
+
+
+def _run(tape, adj, T, start, stop):
+    """Sweep records ``start .. stop+1``, applying host VJPs where it stops."""
+    freed = tape.freed
     while True:
-        s = sweep(T, tape.freed, start)
+        s = sweep(T, freed, start, stop)
         if s == -1:
-            break
+            return
         if s < -1:
             raise _freed_error()
         REGISTRY[int(tape.op[s])].host_vjp(tape, adj, s)
         start = s - 1
-    updates = [(leaf, adj[r]) for r, leaf in tape.leaves.items()
-               if r < upto and reached[r]]
-    for leaf, g in updates:
-        _accumulate(leaf, g.reshape(leaf.shape))
-    if not retain_graph:
-        tape.after_backward(reached, T)
+
+
+def _hooked(tape, adj, T, root, retained):
+    """The sweep in spans that end at records with hooks: when the sweep has
+    come down to record h, every consumer of h has run, so h's adjoint is
+    complete; its hooks see it (and may replace it) before h's own VJP."""
+    start = root
+    for h in H.hooked_records(tape, root):
+        _run(tape, adj, T, start, h)
+        if adj.reached[h]:
+            H.run_record_hooks(tape, adj, h, retained)
+        start = h
+    _run(tape, adj, T, start, -1)
 
 
 def _accumulate(leaf, g):
@@ -157,3 +192,19 @@ def _accumulate(leaf, g):
             old += g
         else:
             leaf._grad._data = np.asarray(old + g)[()] if np.ndim(old) == 0 else old + g
+
+
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+         allow_unused=False):
+    """PyTorch's ``torch.autograd.grad`` (see :func:`tapegrad.functional.autograd_grad`).
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> x = tg.tensor(3.0, requires_grad=True)
+    >>> tg.autograd.grad(x * x, [x])
+    (tensor(6.0),)
+    """
+    from .functional import autograd_grad
+    return autograd_grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
+                         allow_unused)

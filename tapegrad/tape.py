@@ -60,7 +60,11 @@ class Tape:
     # slots: the recording fast paths read a dozen attributes per op
     __slots__ = ("_enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
-                 "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room")
+                 "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
+                 "where")
+
+    #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
+    check_nan = False
 
     def __init__(self, capacity=1024):
         self._enabled = True       # grad mode of this thread
@@ -71,6 +75,8 @@ class Tape:
         self.refs = []             # large values kept for VJPs (rix[r] indexes it)
         self.leaves = {}           # LEAF record -> Tensor
         self.host = {}             # host record -> what its VJP needs
+        self.hooks = {}            # record -> its tensor's hooks (tapegrad.hooks)
+        self.where = {}            # record -> source line, only in anomaly mode
         self.flipped = []          # arrays made read-only, to restore
         self.scratch = None        # adjoint arena, reused across backwards
         self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
@@ -365,6 +371,10 @@ class Tape:
         self._update_room()
         self.refs = refs
         self.host = {int(new_id[r]): v for r, v in self.host.items() if keep[r]}
+        if self.hooks:
+            self.hooks = {int(new_id[r]): v for r, v in self.hooks.items() if keep[r]}
+        if self.where:
+            self.where = {int(new_id[r]): v for r, v in self.where.items() if keep[r]}
         self.lkey = object()
         leaves = {}
         for r, leaf in self.leaves.items():
@@ -390,6 +400,8 @@ class Tape:
         self.refs.clear()
         self.leaves.clear()
         self.host.clear()
+        self.hooks.clear()
+        self.where.clear()
         self._new_epoch()
 
     # -- the view the kernels take ---------------------------------------------------

@@ -11,6 +11,7 @@ protocol are bound in :mod:`tapegrad.ops.methods`.
 import numpy as np
 
 from .ops import registry as R
+from .tape import _local
 
 _new = object.__new__
 _FLOAT_KINDS = "f"
@@ -81,6 +82,11 @@ class Tensor:
         try:
             return self._grad
         except AttributeError:  # non-leaves start without the slot
+            import warnings
+            warnings.warn(
+                "the .grad of a tensor that is not a leaf is not filled by backward(); "
+                "call t.retain_grad() before backward to keep it, or use a hook "
+                "(t.register_hook)", UserWarning, stacklevel=2)
             return None
 
     @grad.setter
@@ -123,6 +129,19 @@ class Tensor:
         return np.asarray(self._data)
 
     def __array__(self, dtype=None, copy=None):
+        # NumPy calls this when it converts a tensor behind tapegrad's back
+        # (np.asarray(t), t stored into an ndarray with out[i] = t): the result
+        # would carry no gradient, and a gradient that silently goes missing
+        # looks like any other number.  So refuse, as PyTorch and JAX do,
+        # while the tensor is part of what is being differentiated.
+        if self._requires_grad and getattr(_local.__dict__.get("tape"), "enabled", True):
+            raise RuntimeError(
+                f"a tensor that requires grad (shape {self.shape}) was converted to a "
+                "NumPy array, which would drop its gradient -- e.g. by np.asarray(t) or by "
+                "storing it into an ndarray (out[i] = t). Keep it a tensor: build arrays "
+                "with tg.stack/tg.concatenate, or assign into a tensor (out = "
+                "tg.tensor(np.zeros(n)); out[i] = t). To use the value without its "
+                "gradient, call t.detach() or t.numpy().")
         a = np.asarray(self._data)
         if dtype is not None and a.dtype != dtype:
             return a.astype(dtype)
@@ -176,8 +195,56 @@ class Tensor:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
 
+    # -- hooks -----------------------------------------------------------------------
+    def register_hook(self, hook):
+        """Call ``hook(grad)`` with this tensor's gradient in every backward.
+
+        ``grad`` is a Tensor of this tensor's shape; a hook that returns a
+        Tensor or array replaces the gradient that flows on (and, for a
+        leaf, the one accumulated into ``.grad``); returning None keeps it.
+        Hooks run in the order they were registered.  Returns a handle whose
+        ``remove()`` takes the hook off.
+
+        Examples
+        --------
+        >>> import tapegrad as tg
+        >>> x = tg.tensor([1.0, 2.0], requires_grad=True)
+        >>> y = x * 3
+        >>> h = y.register_hook(lambda g: g * 10)
+        >>> y.sum().backward()
+        >>> x.grad
+        tensor([30.0, 30.0])
+        >>> h.remove()
+        """
+        from .hooks import register_hook
+        return register_hook(self, hook)
+
+    def retain_grad(self):
+        """Keep this non-leaf tensor's gradient in ``.grad`` (leaves always do).
+
+        Later backwards accumulate into it, as they do into leaves.
+
+        Examples
+        --------
+        >>> import tapegrad as tg
+        >>> x = tg.tensor([1.0, 2.0], requires_grad=True)
+        >>> y = x * x
+        >>> y.retain_grad()
+        >>> (3 * y).sum().backward()
+        >>> y.grad
+        tensor([3.0, 3.0])
+        """
+        from .hooks import retain_grad
+        retain_grad(self)
+
+    @property
+    def retains_grad(self):
+        """True for a non-leaf after ``retain_grad()``."""
+        from .hooks import retains_grad
+        return retains_grad(self)
+
     # -- backward ------------------------------------------------------------------
-    def backward(self, gradient=None, retain_graph=False):
+    def backward(self, gradient=None, retain_graph=False, inputs=None):
         """Accumulate ``gradient``-weighted derivatives of this tensor into leaves.
 
         Computes the vector-Jacobian product ``gradient^T dself/dleaf`` for
@@ -191,6 +258,10 @@ class Tensor:
         retain_graph : bool, default False
             Keep the graph for another backward.  Without it the graph is
             freed and a second backward through it raises RuntimeError.
+        inputs : sequence of Tensor, optional
+            Accumulate into these tensors' ``.grad`` only (leaves, or
+            non-leaves, which then get a ``.grad`` too), as PyTorch's
+            ``inputs=``; other leaves are left alone.
 
         Examples
         --------
@@ -201,6 +272,10 @@ class Tensor:
         >>> a.grad
         tensor([0.3, 3.0, 0.0003])
         """
+        if inputs is not None:
+            from .functional import backward_to
+            backward_to(self, gradient, retain_graph, inputs)
+            return
         from .autograd import backward
         backward(self, gradient, retain_graph)
 

@@ -117,12 +117,28 @@ class TestProperties:
         assert np.array_equal(a, [[1.0, 2.0], [3.0, 4.0]])
 
     def test_np_asarray(self):
-        t = leaf([1.0, 2.0, 3.0])
+        t = tg.tensor([1.0, 2.0, 3.0])
         a = np.asarray(t)
         assert type(a) is np.ndarray
         assert np.array_equal(a, [1.0, 2.0, 3.0])
-        b = np.asarray(t * 2.0)
+        u = leaf([1.0, 2.0, 3.0])
+        b = np.asarray((u * 2.0).detach())
         assert type(b) is np.ndarray and np.array_equal(b, [2.0, 4.0, 6.0])
+        with tg.no_grad():
+            assert np.array_equal(np.asarray(u * 2.0), [2.0, 4.0, 6.0])
+
+    def test_np_asarray_of_a_tensor_that_requires_grad_raises(self):
+        # the array would carry no gradient: refuse rather than lose it silently
+        u = leaf([1.0, 2.0])
+        y = u * 3.0
+        for t in (u, y):
+            with pytest.raises(RuntimeError, match=r"would drop its gradient.*t.detach\(\)"):
+                np.asarray(t)
+        out = np.zeros((2, 2))
+        with pytest.raises(RuntimeError, match="requires grad"):
+            out[0] = y
+        y.sum().backward()                    # the graph is intact
+        assert np.array_equal(u.grad.numpy(), [3.0, 3.0])
 
     def test_item_and_float(self):
         assert tg.tensor(2.5).item() == 2.5

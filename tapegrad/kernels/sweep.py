@@ -25,16 +25,19 @@ def _deposit1(T, v, x):
 
 
 @kernel
-def sweep(T, freed, start):
-    """Run VJPs of reached records ``start, start-1, ..., 0``.
+def sweep(T, freed, start, stop):
+    """Run VJPs of reached records ``start, start-1, ..., stop+1``.
 
     Returns -1 when done, ``r >= 0`` when record r is a host record (Python
     applies its VJP, marks its parents and resumes at ``r - 1``), and
-    ``-2 - r`` when record r was freed by an earlier backward.
+    ``-2 - r`` when record r was freed by an earlier backward.  ``stop`` is
+    -1 for a whole sweep; Python passes a record id to get control back when
+    that record's adjoint is complete (tensor hooks, anomaly checks) without
+    the loop testing anything per record.
     """
     op, arg0, size, args, v1, reached = T[0], T[1], T[2], T[4], T[7], T[13]
     rix, ptrs = T[10], T[11]
-    for r in range(start, -1, -1):
+    for r in range(start, stop, -1):
         if not reached[r]:
             continue
         if freed[r]:

@@ -51,7 +51,49 @@ def _deposit(adj, r, shape, x, y):
     adj.add(r, _unbroadcast(np.matmul(x, y), shape))
 
 
-_MATMUL = register("Mm", C.K_HOST, 0, np.matmul, host_vjp=_matmul_vjp)
+def _matmul_vjp_batched(tape, adj, r):
+    """``_matmul_vjp`` for p adjoint vectors at once (vector mode: Jacobians,
+    batched VJPs): ``adj[r]`` is (p, size), and each product is one BLAS call
+    over all p instead of p calls."""
+    a0 = tape.arg0[r]
+    ra, rb = tape.args[a0], tape.args[a0 + 1]
+    shape_a, shape_b = tape.host[r]
+    a, b = adj.value(tape, ra, shape_a), adj.value(tape, rb, shape_b)
+    g = adj[r]
+    p = g.shape[0]
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    g2 = g.reshape((p,) + np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+                   + (a2.shape[-2], b2.shape[-1]))
+    if tape.op[ra] != CONST:
+        if b2.ndim == 2:  # one GEMM over all p vectors: (p*m, n) @ (n, k)
+            ga = (g2.reshape(-1, g2.shape[-1]) @ b2.T).reshape(g2.shape[:-1] + (b2.shape[0],))
+        else:
+            ga = g2 @ np.swapaxes(b2, -1, -2)
+        adj.add(ra, _unbroadcast_rows(ga, a2.shape))
+    if tape.op[rb] != CONST:
+        if a2.ndim == 2:  # one GEMM: (k, m) @ (m, p*n), as (p, k, n) again
+            gm = np.moveaxis(g2, -2, 0)                      # (m, p, ..., n)
+            gb = (a2.T @ gm.reshape(gm.shape[0], -1)).reshape((a2.shape[1],) + gm.shape[1:])
+            gb = np.moveaxis(gb, 0, -2)
+        else:
+            gb = np.swapaxes(a2, -1, -2) @ g2
+        adj.add(rb, _unbroadcast_rows(gb, b2.shape))
+
+
+def _unbroadcast_rows(g, shape):
+    """``_unbroadcast`` of each of g's rows (axis 0 holds the p vectors)."""
+    extra = g.ndim - 1 - len(shape)
+    if extra:
+        g = g.sum(axis=tuple(range(1, 1 + extra)))
+    axes = tuple(i + 1 for i, n in enumerate(shape) if n == 1 and g.shape[i + 1] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g
+
+
+_MATMUL = register("Mm", C.K_HOST, 0, np.matmul, host_vjp=_matmul_vjp,
+                   batched_vjp=_matmul_vjp_batched)
 
 
 def matmul(a, b):

@@ -16,20 +16,23 @@ class OpDef(NamedTuple):
     code: int                  # kind << SHIFT | sub
     forward: Optional[Callable]  # the NumPy function that computes the value
     host_vjp: Optional[Callable] = None  # (tape, adjoints, r) -> None, for K_HOST
+    #: the same for p adjoint vectors at once (``adjoints[r]`` is (p, size));
+    #: without one, vector mode calls ``host_vjp`` once per vector
+    batched_vjp: Optional[Callable] = None
 
 
 REGISTRY = {}   # code -> OpDef
 BY_NAME = {}    # name -> OpDef
 
 
-def register(name, kind, sub, forward=None, host_vjp=None):
+def register(name, kind, sub, forward=None, host_vjp=None, batched_vjp=None):
     """Add one op; returns its code.  Names and codes must be unique."""
     code = C.code(kind, sub)
     if code in REGISTRY or name in BY_NAME:
         raise ValueError(f"op {name!r} (code {code}) is registered twice")
     if (kind == C.K_HOST) != (host_vjp is not None):
         raise ValueError(f"op {name!r}: host_vjp is required exactly for host ops")
-    d = OpDef(name, code, forward, host_vjp)
+    d = OpDef(name, code, forward, host_vjp, batched_vjp)
     REGISTRY[code] = d
     BY_NAME[name] = d
     return code

@@ -1,0 +1,544 @@
+"""Derivatives of functions: grad, value_and_grad, vjp, jacobian, gradcheck,
+and ``tapegrad.autograd.grad``.
+
+All of them record the function once on the tape and run one reverse sweep.
+Several seed vectors (a batch of cotangents, or the m rows of a Jacobian) go
+through that one sweep together: vector reverse mode, every record carrying
+p adjoints (``kernels/vector.py``).  Gradients are returned as arrays and are
+never accumulated into any tensor's ``.grad``.
+"""
+import numpy as np
+
+from .autograd import Adjoints, _freed_error
+from .kernels._views import SMALL
+from .kernels.sweep import layout, sweep
+from .kernels.vector import sweep_vec, touched, vec_layout
+from .ops.registry import LEAF, OUTPUT, REGISTRY
+from .tape import current
+from .tensor import Tensor, tensor
+
+#: adjoint memory a Jacobian may use at once (p vectors of every record);
+#: larger ones are computed in chunks of rows
+JACOBIAN_BYTES = 256 * 2**20
+
+
+class _Slabs(Adjoints):
+    """p adjoints per record (see kernels/vector.py for the layout).
+
+    ``self`` (vector 0) and ``slab(k)`` offer the ``Adjoints`` interface that
+    host VJPs use, so those run unchanged, once per vector; ``block(r)`` is
+    record r's p adjoints as a (p, size) view.
+    """
+
+    def __init__(self, tape, upto, p):
+        self.voff = layout(tape.op, tape.size, upto, SMALL)[0]
+        tape.arg0[tape.n] = tape.na
+        aoff, self.stride, self.leaf, inner, outer = vec_layout(
+            tape.op, tape.size, tape.arg0, tape.args, upto, p)
+        self.p, self.k = p, 0
+        self.A = np.empty(max(inner, 1))
+        self.L = np.empty(max(outer, 1))
+        self.size = tape.size
+        self.aptr = aoff * 8 + np.where(self.leaf, self.L.ctypes.data, self.A.ctypes.data)
+        self.reached = np.zeros(upto, np.bool_)
+
+    def slab(self, k):
+        s = object.__new__(_Slabs)
+        s.__dict__.update(self.__dict__)
+        s.k = k
+        return s
+
+    def _offset(self, r):
+        base = self.L if self.leaf[r] else self.A
+        return base, (int(self.aptr[r]) - base.ctypes.data) // 8
+
+    def __getitem__(self, r):
+        base, o = self._offset(r)
+        o += self.k * (int(self.stride[r]) // 8)
+        return base[o:o + self.size[r]]
+
+    def block(self, r):
+        """Record r's p adjoints as a (p, size) view."""
+        base, o = self._offset(r)
+        return np.lib.stride_tricks.as_strided(
+            base[o:], (self.p, int(self.size[r])), (int(self.stride[r]), 8), writeable=True)
+
+    def rows(self, r):
+        """Record r's p adjoints as a (p, size) array (a copy)."""
+        return self.block(r).copy()
+
+
+class _Block(Adjoints):
+    """The ``Adjoints`` interface over all p vectors at once, for host VJPs
+    that handle a leading axis of p vectors (``OpDef.batched_vjp``)."""
+
+    def __init__(self, slabs):
+        self.s = slabs
+        self.voff, self.reached = slabs.voff, slabs.reached
+
+    def __getitem__(self, r):
+        return self.s.block(r)
+
+    def fresh(self, r, shape):
+        if self.reached[r]:
+            return None
+        self.reached[r] = True
+        return self[r].reshape((self.s.p,) + tuple(shape))
+
+    def add(self, r, g):
+        view = self[r]
+        g = g.reshape(view.shape)
+        if self.reached[r]:
+            view += g
+        else:
+            view[...] = g
+            self.reached[r] = True
+
+
+def _root_span(tape, root):
+    """Records a backward from ``root`` covers: up to root, plus the later
+    outputs of root's multi-output op (its VJP reads them as one span)."""
+    upto = root + 1
+    if tape.op[root] == OUTPUT:
+        u = root - 1 - int(tape.ip[tape.ip0[root]])
+        while upto < tape.n and tape.op[upto] == OUTPUT and tape.args[tape.arg0[upto]] == u:
+            upto += 1
+    return upto
+
+
+def _run(tape, adj, T, start, stop, p):
+    """Sweep ``start .. stop+1`` for p vectors, applying host VJPs slab by slab."""
+    freed = tape.freed
+    if p > 1:
+        vs = np.empty(tape.n + 2, np.int64)
+    while True:
+        s = sweep(T, freed, start, stop) if p == 1 else sweep_vec(
+            T, freed, start, stop, p, adj.stride)
+        if s == -1:
+            return
+        if s < -1:
+            raise _freed_error()
+        d = REGISTRY[int(tape.op[s])]
+        vjp = d.host_vjp
+        if p == 1:
+            vjp(tape, adj, s)
+        elif d.batched_vjp is not None:
+            d.batched_vjp(tape, _Block(adj), s)
+        else:
+            # the same first-write decisions in every slab (see kernels/vector.py)
+            nv = touched(T, s, vs)
+            saved = adj.reached[vs[:nv]].copy()
+            for k in range(p):
+                adj.reached[vs[:nv]] = saved
+                vjp(tape, adj.slab(k), s)
+        start = s - 1
+
+
+def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
+    """``sum_i seeds_i^T d roots_i / d input`` for every input, p vectors at once.
+
+    ``roots`` are tensors, ``seeds`` arrays of shape ``(p,) + root.shape``;
+    ``inputs`` are tensors (leaves or not).  Returns one ``(p,) + input.shape``
+    float64 array per input, or None for an input no root depends on.  Leaves'
+    ``.grad`` are not touched.
+    """
+    p = seeds[0].shape[0]
+    out = [None] * len(inputs)
+    live = [(t, s) for t, s in zip(roots, seeds) if t._requires_grad]
+    direct = [(t, s) for t, s in live if t._tok is None]  # a root that is a leaf
+    graph = [(t, s) for t, s in live if t._tok is not None]
+    for t, s in direct:
+        for i, x in enumerate(inputs):
+            if x is t:
+                out[i] = s.reshape((p,) + t.shape).copy() if out[i] is None else out[i] + s
+    if not graph:
+        return out
+    tape = current()
+    for t, _ in graph:
+        if t._tok.tape is not tape:
+            raise RuntimeError("gradients must be computed on the thread that recorded "
+                               "the graph")
+        if t._tok is not tape.tok or tape.freed[t._rec]:
+            raise _freed_error()
+    upto = max(_root_span(tape, t._rec) for t, _ in graph)
+    adj = _Slabs(tape, upto, p) if p > 1 else Adjoints(tape, upto)
+    T = tape.arrays(adj) + (adj.reached,)
+    for t, s in graph:
+        s = s.reshape(p, -1)
+        view = adj.block(t._rec) if p > 1 else adj[t._rec][None, :]
+        if adj.reached[t._rec]:  # two roots on one record
+            view += s
+        else:
+            view[...] = s
+        adj.reached[t._rec] = True
+    # each input's record; non-leaves are read when the sweep reaches them,
+    # before a parent can take over their memory (see ``alias``)
+    rec = [None] * len(inputs)
+    for i, x in enumerate(inputs):
+        if x._tok is None:
+            if x._ltok is tape.lkey and x._lrec < upto:
+                rec[i] = x._lrec
+        elif x._tok is tape.tok and x._rec < upto:
+            rec[i] = x._rec
+    stops = sorted({r for i, r in enumerate(rec) if r is not None and inputs[i]._tok is not None},
+                   reverse=True)
+    start = upto - 1
+    grabbed = {}
+    for h in stops:
+        _run(tape, adj, T, start, h, p)
+        if adj.reached[h]:
+            grabbed[h] = adj.rows(h) if p > 1 else adj[h][None, :].copy()
+        start = h
+    _run(tape, adj, T, start, -1, p)
+    for i, (x, r) in enumerate(zip(inputs, rec)):
+        if r is None:
+            continue
+        if r in grabbed:
+            g = grabbed[r]
+        elif x._tok is None and adj.reached[r]:
+            g = adj.rows(r) if p > 1 else adj[r][None, :].copy()
+        else:
+            continue
+        g = g.reshape((p,) + x.shape)
+        out[i] = g if out[i] is None else out[i] + g
+    if not retain_graph:
+        tape.after_backward(adj.reached, T)
+    return out
+
+
+# -- helpers for the function transforms --------------------------------------------
+def _argnums(argnums, n, who):
+    single = isinstance(argnums, (int, np.integer))
+    nums = (argnums,) if single else tuple(argnums)
+    for a in nums:
+        if not isinstance(a, (int, np.integer)) or not -n <= a < n:
+            raise ValueError(f"{who}: argnums {argnums!r} does not name one of the "
+                             f"function's {n} positional arguments")
+    return single, tuple(int(a) % n for a in nums)
+
+
+def _leaf_of(x, who):
+    """A fresh float leaf holding x's value (a copy: the caller's array stays
+    writable and untouched)."""
+    data = x.detach().numpy() if isinstance(x, Tensor) else x
+    try:
+        a = np.array(data)
+    except ValueError as e:
+        raise TypeError(f"{who}: an argument is not a rectangular array: {e}") from None
+    if a.dtype.kind in "biu":
+        a = a.astype(np.float64)
+    if a.dtype.kind != "f":
+        raise TypeError(f"{who}: arguments to differentiate must be real numbers, got "
+                        f"dtype {a.dtype}")
+    return tensor(a, requires_grad=True)
+
+
+def _call(f, args, nums, who):
+    """Call f with fresh leaves at positions ``nums``; returns (leaves, output)."""
+    args = list(args)
+    leaves = []
+    for a in nums:
+        leaves.append(_leaf_of(args[a], who))
+        args[a] = leaves[-1]
+    out = f(*args)
+    if not isinstance(out, Tensor):
+        try:
+            out = tensor(np.asarray(out, dtype=np.float64))
+        except (TypeError, ValueError):
+            raise TypeError(f"{who}: the function must return a tensor or array of real "
+                            f"numbers, got {type(out).__name__}") from None
+    return leaves, out
+
+
+def _cast(g, like):
+    """A gradient as an array with the input's shape and dtype."""
+    if g is None:
+        return np.zeros(like.shape, like.dtype)
+    return g.astype(like.dtype, copy=False)
+
+
+def _value(out):
+    v = out.detach().numpy()
+    return v[()] if v.ndim == 0 else v.copy()
+
+
+# -- the transforms -------------------------------------------------------------------
+def value_and_grad(f, argnums=0):
+    """``f`` and its gradient in one pass: a function returning ``(value, grad)``.
+
+    ``f`` must return one number (a one-element tensor or array); its
+    arguments at ``argnums`` may be arrays, numbers or tensors, and their
+    gradients come back as ndarrays of the same shapes and dtypes (a tuple
+    when ``argnums`` is a tuple).  The pair is what
+    ``scipy.optimize.minimize(fun, x0, jac=True)`` expects.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> f = lambda x: (x ** 2).sum()
+    >>> value, g = tg.value_and_grad(f)(np.array([1.0, 2.0]))
+    >>> float(value), g
+    (5.0, array([2., 4.]))
+    """
+    def value_and_grad_f(*args):
+        single, nums = _argnums(argnums, len(args), "value_and_grad")
+        leaves, out = _call(f, args, nums, "value_and_grad")
+        if out.size != 1:
+            raise TypeError(
+                f"grad requires a function with one output number; this one returned shape "
+                f"{out.shape}: use tg.jacobian, or tg.vjp with a cotangent")
+        gs = reverse([out], [np.ones((1, 1))], leaves)
+        grads = tuple(_cast(None if g is None else g[0], x.numpy())
+                      for g, x in zip(gs, leaves))
+        value = float(out.detach().numpy().reshape(()))
+        return value, (grads[0] if single else grads)
+    value_and_grad_f.__name__ = f"value_and_grad({getattr(f, '__name__', 'f')})"
+    return value_and_grad_f
+
+
+def grad(f, argnums=0):
+    """The gradient of a scalar function, as a function.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> df = tg.grad(lambda x, y: (x * y).sum(), argnums=(0, 1))
+    >>> df(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
+    (array([3., 4.]), array([1., 2.]))
+    """
+    vg = value_and_grad(f, argnums)
+
+    def grad_f(*args):
+        return vg(*args)[1]
+    grad_f.__name__ = f"grad({getattr(f, '__name__', 'f')})"
+    return grad_f
+
+
+def vjp(f, *primals):
+    """``(f(*primals), vjp_fn)``: ``vjp_fn(cotangent)`` gives ``cotangent^T J`` for
+    every primal, as a tuple of arrays.
+
+    ``vjp_fn`` may be called many times.  A batch of cotangents (shape
+    ``(p,) + out.shape``) goes through one vector sweep and gives arrays of
+    shape ``(p,) + primal.shape``.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> out, vjp_fn = tg.vjp(lambda x: x * np.array([1.0, 2.0, 3.0]), np.ones(3))
+    >>> vjp_fn(np.array([1.0, 1.0, 0.0]))
+    (array([1., 2., 0.]),)
+    >>> vjp_fn(np.eye(3))[0]       # three cotangents at once: the Jacobian
+    array([[1., 0., 0.],
+           [0., 2., 0.],
+           [0., 0., 3.]])
+    """
+    leaves, out = _call(f, primals, tuple(range(len(primals))), "vjp")
+    value = _value(out)
+
+    def vjp_fn(cotangent):
+        c = np.asarray(cotangent._data if isinstance(cotangent, Tensor) else cotangent,
+                       dtype=np.float64)
+        if c.shape == out.shape:
+            batch = False
+            c = c[None]
+        elif c.shape[1:] == out.shape and c.ndim == out.ndim + 1:
+            batch = True
+        else:
+            raise ValueError(
+                f"vjp: the cotangent has shape {c.shape}; it must have the output's shape "
+                f"{out.shape}, or (p,) + {out.shape} for a batch of p cotangents")
+        if not out._requires_grad:
+            gs = [None] * len(leaves)
+        else:
+            gs = reverse([out], [c], leaves, retain_graph=True)
+        res = []
+        for g, x in zip(gs, leaves):
+            like = x.numpy()
+            g = np.zeros((c.shape[0],) + like.shape) if g is None else g
+            g = g.astype(like.dtype, copy=False)
+            res.append(g if batch else g[0])
+        return tuple(res)
+    return value, vjp_fn
+
+
+def jacobian(f, argnums=0):
+    """The Jacobian of ``f``, shape ``out.shape + in.shape``, as a function.
+
+    Computed by vector reverse mode: the output's m unit seeds go through one
+    compiled sweep together (in chunks of rows when the adjoints of all m
+    would take more than ``tapegrad.functional.JACOBIAN_BYTES``).  There is no
+    forward mode yet, so a function with far more outputs than inputs costs
+    m reverse vectors where n tangents would do.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> A = np.array([[1.0, 2.0], [3.0, 4.0]])
+    >>> tg.jacobian(lambda x: np.tanh(A @ x) * 0 + A @ x)(np.zeros(2))
+    array([[1., 2.],
+           [3., 4.]])
+    """
+    def jacobian_f(*args):
+        single, nums = _argnums(argnums, len(args), "jacobian")
+        leaves, out = _call(f, args, nums, "jacobian")
+        m = out.size
+        if not out._requires_grad:
+            gs = [None] * len(leaves)
+        else:
+            tape = current()
+            per_vector = max(int(tape.size[:out._rec + 1].sum()), 1) * 8 if out._tok else 8
+            chunk = int(max(1, min(m, JACOBIAN_BYTES // per_vector)))
+            eye = np.eye(m)
+            parts = []
+            for lo in range(0, m, chunk):
+                hi = min(m, lo + chunk)
+                parts.append(reverse([out], [eye[lo:hi].reshape((hi - lo,) + out.shape)],
+                                     leaves, retain_graph=hi < m))
+            gs = [None if any(p[i] is None for p in parts) else
+                  np.concatenate([p[i] for p in parts]) for i in range(len(leaves))]
+        res = []
+        for g, x in zip(gs, leaves):
+            like = x.numpy()
+            J = np.zeros(out.shape + like.shape) if g is None else g.reshape(
+                out.shape + like.shape)
+            res.append(J.astype(like.dtype, copy=False))
+        return res[0] if single else tuple(res)
+    jacobian_f.__name__ = f"jacobian({getattr(f, '__name__', 'f')})"
+    return jacobian_f
+
+
+# -- PyTorch's torch.autograd.grad ------------------------------------------------------
+def _as_list(x):
+    return [x] if isinstance(x, Tensor) else list(x)
+
+
+def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+                  allow_unused=False):
+    """PyTorch's ``torch.autograd.grad``: the gradients of ``outputs`` (seeded
+    with ``grad_outputs``) with respect to ``inputs``, as a tuple of tensors;
+    no ``.grad`` is touched.  Exposed as ``tapegrad.autograd.grad``.
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> x = tg.tensor([1.0, 2.0], requires_grad=True)
+    >>> (g,) = tg.autograd.grad((x * x).sum(), x)
+    >>> g, x.grad
+    (tensor([2.0, 4.0]), None)
+    """
+    outputs, inputs = _as_list(outputs), _as_list(inputs)
+    if create_graph:
+        raise NotImplementedError(
+            "create_graph=True is not supported: tapegrad does not record its backward "
+            "pass, so gradients cannot be differentiated again. Second derivatives "
+            "(tg.hessian, tg.hvp, by forward-over-reverse on the tape) are planned but not "
+            "built yet")
+    for x in inputs:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"grad: inputs must be tensors, got {type(x).__name__}")
+        if not x._requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    grad_outputs = _as_list(grad_outputs) if not isinstance(grad_outputs, (list, tuple)) \
+        else list(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"grad_outputs has {len(grad_outputs)} entries for "
+                           f"{len(outputs)} outputs")
+    from .autograd import _seed
+    seeds = []
+    for t, g in zip(outputs, grad_outputs):
+        if not isinstance(t, Tensor) or not t._requires_grad:
+            raise RuntimeError(
+                "element 0 of tensors does not require grad and does not have a grad_fn")
+        seeds.append(_seed(t, g)[None, :])
+    gs = reverse(outputs, seeds, inputs, retain_graph=bool(retain_graph))
+    res = []
+    for i, (g, x) in enumerate(zip(gs, inputs)):
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError(
+                    f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
+                    "to not have been used in the graph. Set allow_unused=True if this is "
+                    "the desired behavior.")
+            res.append(None)
+        else:
+            res.append(tensor(g[0].reshape(x.shape).astype(x.dtype, copy=False)))
+    return tuple(res)
+
+
+def backward_to(t, gradient, retain_graph, inputs):
+    """``t.backward(gradient, retain_graph, inputs=inputs)``: accumulate into
+    the given tensors' ``.grad`` only."""
+    from .autograd import _accumulate, _seed
+    inputs = _as_list(inputs)
+    if not inputs:
+        raise RuntimeError("backward: inputs= was given but is empty; pass the tensors "
+                           "to accumulate gradients into, or leave inputs out")
+    for x in inputs:
+        if not isinstance(x, Tensor) or not x._requires_grad:
+            raise RuntimeError("backward: every tensor in inputs= must require grad; "
+                               f"got {type(x).__name__ if not isinstance(x, Tensor) else x!r}")
+    if not t._requires_grad:
+        raise RuntimeError(
+            "element 0 of tensors does not require grad and does not have a grad_fn")
+    seed = _seed(t, gradient)[None, :]
+    gs = reverse([t], [seed], inputs, retain_graph=retain_graph)
+    for x, g in zip(inputs, gs):
+        if g is not None:
+            if x._tok is not None and not hasattr(x, "_grad"):
+                x._grad = None  # a non-leaf named in inputs= gets a .grad (PyTorch)
+            _accumulate(x, g[0].reshape(x.shape))
+
+
+# -- gradcheck ------------------------------------------------------------------------
+class GradcheckError(RuntimeError):
+    """Raised by :func:`gradcheck` when analytic and numerical derivatives differ."""
+
+
+def gradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
+    """Compare ``f``'s Jacobian from the reverse sweep with central differences.
+
+    Every input is perturbed element by element in float64 (``eps``); an
+    element fails when ``|analytic - numerical| > atol + rtol * |numerical|``.
+    Returns True, or raises :class:`GradcheckError` naming the worst element
+    (or returns False with ``raise_exception=False``).
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> tg.gradcheck(lambda x, y: np.sin(x) * y, np.array([0.1, 0.2]), np.array([1.0, 2.0]))
+    True
+    """
+    xs = [np.array(x.detach().numpy() if isinstance(x, Tensor) else x, dtype=np.float64)
+          for x in inputs]
+    jac = jacobian(f, argnums=tuple(range(len(xs))))(*xs)
+
+    def plain(*args):
+        out = f(*[tensor(a) for a in args])
+        return np.asarray(out.detach().numpy() if isinstance(out, Tensor) else out,
+                          dtype=np.float64)
+    worst = (0.0, None)
+    for i, (x, J) in enumerate(zip(xs, jac)):
+        out_shape = J.shape[:J.ndim - x.ndim]
+        for j in np.ndindex(x.shape):
+            hi = [a.copy() for a in xs]
+            lo = [a.copy() for a in xs]
+            hi[i][j] += eps
+            lo[i][j] -= eps
+            num = ((plain(*hi) - plain(*lo)) / (2 * eps)).reshape(out_shape)
+            ana = J[(Ellipsis,) + j]
+            err = np.abs(ana - num) - (atol + rtol * np.abs(num))
+            if err.size and err.max() > worst[0]:
+                o = tuple(int(c) for c in np.unravel_index(int(err.argmax()), err.shape))
+                worst = (err.max(), (i, j, o, float(ana[o]), float(num[o])))
+    if worst[1] is None:
+        return True
+    i, j, o, a, n = worst[1]
+    msg = (f"Jacobian mismatch for input {i}: d output{list(o)} / d input{[int(c) for c in j]} is "
+           f"{a!r} from the reverse sweep but {n!r} by central differences "
+           f"(atol={atol}, rtol={rtol}, eps={eps})")
+    if raise_exception:
+        raise GradcheckError(msg)
+    return False

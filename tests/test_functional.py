@@ -1,0 +1,229 @@
+"""Function transforms (grad, value_and_grad, vjp, jacobian, gradcheck),
+tapegrad.autograd.grad and backward(inputs=): closed forms, finite
+differences, and vector mode (p seeds in one sweep) against the same seeds
+one by one for every op in the registry."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tapegrad as tg
+from tapegrad import functional as F
+
+from oracle import close, leaf
+from test_gradients import CASES
+
+
+def rosenbrock(x):
+    return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+
+
+def rosenbrock_grad(x):
+    g = np.zeros_like(x)
+    g[:-1] = -400.0 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2.0 * (1.0 - x[:-1])
+    g[1:] += 200.0 * (x[1:] - x[:-1] ** 2)
+    return g
+
+
+# -- grad, value_and_grad ----------------------------------------------------------------
+def test_grad_matches_closed_form():
+    x = np.random.default_rng(0).uniform(-2, 2, 7)
+    g = tg.grad(rosenbrock)(x)
+    assert type(g) is np.ndarray and g.dtype == np.float64
+    close(g, rosenbrock_grad(x), rtol=1e-13)
+
+
+def test_value_and_grad_argnums_numbers_and_dtypes():
+    f = lambda a, b, c: (a * b).sum() * c  # noqa: E731
+    a, b = np.array([1.0, 2.0]), np.array([3.0, 4.0], np.float32)
+    v, (ga, gb, gc) = tg.value_and_grad(f, argnums=(0, 1, 2))(a, b, 2)
+    assert v == 22.0 and isinstance(v, float)
+    close(ga, 2 * b)
+    assert gb.dtype == np.float32
+    close(gb, 2 * a)
+    close(gc, 11.0)
+    # the caller's arrays are copied: untouched and still writable
+    a[0] = 5.0
+    assert tg.grad(f, argnums=-1)(a, b, 1.0).shape == ()
+
+
+def test_grad_of_a_function_that_ignores_its_input_is_zero():
+    close(tg.grad(lambda x: np.float64(3.0) + 0 * x.sum() * 0)(np.ones(3)), np.zeros(3))
+    close(tg.grad(lambda x: 3.0)(np.ones(2)), np.zeros(2))
+
+
+def test_grad_touches_no_tensors_grad():
+    w = leaf([1.0, 2.0])
+    g = tg.grad(lambda x: (x * w).sum())(np.array([3.0, 4.0]))
+    close(g, [1.0, 2.0])
+    assert w.grad is None
+
+
+def test_grad_errors():
+    with pytest.raises(TypeError, match=r"one output number.*shape \(2,\)"):
+        tg.grad(lambda x: x * 2)(np.ones(2))
+    with pytest.raises(ValueError, match="argnums 3"):
+        tg.grad(lambda x: x.sum(), argnums=3)(np.ones(2))
+    with pytest.raises(TypeError, match="real numbers"):
+        tg.grad(lambda x: x.sum())(np.array(["a"]))
+    with pytest.raises(TypeError, match="must return a tensor or array"):
+        tg.grad(lambda x: "no")(np.ones(2))
+
+
+def test_value_and_grad_drives_scipy_minimize():
+    optimize = pytest.importorskip("scipy.optimize")
+    res = optimize.minimize(tg.value_and_grad(rosenbrock), np.zeros(5), jac=True,
+                            method="BFGS")
+    assert res.success
+    close(res.x, np.ones(5), rtol=1e-4, atol=1e-4)
+
+
+# -- vjp -------------------------------------------------------------------------------
+def test_vjp_single_batched_and_repeated():
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((4, 3))
+    f = lambda x, y: np.tanh(A @ x) * y  # noqa: E731
+    x, y = rng.standard_normal(3), rng.standard_normal(4)
+    out, vjp_fn = tg.vjp(f, x, y)
+    close(out, np.tanh(A @ x) * y)
+    C = rng.standard_normal((5, 4))
+    gx, gy = vjp_fn(C)                      # five cotangents, one sweep
+    assert gx.shape == (5, 3) and gy.shape == (5, 4)
+    for k in range(5):                      # the same one by one, twice over
+        for _ in range(2):
+            hx, hy = vjp_fn(C[k])
+            close(hx, gx[k])
+            close(hy, gy[k])
+    t = np.tanh(A @ x)
+    close(gy, C * t)
+    close(gx, (C * y * (1 - t ** 2)) @ A)
+
+
+def test_vjp_cotangent_shape_error():
+    _, vjp_fn = tg.vjp(lambda x: x * 2.0, np.ones(3))
+    with pytest.raises(ValueError, match=r"shape \(2,\).*\(p,\) \+ \(3,\)"):
+        vjp_fn(np.ones(2))
+    close(vjp_fn(np.ones(3))[0], [2.0, 2.0, 2.0])  # still usable
+
+
+# -- jacobian ----------------------------------------------------------------------------
+def test_jacobian_of_tanh_Ax_times_x():
+    rng = np.random.default_rng(2)
+    n = 30
+    A = rng.standard_normal((n, n)) / np.sqrt(n)
+    x = rng.standard_normal(n)
+    J = tg.jacobian(lambda x: np.tanh(A @ x) * x)(x)
+    t = np.tanh(A @ x)
+    close(J, np.diag(t) + ((1 - t ** 2) * x)[:, None] * A, rtol=1e-12, atol=1e-15)
+
+
+def test_jacobian_shapes_argnums_and_chunks(monkeypatch):
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal(3)
+    f = lambda a, b: np.sin(a) * b + a.sum()  # noqa: E731
+    Ja, Jb = tg.jacobian(f, argnums=(0, 1))(a, b)
+    assert Ja.shape == (2, 3, 2, 3) and Jb.shape == (2, 3, 3)
+    monkeypatch.setattr(F, "JACOBIAN_BYTES", 16)   # one row per chunk
+    Ja2, Jb2 = tg.jacobian(f, argnums=(0, 1))(a, b)
+    close(Ja2, Ja)
+    close(Jb2, Jb)
+    expect = np.einsum("ij,ik,jl->ijkl", np.cos(a) * b, np.eye(2), np.eye(3)) + 1.0
+    close(Ja, expect)
+
+
+def test_jacobian_float32_and_constant_output():
+    J = tg.jacobian(lambda x: x * 3.0)(np.ones(2, np.float32))
+    assert J.dtype == np.float32
+    close(J, 3 * np.eye(2))
+    close(tg.jacobian(lambda x: np.ones(3))(np.ones(2)), np.zeros((3, 2)))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_vector_mode_equals_one_seed_at_a_time(name):
+    """Every registry op: p seeds through one vector sweep give the same VJPs
+    as the one-vector sweep, seed by seed (itself checked against finite
+    differences in test_gradients)."""
+    strategy, fn = CASES[name]
+
+    @settings(max_examples=5, deadline=None)
+    @given(case=strategy, seed=st.integers(0, 2**32 - 1))
+    def run(case, seed):
+        shapes, domains, params = case
+        rng = np.random.default_rng(seed)
+        arrays = [d(rng, s) for d, s in zip(domains, shapes)]
+        leaves = [tg.tensor(a, requires_grad=True) for a in arrays]
+        y = fn(*leaves, **params)
+        p = 3
+        seeds = rng.standard_normal((p,) + y.shape)
+        batched = F.reverse([y], [seeds], leaves, retain_graph=True)
+        for k in range(p):
+            one = F.reverse([y], [seeds[k][None]], leaves, retain_graph=True)
+            for gb, g1 in zip(batched, one):
+                assert (gb is None) == (g1 is None)
+                if gb is not None:
+                    np.testing.assert_allclose(gb[k], g1[0], rtol=1e-12, atol=1e-12)
+
+    run()
+
+
+# -- tg.autograd.grad and backward(inputs=) -------------------------------------------------
+def test_autograd_grad_like_pytorch():
+    x, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    h = x * w                                  # a non-leaf input
+    y = (h * h).sum()
+    gx, gh = tg.autograd.grad(y, [x, h], retain_graph=True)
+    close(gx, 2 * (x.numpy() * w.numpy()) * w.numpy())
+    close(gh, 2 * h.numpy())
+    assert x.grad is None and w.grad is None
+    (gw,) = tg.autograd.grad([y, h.sum()], w, grad_outputs=[2.0, None])
+    close(gw, 2 * 2 * h.numpy() * x.numpy() + x.numpy())
+    with pytest.raises(RuntimeError, match="second time"):
+        tg.autograd.grad(y, x)
+
+
+def test_autograd_grad_errors():
+    x, z = leaf([1.0]), leaf([2.0])
+    y = (x * 2).sum()
+    with pytest.raises(RuntimeError, match="appears to not have been used"):
+        tg.autograd.grad(y, [x, z], retain_graph=True)
+    assert tg.autograd.grad(y, [x, z], allow_unused=True, retain_graph=True)[1] is None
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        tg.autograd.grad(y, [tg.tensor([1.0])], retain_graph=True)
+    with pytest.raises(NotImplementedError, match="create_graph"):
+        tg.autograd.grad(y, x, create_graph=True)
+    close(tg.autograd.grad(y, x)[0], [2.0])     # the graph survived the errors
+
+
+def test_backward_inputs_restricts_accumulation():
+    x, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    h = x * w
+    y = (h * x).sum()
+    y.backward(inputs=[w, h], retain_graph=True)
+    assert x.grad is None
+    close(w.grad, x.numpy() ** 2)
+    close(h.grad, x.numpy())
+    y.backward(inputs=[w])
+    close(w.grad, 2 * x.numpy() ** 2)
+    with pytest.raises(RuntimeError, match="inputs= was given but is empty"):
+        (x * 2).sum().backward(inputs=[])
+
+
+# -- gradcheck ---------------------------------------------------------------------------
+class _WrongSin(tg.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return np.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * np.cos(x) * np.where(np.arange(x.size) == 2, 1.5, 1.0)
+
+
+def test_gradcheck_passes_and_names_the_worst_element():
+    x = np.linspace(0.1, 0.9, 4)
+    assert tg.gradcheck(lambda a, b: np.exp(a) * b.sum(), x, x[:2])
+    with pytest.raises(tg.GradcheckError, match=r"d output\[2\] / d input\[2\]"):
+        tg.gradcheck(_WrongSin.apply, x)
+    assert tg.gradcheck(_WrongSin.apply, x, raise_exception=False) is False
