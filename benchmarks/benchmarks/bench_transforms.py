@@ -1,0 +1,36 @@
+"""asv benchmarks of the function transforms (``benchmarks/transform_workloads.py``):
+the Jacobian of ``tanh(A @ x) * x`` for n = 200 by vector reverse mode, and
+the gradient of the scalar chain and of the elementwise workload through
+``tg.grad`` beside the same gradient through ``backward()`` (the transform
+should add no real cost: the two timings of a workload should match)."""
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import transform_workloads as tw  # noqa: E402
+
+from .bench_core import _tapegrad  # noqa: E402
+
+_DATA = {}
+
+
+def _data():
+    if not _DATA:
+        _DATA.update(tw.inputs())
+    return _DATA
+
+
+class Transforms:
+    params = ["jacobian", "grad_chain", "backward_chain", "grad_elementwise",
+              "backward_elementwise"]
+    param_names = ["workload"]
+
+    def setup(self, workload):
+        data = _data()
+        self.args = data["jacobian" if workload == "jacobian" else workload.split("_")[1]]
+        self.fn = tw.tapegrad_fns(_tapegrad())[workload]
+        self.fn(*self.args)  # compiles the kernels once
+
+    def time_transform(self, workload):
+        self.fn(*self.args)

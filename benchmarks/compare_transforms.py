@@ -1,0 +1,77 @@
+#!/usr/bin/env python
+"""Side-by-side table of the function transforms (see transform_workloads.py):
+tapegrad against PyTorch, JAX (jit, steady state) and HIPS autograd where they
+are installed, one thread, medians in ms; plus tg.grad against backward().
+
+Run: ``python benchmarks/compare_transforms.py [-n REPEAT]``.
+"""
+import argparse
+import gc
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
+            "XLA_FLAGS"):
+    os.environ.setdefault(var, "1" if var != "XLA_FLAGS" else
+                          "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import transform_workloads as tw  # noqa: E402
+
+
+def median_ms(fn, args, repeat):
+    for _ in range(3):
+        fn(*args)
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("-n", "--repeat", type=int, default=21)
+    args = parser.parse_args()
+    import tapegrad as tg
+    data = tw.inputs()
+    columns = {"tapegrad": tw.tapegrad_fns(tg)}
+    for name, loader in (("torch", "torch"), ("jax", "jax"), ("autograd", "autograd")):
+        try:
+            mod = __import__(loader)
+        except ImportError:
+            continue
+        if name == "torch":
+            mod.set_num_threads(1)
+        columns[name] = getattr(tw, f"{name}_fns")(mod)
+    for fns in columns.values():
+        tw.check(fns, data)
+    print(f"median of {args.repeat}, one thread; columns present: {', '.join(columns)}\n")
+    print("| Jacobian of tanh(A @ x) * x, n = 200 | ms | x tapegrad |")
+    print("|---|---:|---:|")
+    base = median_ms(columns["tapegrad"]["jacobian"], data["jacobian"], args.repeat)
+    print(f"| tapegrad `tg.jacobian` (vector reverse mode) | {base:.2f} | 1.0 |")
+    labels = {"torch": "PyTorch `jacobian(vectorize=True)`", "jax": "JAX `jit(jacrev)`",
+              "autograd": "autograd `jacobian`"}
+    for name, fns in columns.items():
+        if name != "tapegrad":
+            ms = median_ms(fns["jacobian"], data["jacobian"], args.repeat)
+            print(f"| {labels[name]} | {ms:.2f} | {ms / base:.2f} |")
+    print("\n| gradient via | tg.grad (ms) | backward() (ms) | ratio |")
+    print("|---|---:|---:|---:|")
+    t = columns["tapegrad"]
+    for name in ("chain", "elementwise"):
+        g = median_ms(t["grad_" + name], data[name], args.repeat)
+        b = median_ms(t["backward_" + name], data[name], args.repeat)
+        print(f"| {name} | {g:.2f} | {b:.2f} | {g / b:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Workloads of the function transforms, shared by ``compare_transforms.py``
+and the asv suite (``benchmarks/bench_transforms.py``):
+
+* ``jacobian``: the full Jacobian of ``f(x) = tanh(A @ x) * x``, n = m = 200;
+* ``grad_chain`` / ``backward_chain``: the gradient of the 8,000-record scalar
+  chain through ``tg.grad`` and through ``backward()``;
+* ``grad_elementwise`` / ``backward_elementwise``: the same for
+  ``(3*a + 2*b*b + log(c)).sum()`` on 1e6-element vectors.
+
+Each implementation returns its result as NumPy arrays; ``check`` asserts
+that they agree before anything is timed.
+"""
+import pathlib
+import sys
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "benchmarks"))
+
+import workloads as W  # noqa: E402
+
+JAC_N = 200
+
+
+def inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((JAC_N, JAC_N)) / np.sqrt(JAC_N)
+    x = rng.standard_normal(JAC_N)
+    return {"jacobian": (A, x),
+            "chain": (W.CHAIN_X0,),
+            "elementwise": W.elementwise_inputs()}
+
+
+def jacobian_exact(A, x):
+    t = np.tanh(A @ x)
+    return np.diag(t) + ((1 - t ** 2) * x)[:, None] * A
+
+
+def tapegrad_fns(tg):
+    def jacobian(A, x):
+        return tg.jacobian(lambda x: np.tanh(A @ x) * x)(x)
+
+    def grad_chain(x0):
+        return tg.grad(lambda x: W.tg_chain(tg, x))(x0)
+
+    def backward_chain(x0):
+        x = tg.tensor(x0, requires_grad=True)
+        W.tg_chain(tg, x).backward()
+        return x.grad.numpy()
+
+    def grad_elementwise(a, b, c):
+        return tg.grad(lambda a, b, c: W.tg_elementwise(tg, a, b, c), argnums=(0, 1, 2))(a, b, c)
+
+    def backward_elementwise(a, b, c):
+        ts = [tg.tensor(v, requires_grad=True) for v in (a, b, c)]
+        W.tg_elementwise(tg, *ts).backward()
+        return tuple(t.grad.numpy() for t in ts)
+
+    return {"jacobian": jacobian, "grad_chain": grad_chain, "backward_chain": backward_chain,
+            "grad_elementwise": grad_elementwise, "backward_elementwise": backward_elementwise}
+
+
+def torch_fns(torch):
+    def jacobian(A, x):
+        At = torch.from_numpy(A)
+        f = lambda x: torch.tanh(At @ x) * x  # noqa: E731
+        return torch.autograd.functional.jacobian(f, torch.from_numpy(x), vectorize=True).numpy()
+    return {"jacobian": jacobian}
+
+
+def jax_fns(jax):
+    import jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
+    cache = {}
+
+    def jacobian(A, x):
+        if "jac" not in cache:
+            cache["jac"] = jax.jit(jax.jacrev(lambda A, x: jnp.tanh(A @ x) * x, argnums=1))
+        return np.asarray(cache["jac"](A, x).block_until_ready())
+    return {"jacobian": jacobian}
+
+
+def autograd_fns(ag):
+    import autograd.numpy as anp
+
+    def jacobian(A, x):
+        return ag.jacobian(lambda x: anp.tanh(A @ x) * x)(x)
+    return {"jacobian": jacobian}
+
+
+def check(fns, data):
+    if "jacobian" in fns:
+        np.testing.assert_allclose(fns["jacobian"](*data["jacobian"]),
+                                   jacobian_exact(*data["jacobian"]), rtol=1e-10, atol=1e-12)
+    for name in ("chain", "elementwise"):
+        g, b = fns.get("grad_" + name), fns.get("backward_" + name)
+        if g and b:
+            got, want = g(*data[name]), b(*data[name])
+            for u, v in zip(np.atleast_1d(got) if name == "chain" else got,
+                            np.atleast_1d(want) if name == "chain" else want):
+                np.testing.assert_allclose(u, v, rtol=1e-12)
