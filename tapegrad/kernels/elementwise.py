@@ -163,6 +163,9 @@ def d_binary(sub, a, b, y):
 
 
 # -- array kernels ---------------------------------------------------------------
+_CONST = C.code(C.K_NONE, C.CONST)
+
+
 @inline
 def _put(gx, i, v, first):
     """``gx[i] = v`` on the first write to an unzeroed adjoint, else ``+=``.
@@ -246,6 +249,15 @@ def _binary_same_shape(sub, g, xa, xb, y, ga, gb, first):
 
 
 @inline
+def _binary_one_side(sub, g, xa, xb, y, gx, first, left):
+    """Same-shape binary VJP into one operand only (the other is a constant,
+    whose adjoint nobody reads: writing it would be a wasted output stream)."""
+    for i in range(g.size):
+        da, db = d_binary(sub, xa[i], xb[i], y[i])
+        _put(gx, i, g[i] * (da if left else db), first)
+
+
+@inline
 def _binary_self(sub, g, x, y, gx, first):
     for i in range(g.size):
         da, db = d_binary(sub, x[i], x[i], y[i])
@@ -297,13 +309,29 @@ def nary_vjp(T, r, sub):
         else:
             _binary_self(sub, g, xa, y, ga, first)
         return
+    ca, cb = T[0][ar] == _CONST, T[0][br] == _CONST
     if ma == n and mb == n and (sub == C.ADD or sub == C.SUB) and alias(T, ar, r):
-        # a now owns g as its adjoint; b receives +-g
+        # a now owns g as its adjoint; b receives +-g (unless b is a constant)
+        if cb:
+            return
         first = claim(T, br)
         if sub == C.ADD:
             _unary_loop(C.IDENT, g, xb, y, gb, first)
         else:
             _unary_loop(C.NEG, g, xb, y, gb, first)
+        return
+    if ma == n and mb == n and (ca or cb):  # x op constant, constant op x
+        if ca and cb:
+            return
+        xr = br if ca else ar
+        first = claim(T, xr)
+        gx = adjoint(T, xr)
+        if sub == C.MUL:
+            _binary_one_side(C.MUL, g, xa, xb, y, gx, first, cb)
+        elif sub == C.SUB:
+            _binary_one_side(C.SUB, g, xa, xb, y, gx, first, cb)
+        else:
+            _binary_one_side(sub, g, xa, xb, y, gx, first, cb)
         return
     if ma == n and mb == n:  # the common case: no broadcasting
         fa, fb = claim(T, ar), claim(T, br)
@@ -327,13 +355,17 @@ def nary_vjp(T, r, sub):
             ia = _operand_index(i, n, ma)
             ib = _operand_index(i, n, mb)
             da, db = d_binary(sub, xa[ia], xb[ib], y[i])
-            ga[ia] += g[i] * da
-            gb[ib] += g[i] * db
+            if not ca:
+                ga[ia] += g[i] * da
+            if not cb:
+                gb[ib] += g[i] * db
         return
     shape, strides, cnt, pos = odometer(ip, b, nd, 2)
     for i in range(n):
         ia, ib = pos[0], pos[1]
         da, db = d_binary(sub, xa[ia], xb[ib], y[i])
-        ga[ia] += g[i] * da
-        gb[ib] += g[i] * db
+        if not ca:
+            ga[ia] += g[i] * da
+        if not cb:
+            gb[ib] += g[i] * db
         advance(shape, strides, cnt, pos)

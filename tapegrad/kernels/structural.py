@@ -30,22 +30,77 @@ def _out_map(ip, b, nd, n, m):
 
 
 @inline
+def _runs(ip, b, nd, n, m):
+    """``(A, R, C)`` when the reduced axes (those of size > 1) are one
+    contiguous run -- every reduction over one axis, or over the leading or
+    trailing ones: input element ``i = (a*R + r)*C + c`` then belongs to
+    output ``a*C + c``, which a cursor tracks with no index map and no
+    division.  ``R == 0`` when the axes are scattered (use ``_out_map``).
+    A full reduction (``m == 1``) may carry no parameters at all."""
+    if m == 1:
+        return 1, n, 1
+    shape = ip[b + 1:b + 1 + nd]
+    st = ip[b + 1 + nd:b + 1 + 2 * nd]
+    d0, d1 = nd, -1
+    for d in range(nd):
+        if shape[d] > 1 and st[d] == 0:
+            d0 = min(d0, d)
+            d1 = d
+    for d in range(d0, d1 + 1):
+        if shape[d] > 1 and st[d] != 0:
+            return 0, 0, 0
+    if d1 < 0:  # nothing reduced
+        return n, 1, 1
+    A, R, Cn = 1, 1, 1
+    for d in range(nd):
+        if d < d0:
+            A *= shape[d]
+        elif d <= d1:
+            R *= shape[d]
+        else:
+            Cn *= shape[d]
+    return A, R, Cn
+
+
+@inline
+def _step(a, q, c, R, Cn):
+    """Advance the ``_runs`` cursor by one input element."""
+    c += 1
+    if c == Cn:
+        c = 0
+        q += 1
+        if q == R:
+            q = 0
+            a += 1
+    return a, q, c
+
+
+@inline
 def _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub):
     """softmax: gx = y (g - sum(g y)); log_softmax: gx = g - exp(y) sum(g), with
     the sums over the reduced axes (``ip`` as for reductions)."""
-    om = _out_map(ip, b, nd, n, 2)  # the output is not reduced: always a map
-    rows = om.max() + 1 if n else 0
+    A, R, Cn = _runs(ip, b, nd, n, 2)
+    om = _out_map(ip, b, nd, n, 2) if R == 0 else np.zeros(0, np.int64)
+    rows = (om.max() + 1 if n else 0) if R == 0 else A * Cn
     acc = np.zeros(rows)
     y = value(T, r)
+    a, q, c = 0, 0, 0
     for i in range(n):
-        acc[om[i]] += g[i] * y[i] if sub == C.SOFTMAX else g[i]
+        j = om[i] if R == 0 else a * Cn + c
+        acc[j] += g[i] * y[i] if sub == C.SOFTMAX else g[i]
+        if R != 0:
+            a, q, c = _step(a, q, c, R, Cn)
     first = claim(T, xr)
+    a, q, c = 0, 0, 0
     for i in range(n):
+        j = om[i] if R == 0 else a * Cn + c
         if sub == C.SOFTMAX:
-            d = y[i] * (g[i] - acc[om[i]])
+            d = y[i] * (g[i] - acc[j])
         else:
-            d = g[i] - math.exp(y[i]) * acc[om[i]]
+            d = g[i] - math.exp(y[i]) * acc[j]
         gx[i] = d + (0.0 if first else gx[i])
+        if R != 0:
+            a, q, c = _step(a, q, c, R, Cn)
 
 
 @kernel
@@ -61,15 +116,17 @@ def reduce_vjp(T, r, sub):
     if sub == C.SOFTMAX or sub == C.LOG_SOFTMAX:
         _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub)
         return
-    om = _out_map(ip, b, nd, n, m)
+    A, R, Cn = _runs(ip, b, nd, n, m)
+    om = _out_map(ip, b, nd, n, m) if R == 0 else np.zeros(0, np.int64)
     if sub == C.SUM or sub == C.MEAN:
         scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
-        if claim(T, xr):  # every element is written: assign
-            for i in range(n):
-                gx[i] = g[(om[i] if m > 1 else 0)] * scale
-        else:
-            for i in range(n):
-                gx[i] += g[(om[i] if m > 1 else 0)] * scale
+        first = claim(T, xr)  # every element is written: assign the first time
+        a, q, c = 0, 0, 0
+        for i in range(n):
+            j = (om[i] if m > 1 else 0) if R == 0 else a * Cn + c
+            gx[i] = g[j] * scale + (0.0 if first else gx[i])
+            if R != 0:
+                a, q, c = _step(a, q, c, R, Cn)
         return
     claim_zeroed(T, xr)
     x = value(T, xr)
@@ -77,34 +134,49 @@ def reduce_vjp(T, r, sub):
     if sub == C.MAX or sub == C.MIN:
         # ties share the gradient equally (as torch.amax / jax.numpy.max do)
         ties = np.zeros(m)
+        a, q, c = 0, 0, 0
         for i in range(n):
-            j = (om[i] if m > 1 else 0)
+            j = (om[i] if m > 1 else 0) if R == 0 else a * Cn + c
             if x[i] == y[j] or (x[i] != x[i] and y[j] != y[j]):
                 ties[j] += 1.0
+            if R != 0:
+                a, q, c = _step(a, q, c, R, Cn)
+        a, q, c = 0, 0, 0
         for i in range(n):
-            j = (om[i] if m > 1 else 0)
+            j = (om[i] if m > 1 else 0) if R == 0 else a * Cn + c
             if x[i] == y[j] or (x[i] != x[i] and y[j] != y[j]):
                 gx[i] += g[j] / ties[j]
+            if R != 0:
+                a, q, c = _step(a, q, c, R, Cn)
     elif sub == C.PROD:
         # product of the others, exact with zeros present
         zeros = np.zeros(m, np.int64)
         rest = np.ones(m)
+        a, q, c = 0, 0, 0
         for i in range(n):
-            j = (om[i] if m > 1 else 0)
+            j = (om[i] if m > 1 else 0) if R == 0 else a * Cn + c
             if x[i] == 0.0:
                 zeros[j] += 1
             else:
                 rest[j] *= x[i]
+            if R != 0:
+                a, q, c = _step(a, q, c, R, Cn)
+        a, q, c = 0, 0, 0
         for i in range(n):
-            j = (om[i] if m > 1 else 0)
+            j = (om[i] if m > 1 else 0) if R == 0 else a * Cn + c
             if zeros[j] == 0:
                 gx[i] += g[j] * rest[j] / x[i]
             elif zeros[j] == 1 and x[i] == 0.0:
                 gx[i] += g[j] * rest[j]
+            if R != 0:
+                a, q, c = _step(a, q, c, R, Cn)
     elif sub == C.LOGSUMEXP:
+        a, q, c = 0, 0, 0
         for i in range(n):
-            j = (om[i] if m > 1 else 0)
+            j = (om[i] if m > 1 else 0) if R == 0 else a * Cn + c
             gx[i] += g[j] * math.exp(x[i] - y[j])
+            if R != 0:
+                a, q, c = _step(a, q, c, R, Cn)
 
 
 @kernel

@@ -79,11 +79,22 @@ def _masked(op, pyname, a, axis, keepdims, where):
     return op(select_where(mask, a, _NEUTRAL[pyname]), axis=axis, keepdims=keepdims)
 
 
-def _logsumexp(a, axis=None, keepdims=False):
+def _shifted_exp(a, axis):
+    """``(exp(a - m), m)`` with m the finite part of the maxima over ``axis``:
+    the stable core of logsumexp and softmax, in two passes over a and one
+    array (exp runs in place)."""
     m = np.max(a, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0)
+    if not np.isfinite(m).all():  # rows of -inf (or inf, nan) shift by 0
+        m = np.where(np.isfinite(m), m, 0)
+    e = np.asarray(np.subtract(a, m, dtype=np.result_type(a, np.float32)))
+    return np.exp(e, out=e), m
+
+
+def _logsumexp(a, axis=None, keepdims=False):
+    e, m = _shifted_exp(a, axis)
+    s = np.sum(e, axis=axis, keepdims=True)
     with np.errstate(divide="ignore"):
-        out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
+        out = np.log(s) + m  # s is reduced: small
     return out if keepdims else np.squeeze(out, axis=axis)
 
 
@@ -183,9 +194,14 @@ def _softmax_like(code, x, axis, log):
     xd = x._data if isinstance(x, Tensor) else np.asarray(x)
     shape = np.shape(xd)
     axes = normalize_axis(axis, len(shape), "softmax")
-    data = xd - _logsumexp(xd, axis=axes, keepdims=True)
-    if not log:
-        data = np.exp(data)
+    if log:
+        data = xd - _logsumexp(xd, axis=axes, keepdims=True)
+    else:  # exp(x - m) / sum(exp(x - m)): one exp pass, in place
+        data, _ = _shifted_exp(xd, axes)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            data /= np.sum(data, axis=axes, keepdims=True)
+        if np.ndim(xd) == 0:
+            data = data[()]
     tape = current()
     if not (isinstance(x, Tensor) and x._requires_grad and tape.enabled):
         return _plain(data)
