@@ -32,8 +32,10 @@ from .ops.composite import (
     hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
     select, std, tensordot, trace, var, vdot, vsplit, vstack)
 from .ops.custom import ElementwiseOp, elementwise
+from .tracing import TracedFunction, compile, trace  # trace(array) is still numpy.trace
 from .functional import (
     GradcheckError, grad, gradcheck, jacobian, value_and_grad, vjp)
+from .forward import jacfwd, jvp
 from . import autograd
 from .ops.linalg import dot, einsum, matmul
 from . import linalg

@@ -27,8 +27,15 @@ JACOBIAN_BYTES = 256 * 2**20
 _arenas = threading.local()
 
 
+#: arenas up to this many float64s (32 MiB) stay with the thread for reuse;
+#: larger ones are allocated per call, so a big Jacobian holds no memory after
+_KEEP = 4 * 2**20
+
+
 def _scratch(name, n):
     """This thread's reusable arena ``name`` with room for n float64s."""
+    if n > _KEEP:
+        return np.empty(n)
     a = getattr(_arenas, name, None)
     if a is None or a.size < n:
         a = np.empty(max(n, 1024))
@@ -161,6 +168,8 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
     """
     p = seeds[0].shape[0]
     out = [None] * len(inputs)
+    if p == 0 or all(s.size == 0 for s in seeds):  # nothing to push back
+        return [None if p else np.zeros((0,) + x.shape) for x in inputs]
     live = [(t, s) for t, s in zip(roots, seeds) if t._requires_grad]
     direct = [(t, s) for t, s in live if t._tok is None]  # a root that is a leaf
     graph = [(t, s) for t, s in live if t._tok is not None]
@@ -386,14 +395,18 @@ def vjp(f, *primals):
     return value, vjp_fn
 
 
-def jacobian(f, argnums=0):
+def jacobian(f, argnums=0, *, mode="auto"):
     """The Jacobian of ``f``, shape ``out.shape + in.shape``, as a function.
 
     Computed by vector reverse mode: the output's m unit seeds go through one
     compiled sweep together (in chunks of rows when the adjoints of all m
-    would take more than ``tapegrad.functional.JACOBIAN_BYTES``).  There is no
-    forward mode yet, so a function with far more outputs than inputs costs
-    m reverse vectors where n tangents would do.
+    would take more than ``tapegrad.functional.JACOBIAN_BYTES``) -- or by
+    forward mode (:func:`tapegrad.jacfwd`: the n unit tangents in one tangent
+    sweep) when the inputs have at most half as many elements as the output
+    (``2 n <= m``), where n directions cost less than m vectors.  A function
+    that uses an op without a forward rule (a ``tg.Function``) always takes
+    reverse mode.  ``mode='reverse'`` or ``'forward'`` forces one (forward
+    raises NotImplementedError for such ops).
 
     Examples
     --------
@@ -403,11 +416,22 @@ def jacobian(f, argnums=0):
     array([[1., 2.],
            [3., 4.]])
     """
+    if mode not in ("auto", "reverse", "forward"):
+        raise ValueError(f"jacobian: mode must be 'auto', 'reverse' or 'forward', got {mode!r}")
+
     def jacobian_f(*args):
         single, nums = _argnums(argnums, len(args), "jacobian")
         leaves, out = _call(f, args, nums, "jacobian")
         m = out.size
-        if not out._requires_grad:
+        gs = None
+        if mode == "forward" and out._requires_grad:
+            from . import forward
+            gs = forward.forward_jacobian(leaves, out)
+        elif mode == "auto":
+            gs = _forward_jacobian(leaves, out)
+        if gs is not None:
+            pass
+        elif not out._requires_grad or m == 0:
             gs = [None] * len(leaves)
         else:
             tape = current()
@@ -430,6 +454,18 @@ def jacobian(f, argnums=0):
         return res[0] if single else tuple(res)
     jacobian_f.__name__ = f"jacobian({getattr(f, '__name__', 'f')})"
     return jacobian_f
+
+
+def _forward_jacobian(leaves, out):
+    """The Jacobian by forward mode when ``2 n <= m`` (see ``jacobian``), else
+    None; None as well when an op on the way has no forward rule."""
+    if not out._requires_grad or 2 * sum(int(x.size) for x in leaves) > out.size:
+        return None
+    from . import forward  # imports this module
+    try:
+        return forward.forward_jacobian(leaves, out)
+    except NotImplementedError:
+        return None
 
 
 # -- PyTorch's torch.autograd.grad ------------------------------------------------------
@@ -522,12 +558,13 @@ class GradcheckError(RuntimeError):
 
 
 def gradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
-    """Compare ``f``'s Jacobian from the reverse sweep with central differences.
+    """Compare ``f``'s Jacobian from the reverse sweep, and from the forward
+    tangent sweep where every op has a forward rule, with central differences.
 
     Every input is perturbed element by element in float64 (``eps``); an
     element fails when ``|analytic - numerical| > atol + rtol * |numerical|``.
-    Returns True, or raises :class:`GradcheckError` naming the worst element
-    (or returns False with ``raise_exception=False``).
+    Returns True, or raises :class:`GradcheckError` naming the mode and the
+    worst element (or returns False with ``raise_exception=False``).
 
     Examples
     --------
@@ -537,32 +574,44 @@ def gradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
     """
     xs = [np.array(x.detach().numpy() if isinstance(x, Tensor) else x, dtype=np.float64)
           for x in inputs]
-    jac = jacobian(f, argnums=tuple(range(len(xs))))(*xs)
+    nums = tuple(range(len(xs)))
+    jacs = {"reverse sweep": jacobian(f, argnums=nums, mode="reverse")(*xs)}
+    try:
+        jacs["forward tangent sweep"] = jacobian(f, argnums=nums, mode="forward")(*xs)
+    except NotImplementedError:  # an op without a forward rule (a tg.Function)
+        pass
 
     def plain(*args):
         out = f(*[tensor(a) for a in args])
         return np.asarray(out.detach().numpy() if isinstance(out, Tensor) else out,
                           dtype=np.float64)
-    worst = (0.0, None)
-    for i, (x, J) in enumerate(zip(xs, jac)):
-        out_shape = J.shape[:J.ndim - x.ndim]
+    numeric = []
+    for i, x in enumerate(xs):
+        cols = []
         for j in np.ndindex(x.shape):
             hi = [a.copy() for a in xs]
             lo = [a.copy() for a in xs]
             hi[i][j] += eps
             lo[i][j] -= eps
-            num = ((plain(*hi) - plain(*lo)) / (2 * eps)).reshape(out_shape)
-            ana = J[(Ellipsis,) + j]
-            err = np.abs(ana - num) - (atol + rtol * np.abs(num))
-            if err.size and err.max() > worst[0]:
-                o = tuple(int(c) for c in np.unravel_index(int(err.argmax()), err.shape))
-                worst = (err.max(), (i, j, o, float(ana[o]), float(num[o])))
+            cols.append((j, (plain(*hi) - plain(*lo)) / (2 * eps)))
+        numeric.append(cols)
+    worst = (0.0, None)
+    for how, jac in jacs.items():
+        for i, (x, J) in enumerate(zip(xs, jac)):
+            out_shape = J.shape[:J.ndim - x.ndim]
+            for j, num in numeric[i]:
+                num = num.reshape(out_shape)
+                ana = J[(Ellipsis,) + j]
+                err = np.abs(ana - num) - (atol + rtol * np.abs(num))
+                if err.size and err.max() > worst[0]:
+                    o = tuple(int(c) for c in np.unravel_index(int(err.argmax()), err.shape))
+                    worst = (err.max(), (how, i, j, o, float(ana[o]), float(num[o])))
     if worst[1] is None:
         return True
-    i, j, o, a, n = worst[1]
-    msg = (f"Jacobian mismatch for input {i}: d output{list(o)} / d input{[int(c) for c in j]} is "
-           f"{a!r} from the reverse sweep but {n!r} by central differences "
-           f"(atol={atol}, rtol={rtol}, eps={eps})")
+    how, i, j, o, a, n = worst[1]
+    msg = (f"Jacobian mismatch for input {i}: d output{list(o)} / d input"
+           f"{[int(c) for c in j]} is {a!r} from the {how} but {n!r} by central "
+           f"differences (atol={atol}, rtol={rtol}, eps={eps})")
     if raise_exception:
         raise GradcheckError(msg)
     return False

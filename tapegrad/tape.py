@@ -65,6 +65,8 @@ class Tape:
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
+    #: a tapegrad.tracing.TraceTape: comparisons record and item()/bool() guard
+    tracing = False
 
     def __init__(self, capacity=1024):
         self._enabled = True       # grad mode of this thread
@@ -115,11 +117,19 @@ class Tape:
         return b
 
     def _grow_records(self):
-        old = {k: getattr(self, k)
-               for k in ("op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed")}
-        self._alloc(2 * len(self.op))
-        for k, a in old.items():
-            getattr(self, k)[:len(a)] = a
+        # Grow aside, then publish with op last: every capacity check reads
+        # len(self.op), so a KeyboardInterrupt between these statements leaves
+        # arrays at least as long as op that hold every record (growing in
+        # place, an interrupt after _alloc lost records or overran size).
+        cap = 2 * len(self.op)
+        grown = {}
+        for k in ("arg0", "size", "ip0", "fp", "v1", "rix", "freed", "op"):
+            a = getattr(self, k)
+            b = np.full(cap + (k == "arg0"), {"size": 1, "rix": -1}.get(k, 0), a.dtype)
+            b[:len(a)] = a
+            grown[k] = b
+        for k, b in grown.items():
+            setattr(self, k, b)
         self._update_room()
 
     def _grow_args(self, need):
@@ -171,22 +181,26 @@ class Tape:
         k = len(parents)
         if na + k > len(self.args):
             self._grow_args(na + k)
-        self.op[r] = op
-        self.arg0[r] = na
-        if k == 1:
-            self.args[na] = parents[0]
-        elif k == 2:
-            self.args[na] = parents[0]
-            self.args[na + 1] = parents[1]
-        elif k:
-            self.args[na:na + k] = parents
-        self.na = na + k
-        if ints is not None:
-            self._ints(r, ints)
-        if const:
-            self.fp[r] = const
-        self._value(r, value, inputs)
-        self.n = r + 1
+        try:
+            self.op[r] = op
+            self.arg0[r] = na
+            if k == 1:
+                self.args[na] = parents[0]
+            elif k == 2:
+                self.args[na] = parents[0]
+                self.args[na + 1] = parents[1]
+            elif k:
+                self.args[na:na + k] = parents
+            self.na = na + k
+            if ints is not None:
+                self._ints(r, ints)
+            if const:
+                self.fp[r] = const
+            self._value(r, value, inputs)
+            self.n = r + 1
+        except BaseException:
+            self.abandon(r, na)
+            raise
         if k > 2:
             self._update_room()
         return r
@@ -197,18 +211,41 @@ class Tape:
         na = self.na
         if r >= self.room:
             self._make_room(1)
-        self.op[r] = op
-        self.arg0[r] = na
-        self.args[na] = parent
-        self.na = na + 1
-        if const:
-            self.fp[r] = const
-        if value.ndim:
-            self._value(r, value, inputs)
-        else:
-            self.v1[r] = value  # size is 1 by default
-        self.n = r + 1
+        try:
+            self.op[r] = op
+            self.arg0[r] = na
+            self.args[na] = parent
+            self.na = na + 1
+            if const:
+                self.fp[r] = const
+            if value.ndim:
+                self._value(r, value, inputs)
+            else:
+                self.v1[r] = value  # size is 1 by default
+            self.n = r + 1
+        except BaseException:
+            self.abandon(r, na)
+            raise
         return r
+
+    def abandon(self, r, na):
+        """Undo record r, which an exception (Ctrl-C) left half-written.
+
+        Record writers fill a slot field by field and publish it last
+        (``n = r + 1``); the next record reuses the slot and relies on its
+        defaults (size 1, no kept value, no parameters) and on ``na``/``nv``
+        being where the last published record left them.  A stale field
+        there would silently corrupt every later gradient, so put them back.
+        """
+        if self.n > r:  # it was published after all: nothing to undo
+            return
+        self.na = na
+        self.size[r] = 1
+        self.rix[r] = -1
+        self.ip0[r] = 0
+        self.fp[r] = 0.0
+        s = self.size[:r]
+        self.nv = int(s[(s > 1) & (s <= SMALL)].sum())
 
     def _ints(self, r, ints):
         ni = self.ni
@@ -267,6 +304,9 @@ class Tape:
         would not stop writes through its base.
         """
         value = np.asarray(value)
+        if value.dtype.kind == "c":  # the cast below would drop the imaginary part silently
+            raise TypeError(f"complex numbers are not supported: an operand of dtype "
+                            f"{value.dtype} cannot enter a graph of real tensors")
         if value.dtype.kind != "f":
             value = value.astype(np.float64)
         elif value.size > SMALL and value.base is not None:

@@ -152,7 +152,11 @@ class Tensor:
         if self.size != 1:
             raise ValueError(
                 f"item() needs a tensor with one element, this one has shape {self.shape}")
-        return np.asarray(self._data).item()
+        v = np.asarray(self._data).item()
+        tape = _local.__dict__.get("tape")
+        if tape is not None and tape.tracing:  # a traced value steers Python
+            tape.guard(self, v, False)
+        return v
 
     def __float__(self):
         return float(self.item())
@@ -165,7 +169,11 @@ class Tensor:
             raise ValueError(
                 f"the truth value of a tensor with {self.size} elements is ambiguous; "
                 "use .any() or .all() on t.numpy()")
-        return bool(self.item())
+        v = bool(np.asarray(self._data).item())
+        tape = _local.__dict__.get("tape")
+        if tape is not None and tape.tracing:
+            tape.guard(self, v, True)
+        return v
 
     def __len__(self):
         if self.ndim == 0:

@@ -110,6 +110,17 @@ class ElementwiseOp:
             UFUNCS[ufunc] = self  # op.ufunc(tensor) records the op too
             return self._compiled
 
+    def forward_address(self):
+        """Address of the forward compiled as a C function of float64s, for
+        ``tapegrad.trace``'s compiled replay (compiled on first request only:
+        eager use never pays for it)."""
+        with _lock:
+            cf = self.__dict__.get("_forward_cfunc")
+            if cf is None:
+                sig = _F64(*([_F64] * self.nin))
+                cf = self._forward_cfunc = numba.cfunc(sig)(self.forward)
+            return cf.address
+
     @property
     def ufunc(self):
         """The forward as a NumPy ufunc (float32 and float64 loops)."""

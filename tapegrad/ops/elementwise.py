@@ -14,6 +14,7 @@ from ..tensor import Tensor, _new, _node, _plain, _result
 from .registry import register
 
 _SCALARS = (numbers.Real, np.floating, np.integer)
+_SUB_CODE = C.code(C.K_NARY, C.SUB)
 
 
 # -- unary -------------------------------------------------------------------
@@ -42,15 +43,19 @@ def _def_unary(name, sub, fn, doc_name=None, example=0.5):
                 if r < tape.room:  # room is -1 under no_grad
                     data = fn(x._data)
                     na = tape.na
-                    tape.op[r] = code
-                    tape.arg0[r] = na
-                    tape.args[na] = x._rec
-                    tape.na = na + 1
-                    if data.ndim:
-                        tape._value(r, data, (x._data,))
-                    else:
-                        tape.v1[r] = data  # size is 1 by default
-                    tape.n = r + 1
+                    try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+                        tape.op[r] = code
+                        tape.arg0[r] = na
+                        tape.args[na] = x._rec
+                        tape.na = na + 1
+                        if data.ndim:
+                            tape._value(r, data, (x._data,))
+                        else:
+                            tape.v1[r] = data  # size is 1 by default
+                        tape.n = r + 1
+                    except BaseException:
+                        tape.abandon(r, na)
+                        raise
                     t = _new(Tensor)
                     t._data = data
                     t._requires_grad = True
@@ -181,7 +186,10 @@ def _binary(code, fn, a, b):
                     return _plain(data)
                 sc = (_LEFT if ta else _RIGHT).get(code)
                 if sc is not None:
-                    r = tape.record1(sc, _node(tape, t), data, float(other), (t._data,))
+                    c = float(other)
+                    if ta and code == _SUB_CODE:  # x - c records x + (-c) (see op)
+                        c = -c
+                    r = tape.record1(sc, _node(tape, t), data, c, (t._data,))
                     return _result(tape, r, data)
     elif not (isinstance(a, Tensor) or isinstance(b, Tensor)):
         return fn(a, b)
@@ -202,6 +210,7 @@ def _binary(code, fn, a, b):
 
 def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
     ufunc = ufunc or fn
+    negate = sub == C.SUB
     code = register(name, C.K_NARY, sub, ufunc)
     if left:
         _LEFT[code] = left
@@ -227,17 +236,21 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
                     data = fn(ad, bd)
                     r = tape.n
                     na = tape.na
-                    tape.op[r] = code
-                    tape.arg0[r] = na
-                    args = tape.args
-                    args[na] = a._rec
-                    args[na + 1] = b._rec
-                    tape.na = na + 2
-                    if data.ndim:
-                        tape._value(r, data, (ad, bd))
-                    else:
-                        tape.v1[r] = data  # size is 1 by default
-                    tape.n = r + 1
+                    try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+                        tape.op[r] = code
+                        tape.arg0[r] = na
+                        args = tape.args
+                        args[na] = a._rec
+                        args[na + 1] = b._rec
+                        tape.na = na + 2
+                        if data.ndim:
+                            tape._value(r, data, (ad, bd))
+                        else:
+                            tape.v1[r] = data  # size is 1 by default
+                        tape.n = r + 1
+                    except BaseException:
+                        tape.abandon(r, na)
+                        raise
                     t = _new(Tensor)
                     t._data = data
                     t._requires_grad = True
@@ -251,17 +264,21 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
                     data = fn(a._data, b)
                     r = tape.n
                     na = tape.na
-                    tape.op[r] = left
-                    tape.arg0[r] = na
-                    tape.args[na] = a._rec
-                    tape.na = na + 1
-                    if b:
-                        tape.fp[r] = b
-                    if data.ndim:
-                        tape._value(r, data, (a._data,))
-                    else:
-                        tape.v1[r] = data  # size is 1 by default
-                    tape.n = r + 1
+                    try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+                        tape.op[r] = left
+                        tape.arg0[r] = na
+                        tape.args[na] = a._rec
+                        tape.na = na + 1
+                        if b:
+                            tape.fp[r] = -b if negate else b  # x - c records x + (-c)
+                        if data.ndim:
+                            tape._value(r, data, (a._data,))
+                        else:
+                            tape.v1[r] = data  # size is 1 by default
+                        tape.n = r + 1
+                    except BaseException:
+                        tape.abandon(r, na)
+                        raise
                     t = _new(Tensor)
                     t._data = data
                     t._requires_grad = True
@@ -380,7 +397,11 @@ def _def_compare(fn):
     def op(a, b):
         ad = a._data if isinstance(a, Tensor) else a
         bd = b._data if isinstance(b, Tensor) else b
-        return _plain(fn(ad, bd))
+        data = fn(ad, bd)
+        tape = _tls.__dict__.get("tape")
+        if tape is not None and tape.tracing:  # tg.trace replays comparisons
+            return tape.compare(fn, a, b, data)
+        return _plain(data)
     op.__name__ = op.__qualname__ = fn.__name__
     op.__doc__ = f"``numpy.{fn.__name__}``: a boolean tensor that carries no gradient."
     return op

@@ -192,7 +192,13 @@ def _solve_vjp(tape, adj, r):
     if tape.op[rb] != CONST:
         adj.add(rb, _unbroadcast(GB[..., 0] if vector else GB, shape_b))
     if tape.op[ra] != CONST:
-        adj.add(ra, _unbroadcast(-GB @ _T(X[..., None] if vector else X), shape_a))
+        Xm = X[..., None] if vector else X
+        if Xm.shape[-1] == 1:  # one right-hand side: an outer product, no GEMM
+            gA = np.multiply(GB, _T(Xm))
+            np.negative(gA, out=gA)
+        else:
+            gA = -GB @ _T(Xm)
+        adj.add(ra, _unbroadcast(gA, shape_a))
 
 
 def _det_like_vjp(tape, adj, r, times_det):

@@ -1,0 +1,480 @@
+"""Forward mode: the tangent sweep, one compiled loop over the tape upwards.
+
+Recording order is a topological order, so walking record ids upwards
+visits every record after all of its parents.  Record ``r``'s tangents are a
+``(size, p)`` block (p tangent directions per element, side by side), at the
+address ``T[12][r]`` -- the slot the reverse sweep uses for adjoints.  With
+the p directions innermost, every rule's inner loop runs over p contiguous
+numbers (it vectorises), a multi-output op's outputs form one contiguous
+span, and a host rule sees a Jacobian-shaped ``(size, p)`` matrix (a matmul
+tangent is one GEMM for all p).
+
+Only records that depend on a seeded leaf are *reached* (``T[13]``) and get
+tangent memory: constants, and everything recorded before the leaves, have
+tangent zero and cost nothing.  A rule therefore skips unreached parents
+rather than reading zeros.
+
+Each rule is the transpose of the op's VJP: the same local partials
+(``d_unary``, ``d_scalar``, ``d_binary``, the user op's compiled derivative)
+and the same index maps, read the other way.  So a rule reads exactly the
+values the VJP reads, which the tape already keeps (``codes.READS_*``):
+forward mode needs no extra values recorded.
+"""
+import math
+
+import numba
+import numpy as np
+
+from . import codes as C
+from ._jit import inline, kernel
+from ._views import _voidptr, advance, odometer, parent, value
+from .elementwise import d_binary, d_scalar, d_unary
+from .structural import _out_map
+from .user import call_d2, call_d3
+
+
+@inline
+def tangent(T, v, p):
+    """Record v's tangents: ``size * p`` numbers, p per element."""
+    return numba.carray(_voidptr(T[12][v]), (T[2][v] * p,), np.float64)
+
+
+@inline
+def tangent_span(T, v, n, p):
+    """``n * p`` tangent numbers from record v's on (a multi-output op's
+    outputs follow it contiguously)."""
+    return numba.carray(_voidptr(T[12][v]), (n * p,), np.float64)
+
+
+# -- elementwise -----------------------------------------------------------------------
+@inline
+def _unary_d(sub, x, y, d):
+    for i in range(d.size):
+        d[i] = d_unary(sub, x[i], y[i])
+
+
+@inline
+def _scale(d, tx, ty, p):
+    """``ty[i, :] = d_i * tx[i, :]``."""
+    if p == 1:
+        for i in range(d.size):
+            ty[i] = d[i] * tx[i]
+    else:
+        for i in range(d.size):
+            di = d[i]
+            o = i * p
+            for k in range(o, o + p):
+                ty[k] = di * tx[k]
+
+
+@kernel
+def unary_jvp(T, r, sub, p):
+    xr = parent(T, r, 0)
+    tx, ty = tangent(T, xr, p), tangent(T, r, p)
+    if sub == C.IDENT or sub >= C.VIEW_FIRST:
+        ty[:] = tx
+        return
+    if sub == C.NEG:
+        for k in range(ty.size):
+            ty[k] = -tx[k]
+        return
+    if sub == C.ZERO or sub >= C.ZERO_FIRST:
+        ty[:] = 0.0
+        return
+    x, y = value(T, xr), value(T, r)
+    # the partials first, in loops compiled for a constant sub where it
+    # matters (the switch folds away, the loop vectorises); then one shared
+    # scaling loop: fewer copies of the big switch keep compile time down
+    d = np.empty(T[2][r])
+    if sub == C.EXP:
+        _unary_d(C.EXP, x, y, d)
+    elif sub == C.TANH:
+        _unary_d(C.TANH, x, y, d)
+    else:
+        _unary_d(sub, x, y, d)
+    _scale(d, tx, ty, p)
+
+
+@kernel
+def scalar_jvp(T, r, sub, p):
+    xr = parent(T, r, 0)
+    tx, ty = tangent(T, xr, p), tangent(T, r, p)
+    c = T[6][r]
+    if sub == C.ADDC:
+        ty[:] = tx
+        return
+    if sub == C.MULC:
+        for k in range(ty.size):
+            ty[k] = c * tx[k]
+        return
+    x, y = value(T, xr), value(T, r)
+    d = np.empty(T[2][r])
+    for i in range(d.size):
+        d[i] = d_scalar(sub, x[i], y[i], c)
+    _scale(d, tx, ty, p)
+
+
+@inline
+def _pos(i, n, m):
+    """Operand index of output element i when no operand is broadcast beyond
+    one element (``ip`` has ``nd == 0``)."""
+    return i if m == n else 0
+
+
+@inline
+def _binary_d(sub, xa, xb, y, da, db):
+    for i in range(y.size):
+        da[i], db[i] = d_binary(sub, xa[i], xb[i], y[i])
+
+
+@inline
+def _combine(da, db, ta, tb, ty, p, ka, kb):
+    """``ty[i, :] = da_i ta[i, :] + db_i tb[i, :]`` for same-shape operands,
+    one loop per reached combination so the inner loop has no branch."""
+    n = da.size
+    if ka and kb:
+        for i in range(n):
+            a, b = da[i], db[i]
+            o = i * p
+            for k in range(o, o + p):
+                ty[k] = a * ta[k] + b * tb[k]
+    elif ka:
+        _scale(da, ta, ty, p)
+    else:
+        _scale(db, tb, ty, p)
+
+
+@inline
+def _bin_put(ty, ta, tb, i, ia, ib, da, db, p, ka, kb):
+    o, oa, ob = i * p, ia * p, ib * p
+    for k in range(p):
+        v = 0.0
+        if ka:
+            v += da * ta[oa + k]
+        if kb:
+            v += db * tb[ob + k]
+        ty[o + k] = v
+
+
+@kernel
+def nary_jvp(T, r, sub, p):
+    """Broadcasting binary ops and ``where`` (``ip`` as in ``nary_vjp``): the
+    tangent is ``da t_a + db t_b`` at each output element's operand
+    positions, unreached operands contributing nothing."""
+    ip = T[5]
+    b = T[3][r]
+    nd = ip[b]
+    reached = T[13]
+    ty = tangent(T, r, p)
+    n = T[2][r]
+    if sub == C.WHERE:
+        cr, ar, br = parent(T, r, 0), parent(T, r, 1), parent(T, r, 2)
+        cond = value(T, cr)
+        ka, kb = reached[ar], reached[br]
+        ta, tb = tangent(T, ar, p), tangent(T, br, p)
+        mc, ma, mb = cond.size, T[2][ar], T[2][br]
+        if nd == 0:
+            for i in range(n):
+                take_a = cond[_pos(i, n, mc)] != 0.0
+                _bin_put(ty, ta, tb, i, _pos(i, n, ma), _pos(i, n, mb),
+                         1.0, 1.0, p, ka and take_a, kb and not take_a)
+            return
+        shape, strides, cnt, pos = odometer(ip, b, nd, 3)
+        for i in range(n):
+            take_a = cond[pos[0]] != 0.0
+            _bin_put(ty, ta, tb, i, pos[1], pos[2], 1.0, 1.0, p, ka and take_a,
+                     kb and not take_a)
+            advance(shape, strides, cnt, pos)
+        return
+    if sub >= C.NARY_ZERO_FIRST:
+        ty[:] = 0.0
+        return
+    ar, br = parent(T, r, 0), parent(T, r, 1)
+    ka, kb = reached[ar], reached[br]
+    xa, xb, y = value(T, ar), value(T, br), value(T, r)
+    ta, tb = tangent(T, ar, p), tangent(T, br, p)
+    ma, mb = xa.size, xb.size
+    da, db = np.empty(n), np.empty(n)
+    if ma == n and mb == n:
+        if sub == C.MUL:
+            _binary_d(C.MUL, xa, xb, y, da, db)
+        elif sub == C.ADD or sub == C.SUB:
+            da[:] = 1.0
+            db[:] = 1.0 if sub == C.ADD else -1.0
+        else:
+            _binary_d(sub, xa, xb, y, da, db)
+        _combine(da, db, ta, tb, ty, p, ka, kb)
+        return
+    # broadcasting: each output element's operand positions, then one loop
+    ia, ib = np.empty(n, np.int64), np.empty(n, np.int64)
+    if nd == 0:
+        for i in range(n):
+            ia[i], ib[i] = _pos(i, n, ma), _pos(i, n, mb)
+    else:
+        shape, strides, cnt, pos = odometer(ip, b, nd, 2)
+        for i in range(n):
+            ia[i], ib[i] = pos[0], pos[1]
+            advance(shape, strides, cnt, pos)
+    for i in range(n):
+        da[i], db[i] = d_binary(sub, xa[ia[i]], xb[ib[i]], y[i])
+    for i in range(n):
+        _bin_put(ty, ta, tb, i, ia[i], ib[i], da[i], db[i], p, ka, kb)
+
+
+# -- reductions, softmax ----------------------------------------------------------------
+@inline
+def _acc(ty, j, tx, i, w, p):
+    """``ty[j, :] += w * tx[i, :]``."""
+    oj, oi = j * p, i * p
+    for k in range(p):
+        ty[oj + k] += w * tx[oi + k]
+
+
+@kernel
+def reduce_jvp(T, r, sub, p):
+    """The transposes of ``reduce_vjp``'s rules (``ip`` alike).  Tied maxima
+    and minima each pass on an equal share, as their gradients do."""
+    ip = T[5]
+    b = T[3][r]
+    nd = ip[b]
+    xr = parent(T, r, 0)
+    tx, ty = tangent(T, xr, p), tangent(T, r, p)
+    n, m = T[2][xr], T[2][r]
+    if sub == C.SOFTMAX or sub == C.LOG_SOFTMAX:
+        # softmax: t_y = y (t_x - sum(y t_x)); log_softmax: t_x - sum(e^y t_x)
+        om = _out_map(ip, b, nd, n, 2)
+        rows = om.max() + 1 if n else 0
+        s = np.zeros(rows * p)
+        y = value(T, r)
+        for i in range(n):
+            w = y[i] if sub == C.SOFTMAX else math.exp(y[i])
+            _acc(s, om[i], tx, i, w, p)
+        for i in range(n):
+            o, oj = i * p, om[i] * p
+            for k in range(p):
+                if sub == C.SOFTMAX:
+                    ty[o + k] = y[i] * (tx[o + k] - s[oj + k])
+                else:
+                    ty[o + k] = tx[o + k] - s[oj + k]
+        return
+    om = _out_map(ip, b, nd, n, m)
+    ty[:] = 0.0
+    if sub == C.SUM or sub == C.MEAN:
+        w = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
+        for i in range(n):
+            _acc(ty, om[i] if m > 1 else 0, tx, i, w, p)
+        return
+    x = value(T, xr)
+    y = value(T, r)
+    if sub == C.MAX or sub == C.MIN:
+        ties = np.zeros(m)
+        for i in range(n):
+            j = om[i] if m > 1 else 0
+            if x[i] == y[j] or (x[i] != x[i] and y[j] != y[j]):
+                ties[j] += 1.0
+        for i in range(n):
+            j = om[i] if m > 1 else 0
+            if x[i] == y[j] or (x[i] != x[i] and y[j] != y[j]):
+                _acc(ty, j, tx, i, 1.0 / ties[j], p)
+    elif sub == C.PROD:
+        # d y / d x_i is the product of the others: exact with zeros present
+        zeros = np.zeros(m, np.int64)
+        rest = np.ones(m)
+        for i in range(n):
+            j = om[i] if m > 1 else 0
+            if x[i] == 0.0:
+                zeros[j] += 1
+            else:
+                rest[j] *= x[i]
+        for i in range(n):
+            j = om[i] if m > 1 else 0
+            if zeros[j] == 0:
+                _acc(ty, j, tx, i, rest[j] / x[i], p)
+            elif zeros[j] == 1 and x[i] == 0.0:
+                _acc(ty, j, tx, i, rest[j], p)
+    elif sub == C.LOGSUMEXP:
+        for i in range(n):
+            j = om[i] if m > 1 else 0
+            _acc(ty, j, tx, i, math.exp(x[i] - y[j]), p)
+
+
+# -- selections, joins, scans ---------------------------------------------------------------
+@kernel
+def gather_jvp(T, r, sub, p):
+    """``ip`` holds ``[m, idx...]``: output k's tangent is input ``idx_k``'s
+    (zero where ``idx_k`` is -1).  A multi-output record (size 0) fills its
+    outputs' span, which follows it."""
+    ip = T[5]
+    b = T[3][r]
+    m = ip[b]
+    ty = tangent_span(T, r, m, p)
+    tx = tangent(T, parent(T, r, 0), p)
+    for k in range(m):
+        i = ip[b + 1 + k]
+        o = k * p
+        if i >= 0:
+            oi = i * p
+            for q in range(p):
+                ty[o + q] = tx[oi + q]
+        else:
+            for q in range(p):
+                ty[o + q] = 0.0
+
+
+@kernel
+def concat_jvp(T, r, sub, p):
+    """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
+    ip = T[5]
+    b = T[3][r]
+    m = ip[b]
+    reached = T[13]
+    ty = tangent(T, r, p)
+    for k in range(m):
+        src = parent(T, r, ip[b + 1 + k])
+        o = k * p
+        if reached[src]:
+            tx = tangent(T, src, p)
+            oi = ip[b + 1 + m + k] * p
+            for q in range(p):
+                ty[o + q] = tx[oi + q]
+        else:
+            for q in range(p):
+                ty[o + q] = 0.0
+
+
+@kernel
+def scan_jvp(T, r, sub, p):
+    """``ip`` holds ``[outer, n, inner]``.  cumsum: the running sum of the
+    tangents.  cumprod: ``t_k = t_{k-1} x_k + y_{k-1} tx_k``, no division."""
+    ip = T[5]
+    b = T[3][r]
+    outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
+    xr = parent(T, r, 0)
+    tx, ty = tangent(T, xr, p), tangent(T, r, p)
+    x = value(T, xr)
+    y = value(T, r)
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            for k in range(n):
+                j = base + k * inner
+                oj = j * p
+                if k == 0:
+                    for q in range(p):
+                        ty[oj + q] = tx[oj + q]
+                    continue
+                ob = (j - inner) * p
+                if sub == C.CUMSUM:
+                    for q in range(p):
+                        ty[oj + q] = ty[ob + q] + tx[oj + q]
+                else:
+                    xj, yb = x[j], y[j - inner]
+                    for q in range(p):
+                        ty[oj + q] = ty[ob + q] * xj + yb * tx[oj + q]
+
+
+# -- user elementwise ops ------------------------------------------------------------------
+@kernel
+def user_jvp(T, r, sub, p):
+    """Through the op's compiled partials (``ip`` as in ``user_vjp``)."""
+    ip = T[5]
+    b = T[3][r]
+    d0 = ip[b + 1]
+    y = value(T, r)
+    ty = tangent(T, r, p)
+    n = T[2][r]
+    if sub == C.USER_UNARY:
+        xr = parent(T, r, 0)
+        x, tx = value(T, xr), tangent(T, xr, p)
+        for i in range(n):
+            d = call_d2(d0, x[i], y[i])
+            o = i * p
+            for k in range(o, o + p):
+                ty[k] = d * tx[k]
+        return
+    d1 = ip[b + 2]
+    reached = T[13]
+    ar, br = parent(T, r, 0), parent(T, r, 1)
+    ka, kb = reached[ar], reached[br]
+    xa, xb = value(T, ar), value(T, br)
+    ta, tb = tangent(T, ar, p), tangent(T, br, p)
+    nd = ip[b + 3]
+    ma, mb = xa.size, xb.size
+    if nd == 0:
+        for i in range(n):
+            ia, ib = _pos(i, n, ma), _pos(i, n, mb)
+            da = call_d3(d0, xa[ia], xb[ib], y[i]) if ka else 0.0
+            db = call_d3(d1, xa[ia], xb[ib], y[i]) if kb else 0.0
+            _bin_put(ty, ta, tb, i, ia, ib, da, db, p, ka, kb)
+        return
+    shape, strides, cnt, pos = odometer(ip, b + 3, nd, 2)
+    for i in range(n):
+        ia, ib = pos[0], pos[1]
+        da = call_d3(d0, xa[ia], xb[ib], y[i]) if ka else 0.0
+        db = call_d3(d1, xa[ia], xb[ib], y[i]) if kb else 0.0
+        _bin_put(ty, ta, tb, i, ia, ib, da, db, p, ka, kb)
+        advance(shape, strides, cnt, pos)
+
+
+# -- the sweep and its layout --------------------------------------------------------------
+@kernel
+def fwd_layout(op, arg0, args, size, start, upto, reached):
+    """Which records ``start .. upto-1`` depend on the seeded ones (``reached``
+    comes in with the seeds set) and where their tangents live: returns
+    ``(toff, total)``, element offsets (-1 for unreached records) and the
+    number of elements that need tangents."""
+    toff = np.full(upto, -1, np.int64)
+    total = 0
+    for r in range(start, upto):
+        if not reached[r]:
+            for j in range(arg0[r], arg0[r + 1]):
+                if reached[args[j]]:
+                    reached[r] = True
+                    break
+        if reached[r]:
+            toff[r] = total
+            total += size[r]
+    return toff, total
+
+
+@kernel
+def sweep_fwd(T, start, stop, p):
+    """Apply the tangent rules of reached records ``start .. stop-1``.
+
+    Returns -1 when done, ``r >= 0`` at a host record (Python applies its
+    rule and resumes at ``r + 1``), and ``-2 - q`` when a value record q's
+    rule needs was released (a backward inside the function freed it).
+    """
+    op, arg0, args, reached = T[0], T[1], T[4], T[13]
+    rix, ptrs = T[10], T[11]
+    for r in range(start, stop):
+        if not reached[r]:
+            continue
+        code = op[r]
+        kind = code >> C.SHIFT
+        sub = code & C.MASK
+        if kind == C.K_NONE:  # seeded leaves; outputs filled by their op
+            continue
+        for j in range(arg0[r], arg0[r + 1]):
+            q = args[j]
+            if rix[q] >= 0 and ptrs[rix[q]] == 0:
+                return -2 - q
+        if kind == C.K_HOST:
+            return r
+        if kind == C.K_UNARY:
+            unary_jvp(T, r, sub, p)
+        elif kind == C.K_SCALAR:
+            scalar_jvp(T, r, sub, p)
+        elif kind == C.K_NARY:
+            nary_jvp(T, r, sub, p)
+        elif kind == C.K_REDUCE:
+            reduce_jvp(T, r, sub, p)
+        elif kind == C.K_GATHER:
+            gather_jvp(T, r, sub, p)
+        elif kind == C.K_CONCAT:
+            concat_jvp(T, r, sub, p)
+        elif kind == C.K_SCAN:
+            scan_jvp(T, r, sub, p)
+        elif kind == C.K_USER:
+            user_jvp(T, r, sub, p)
+    return -1

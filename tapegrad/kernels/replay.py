@@ -1,0 +1,568 @@
+"""Compiled forward replay of a traced tape (see :mod:`tapegrad.trace`).
+
+``replay`` walks a trace's records in recording order and recomputes each
+output value from its parents' values with the same parameters the reverse
+sweep reads (shapes, strides, index maps, constants), writing through the
+same ``value(T, r)`` views: the sweep then runs on the replayed values
+unchanged.  It returns at host records (matmul, solve, ...) so that Python
+computes those with NumPy, and at a failed guard, so that the trace is
+redone.  The scalar forwards (``f_unary``, ``f_scalar``, ``f_binary``) are
+written per sub code next to the derivatives in elementwise.py and follow
+NumPy's definitions, NaN and infinity handling included.
+"""
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from . import codes as C
+from ._jit import inline, kernel
+from ._views import advance, odometer, parent, value
+from .user import call_d2
+
+#: K_NONE subs of comparison records (recorded only while tracing).  Their
+#: operands are named in ``ip`` (``[a, b, nd, shape, strides...]``), not as
+#: parents: comparisons carry no gradient, and the sweep must never pass an
+#: adjoint through them.
+CMP_FIRST = 8
+LESS, LESS_EQUAL, GREATER, GREATER_EQUAL, EQUAL, NOT_EQUAL = range(CMP_FIRST, CMP_FIRST + 6)
+
+#: guard kinds (``guard[r]``): the value's truth, or the exact value
+G_TRUTH = 1
+G_VALUE = 2
+
+_LN2 = math.log(2.0)
+
+
+@intrinsic
+def call_d1(typingctx, addr, x):
+    """``(*addr)(x)`` for a C function ``double f(double)``."""
+    if not isinstance(addr, types.Integer):
+        return None
+    sig = types.float64(addr, types.float64)
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()])
+        fn = builder.inttoptr(args[0], fnty.as_pointer())
+        xv = context.cast(builder, args[1], signature.args[1], types.float64)
+        return builder.call(fn, [xv])
+
+    return sig, codegen
+
+
+# -- scalar forwards ---------------------------------------------------------------
+@inline
+def f_unary(sub, x):
+    """``f(x)`` of a K_UNARY sub code at one element."""
+    if sub == C.IDENT or sub >= C.VIEW_FIRST:
+        return x
+    if sub == C.NEG:
+        return -x
+    if sub == C.EXP:
+        return np.exp(x)
+    if sub == C.LOG:
+        return np.log(x)
+    if sub == C.LOG1P:
+        return np.log1p(x)
+    if sub == C.EXPM1:
+        return np.expm1(x)
+    if sub == C.SQRT:
+        return np.sqrt(x)
+    if sub == C.SQUARE:
+        return x * x
+    if sub == C.SIN:
+        return np.sin(x)
+    if sub == C.COS:
+        return np.cos(x)
+    if sub == C.TAN:
+        return np.tan(x)
+    if sub == C.TANH:
+        return np.tanh(x)
+    if sub == C.SINH:
+        return np.sinh(x)
+    if sub == C.COSH:
+        return np.cosh(x)
+    if sub == C.ARCSIN:
+        return np.arcsin(x)
+    if sub == C.ARCCOS:
+        return np.arccos(x)
+    if sub == C.ARCTAN:
+        return np.arctan(x)
+    if sub == C.ABS or sub == C.FABS:
+        return abs(x)
+    if sub == C.RECIPROCAL:
+        return 1.0 / x
+    if sub == C.EXP2:
+        return np.exp2(x)
+    if sub == C.LOG2:
+        return np.log2(x)
+    if sub == C.LOG10:
+        return np.log10(x)
+    if sub == C.CBRT:
+        return np.cbrt(x)
+    if sub == C.ARCSINH:
+        return np.arcsinh(x)
+    if sub == C.ARCCOSH:
+        return np.arccosh(x)
+    if sub == C.ARCTANH:
+        return np.arctanh(x)
+    if sub == C.DEG2RAD:
+        return x * (math.pi / 180.0)
+    if sub == C.RAD2DEG:
+        return x * (180.0 / math.pi)
+    if sub == C.ZERO:
+        return np.sign(x)
+    if sub == C.ZERO_FIRST:
+        return np.floor(x)
+    if sub == C.ZERO_FIRST + 1:
+        return np.ceil(x)
+    if sub == C.ZERO_FIRST + 2:
+        return np.trunc(x)
+    # rint, and round with decimals=0 (trace checks that no other was used)
+    return np.rint(x)
+
+
+@inline
+def f_scalar(sub, x, c):
+    """``x op c`` or ``c op x`` of a K_SCALAR sub code (``x - c`` is ADDC of -c)."""
+    if sub == C.ADDC:
+        return x + c
+    if sub == C.MULC:
+        return x * c
+    if sub == C.DIVC:
+        return x / c
+    if sub == C.RSUBC:
+        return c - x
+    if sub == C.RDIVC:
+        return c / x
+    if sub == C.POWC:
+        return np.power(x, c)
+    return np.power(c, x)  # C.RPOWC
+
+
+@inline
+def _fmod_floor(a, b):
+    """NumPy's ``divmod`` of floats: (floor quotient, remainder with b's sign)."""
+    if b == 0.0:
+        return a / b, np.fmod(a, b)
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    if mod != 0.0:
+        if (b < 0.0) != (mod < 0.0):
+            mod += b
+            div -= 1.0
+    else:
+        mod = math.copysign(0.0, b)
+    if div != 0.0:
+        fl = np.floor(div)
+        if div - fl > 0.5:
+            fl += 1.0
+    else:
+        fl = math.copysign(0.0, a / b)
+    return fl, mod
+
+
+@inline
+def f_binary(sub, a, b):
+    """``a op b`` of a K_NARY sub code (not WHERE) at one element."""
+    if sub == C.ADD:
+        return a + b
+    if sub == C.SUB:
+        return a - b
+    if sub == C.MUL:
+        return a * b
+    if sub == C.DIV:
+        return a / b
+    if sub == C.POW or sub == C.FLOAT_POWER:
+        return np.power(a, b)
+    if sub == C.MAXIMUM:
+        return a if (a >= b or a != a) else b
+    if sub == C.MINIMUM:
+        return a if (a <= b or a != a) else b
+    if sub == C.FMAX:
+        return b if (a < b or a != a) else a
+    if sub == C.FMIN:
+        return b if (a > b or a != a) else a
+    if sub == C.ARCTAN2:
+        return np.arctan2(a, b)
+    if sub == C.HYPOT:
+        return np.hypot(a, b)
+    if sub == C.LOGADDEXP:
+        return np.logaddexp(a, b)
+    if sub == C.LOGADDEXP2:
+        return np.logaddexp2(a, b)
+    if sub == C.COPYSIGN:
+        return math.copysign(a, b)
+    if sub == C.FMOD:
+        return np.fmod(a, b)
+    if sub == C.REMAINDER:
+        return _fmod_floor(a, b)[1]
+    if sub == C.NARY_ZERO_FIRST:  # floor_divide
+        return _fmod_floor(a, b)[0]
+    # heaviside(a, b): b at a == 0
+    if a != a:
+        return a
+    if a == 0.0:
+        return b
+    return 1.0 if a > 0.0 else 0.0
+
+
+@inline
+def f_compare(sub, a, b):
+    if sub == LESS:
+        t = a < b
+    elif sub == LESS_EQUAL:
+        t = a <= b
+    elif sub == GREATER:
+        t = a > b
+    elif sub == GREATER_EQUAL:
+        t = a >= b
+    elif sub == EQUAL:
+        t = a == b
+    else:
+        t = a != b
+    return 1.0 if t else 0.0
+
+
+# -- array kernels -----------------------------------------------------------------------
+@inline
+def _ix(i, n, m):
+    return i if m == n else 0
+
+
+@inline
+def _unary_loop(sub, x, y):
+    for i in range(y.size):
+        y[i] = f_unary(sub, x[i])
+
+
+@kernel
+def unary_fwd(T, r, sub):
+    x, y = value(T, parent(T, r, 0)), value(T, r)
+    # the common ops get loops compiled for a constant sub (they vectorise)
+    if sub == C.IDENT or sub >= C.VIEW_FIRST:
+        y[:] = x
+    elif sub == C.NEG:
+        _unary_loop(C.NEG, x, y)
+    elif sub == C.EXP:
+        _unary_loop(C.EXP, x, y)
+    elif sub == C.LOG:
+        _unary_loop(C.LOG, x, y)
+    elif sub == C.SQUARE:
+        _unary_loop(C.SQUARE, x, y)
+    elif sub == C.TANH:
+        _unary_loop(C.TANH, x, y)
+    elif sub == C.SIN:
+        _unary_loop(C.SIN, x, y)
+    else:
+        _unary_loop(sub, x, y)
+
+
+@inline
+def _scalar_loop(sub, x, c, y):
+    for i in range(y.size):
+        y[i] = f_scalar(sub, x[i], c)
+
+
+@kernel
+def scalar_fwd(T, r, sub):
+    x, y = value(T, parent(T, r, 0)), value(T, r)
+    c = T[6][r]
+    if sub == C.ADDC:
+        _scalar_loop(C.ADDC, x, c, y)
+    elif sub == C.MULC:
+        _scalar_loop(C.MULC, x, c, y)
+    else:
+        _scalar_loop(sub, x, c, y)
+
+
+@inline
+def _binary_loop(sub, xa, xb, y):
+    for i in range(y.size):
+        y[i] = f_binary(sub, xa[i], xb[i])
+
+
+@kernel
+def nary_fwd(T, r, sub):
+    """Broadcasting binary ops and ``where`` (``ip`` as in ``nary_vjp``)."""
+    ip = T[5]
+    b = T[3][r]
+    nd = ip[b]
+    y = value(T, r)
+    n = y.size
+    if sub == C.WHERE:
+        c = value(T, parent(T, r, 0))
+        xa, xb = value(T, parent(T, r, 1)), value(T, parent(T, r, 2))
+        mc, ma, mb = c.size, xa.size, xb.size
+        if nd == 0:
+            for i in range(n):
+                if c[_ix(i, n, mc)] != 0.0:
+                    y[i] = xa[_ix(i, n, ma)]
+                else:
+                    y[i] = xb[_ix(i, n, mb)]
+            return
+        shape, strides, cnt, pos = odometer(ip, b, nd, 3)
+        for i in range(n):
+            y[i] = xa[pos[1]] if c[pos[0]] != 0.0 else xb[pos[2]]
+            advance(shape, strides, cnt, pos)
+        return
+    xa, xb = value(T, parent(T, r, 0)), value(T, parent(T, r, 1))
+    ma, mb = xa.size, xb.size
+    if ma == n and mb == n:
+        if sub == C.ADD:
+            _binary_loop(C.ADD, xa, xb, y)
+        elif sub == C.SUB:
+            _binary_loop(C.SUB, xa, xb, y)
+        elif sub == C.MUL:
+            _binary_loop(C.MUL, xa, xb, y)
+        elif sub == C.DIV:
+            _binary_loop(C.DIV, xa, xb, y)
+        else:
+            _binary_loop(sub, xa, xb, y)
+        return
+    if nd == 0:
+        for i in range(n):
+            y[i] = f_binary(sub, xa[_ix(i, n, ma)], xb[_ix(i, n, mb)])
+        return
+    shape, strides, cnt, pos = odometer(ip, b, nd, 2)
+    for i in range(n):
+        y[i] = f_binary(sub, xa[pos[0]], xb[pos[1]])
+        advance(shape, strides, cnt, pos)
+
+
+@kernel
+def compare_fwd(T, r, sub):
+    """A comparison record: ``ip`` holds ``[a, b, nd, shape, strides...]``."""
+    ip = T[5]
+    b = T[3][r]
+    xa, xb = value(T, ip[b]), value(T, ip[b + 1])
+    y = value(T, r)
+    n = y.size
+    ma, mb = xa.size, xb.size
+    nd = ip[b + 2]
+    if nd == 0:
+        for i in range(n):
+            y[i] = f_compare(sub, xa[_ix(i, n, ma)], xb[_ix(i, n, mb)])
+        return
+    shape, strides, cnt, pos = odometer(ip, b + 2, nd, 2)
+    for i in range(n):
+        y[i] = f_compare(sub, xa[pos[0]], xb[pos[1]])
+        advance(shape, strides, cnt, pos)
+
+
+@inline
+def _groups(ip, b, nd, n):
+    """Output (or group) index of every input element of a reduction."""
+    om = np.empty(n, np.int64)
+    shape, strides, cnt, pos = odometer(ip, b, nd, 1)
+    for i in range(n):
+        om[i] = pos[0]
+        advance(shape, strides, cnt, pos)
+    return om
+
+
+@kernel
+def reduce_fwd(T, r, sub):
+    """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
+    ip = T[5]
+    b = T[3][r]
+    x, y = value(T, parent(T, r, 0)), value(T, r)
+    n, m = x.size, y.size
+    if m == 1 and sub != C.SOFTMAX and sub != C.LOG_SOFTMAX:
+        om = np.zeros(n, np.int64)
+    else:
+        om = _groups(ip, b, ip[b], n)
+    if sub == C.SUM or sub == C.MEAN:
+        y[:] = 0.0
+        for i in range(n):
+            y[om[i]] += x[i]
+        if sub == C.MEAN:
+            cnt = n // m if m > 0 else 0
+            for j in range(m):
+                y[j] /= cnt
+        return
+    if sub == C.PROD:
+        y[:] = 1.0
+        for i in range(n):
+            y[om[i]] *= x[i]
+        return
+    if sub == C.MAX or sub == C.MIN:
+        seen = np.zeros(m, np.bool_)
+        for i in range(n):
+            j = om[i]
+            xi = x[i]
+            if not seen[j]:
+                y[j] = xi
+                seen[j] = True
+            elif y[j] != y[j]:
+                pass  # NaN propagates, as in NumPy
+            elif xi != xi or (xi > y[j] if sub == C.MAX else xi < y[j]):
+                y[j] = xi
+        return
+    # logsumexp, softmax, log_softmax: shifted by each group's finite maximum
+    rows = m if sub == C.LOGSUMEXP else (om.max() + 1 if n else 0)
+    mx = np.full(rows, -np.inf)
+    for i in range(n):
+        if x[i] > mx[om[i]]:
+            mx[om[i]] = x[i]
+    for j in range(rows):
+        if not np.isfinite(mx[j]):
+            mx[j] = 0.0
+    s = np.zeros(rows)
+    for i in range(n):
+        s[om[i]] += np.exp(x[i] - mx[om[i]])
+    if sub == C.LOGSUMEXP:
+        for j in range(m):
+            y[j] = np.log(s[j]) + mx[j]
+    elif sub == C.SOFTMAX:
+        for i in range(n):
+            y[i] = np.exp(x[i] - mx[om[i]]) / s[om[i]]
+    else:
+        for i in range(n):
+            y[i] = x[i] - mx[om[i]] - np.log(s[om[i]])
+
+
+@kernel
+def gather_fwd(T, r):
+    """``y[k] = x[idx[k]]`` (0 where ``idx[k]`` is -1); a size-0 record fills
+    the OUTPUT records after it in turn."""
+    ip = T[5]
+    b = T[3][r]
+    m = ip[b]
+    x = value(T, parent(T, r, 0))
+    if T[2][r] == 0:
+        v, k = r + 1, 0
+        while k < m:
+            y = value(T, v)
+            for j in range(y.size):
+                i = ip[b + 1 + k]
+                y[j] = x[i] if i >= 0 else 0.0
+                k += 1
+            v += 1
+        return
+    y = value(T, r)
+    for k in range(m):
+        i = ip[b + 1 + k]
+        y[k] = x[i] if i >= 0 else 0.0
+
+
+@kernel
+def concat_fwd(T, r):
+    """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
+    ip = T[5]
+    b = T[3][r]
+    m = ip[b]
+    y = value(T, r)
+    for k in range(m):
+        y[k] = value(T, parent(T, r, ip[b + 1 + k]))[ip[b + 1 + m + k]]
+
+
+@kernel
+def scan_fwd(T, r, sub):
+    """``ip`` holds ``[outer, n, inner]``."""
+    ip = T[5]
+    b = T[3][r]
+    outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
+    x, y = value(T, parent(T, r, 0)), value(T, r)
+    for o in range(outer):
+        for i in range(inner):
+            base = o * n * inner + i
+            acc = 0.0 if sub == C.CUMSUM else 1.0
+            for k in range(n):
+                j = base + k * inner
+                if sub == C.CUMSUM:
+                    acc += x[j]
+                else:
+                    acc *= x[j]
+                y[j] = acc
+
+
+@kernel
+def user_fwd(T, r, sub, addr):
+    """A user elementwise op through its forward's C address (``ip`` as in
+    kernels/user.py)."""
+    y = value(T, r)
+    n = y.size
+    if sub == C.USER_UNARY:
+        x = value(T, parent(T, r, 0))
+        for i in range(n):
+            y[i] = call_d1(addr, x[i])
+        return
+    ip = T[5]
+    b = T[3][r]
+    xa, xb = value(T, parent(T, r, 0)), value(T, parent(T, r, 1))
+    ma, mb = xa.size, xb.size
+    nd = ip[b + 3]
+    if nd == 0:
+        for i in range(n):
+            y[i] = call_d2(addr, xa[_ix(i, n, ma)], xb[_ix(i, n, mb)])
+        return
+    shape, strides, cnt, pos = odometer(ip, b + 3, nd, 2)
+    for i in range(n):
+        y[i] = call_d2(addr, xa[pos[0]], xb[pos[1]])
+        advance(shape, strides, cnt, pos)
+
+
+@inline
+def _guard_holds(T, r, kind, expect):
+    y = value(T, r)
+    for i in range(y.size):
+        e = expect[i]
+        if kind == G_TRUTH:
+            if (y[i] != 0.0) != (e != 0.0):
+                return False
+        elif y[i] != e and not (y[i] != y[i] and e != e):
+            return False
+    return True
+
+
+@kernel
+def replay(T, faddr, guard, goff, gvals, start, stop):
+    """Recompute records ``start .. stop-1`` in order.
+
+    Returns -1 when done, ``r >= 0`` at a host record r (Python computes it
+    and resumes at ``r + 1``), and ``-2 - r`` when record r's guard does not
+    hold (the trace no longer describes what the function does).
+    """
+    op, arg0, size, args, fp, v1 = T[0], T[1], T[2], T[4], T[6], T[7]
+    for r in range(start, stop):
+        code = op[r]
+        kind = code >> C.SHIFT
+        sub = code & C.MASK
+        if kind == C.K_NONE:
+            if sub >= CMP_FIRST:
+                compare_fwd(T, r, sub)
+            # leaves, constants and OUTPUT records: already in place
+        elif kind == C.K_HOST:
+            return r
+        elif size[r] == 1 and kind <= C.K_NARY and not (kind == C.K_NARY and sub == C.WHERE):
+            # one-element elementwise record: scalar code's hot path
+            a = args[arg0[r]]
+            if kind == C.K_UNARY:
+                v1[r] = f_unary(sub, v1[a])
+            elif kind == C.K_SCALAR:
+                v1[r] = f_scalar(sub, v1[a], fp[r])
+            else:
+                v1[r] = f_binary(sub, v1[a], v1[args[arg0[r] + 1]])
+        elif kind == C.K_UNARY:
+            unary_fwd(T, r, sub)
+        elif kind == C.K_SCALAR:
+            scalar_fwd(T, r, sub)
+        elif kind == C.K_NARY:
+            nary_fwd(T, r, sub)
+        elif kind == C.K_REDUCE:
+            reduce_fwd(T, r, sub)
+        elif kind == C.K_GATHER:
+            gather_fwd(T, r)
+        elif kind == C.K_CONCAT:
+            concat_fwd(T, r)
+        elif kind == C.K_SCAN:
+            scan_fwd(T, r, sub)
+        elif kind == C.K_USER:
+            user_fwd(T, r, sub, faddr[r])
+        g = guard[r]
+        if g != 0 and not _guard_holds(T, r, g, gvals[goff[r]:]):
+            return -2 - r
+    return -1
