@@ -6,34 +6,11 @@ are installed, one thread, medians in ms; plus tg.grad against backward().
 Run: ``python benchmarks/compare_transforms.py [-n REPEAT]``.
 """
 import argparse
-import gc
-import os
-import pathlib
-import statistics
-import sys
-import time
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
-            "XLA_FLAGS"):
-    os.environ.setdefault(var, "1" if var != "XLA_FLAGS" else
-                          "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[1]))
+import _timing  # noqa: F401  (first: pins every library to one thread)
 
 import transform_workloads as tw  # noqa: E402
-
-
-def median_ms(fn, args, repeat):
-    for _ in range(3):
-        fn(*args)
-    times = []
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+from _timing import median_ms  # noqa: E402
 
 
 def main():

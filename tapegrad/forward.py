@@ -13,6 +13,7 @@ run over one recording.
 """
 import numpy as np
 
+from .autograd import Adjoints
 from .function import _FUNCTION
 from .functional import _argnums, _call, _root_span, _value
 from .kernels import codes as C
@@ -82,19 +83,8 @@ class _Tangents:
         view[...] = np.reshape(t, (self.p, -1)).T
 
 
-def _value_of(self, tape, r, shape):
-    n = tape.size[r]
-    if n == 1:
-        flat = tape.v1[r:r + 1]
-    elif n <= SMALL:
-        o = self.voff[r]
-        flat = tape.vals[o:o + n]
-    else:
-        flat = np.ravel(tape.refs[tape.rix[r]])
-    return flat.reshape(shape)
-
-
-_Tangents.value = _value_of
+# recorded values are found the same way as for host VJPs (needs only voff)
+_Tangents.value = Adjoints.value
 
 
 def _sweep(tape, tan, T):

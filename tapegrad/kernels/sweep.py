@@ -68,26 +68,36 @@ def sweep(T, freed, start, stop):
                 _deposit1(T, a, g * da)
                 _deposit1(T, b, g * db)
             continue
-        if kind == C.K_UNARY:
-            unary_vjp(T, r, sub)
-        elif kind == C.K_SCALAR:
-            scalar_vjp(T, r, sub)
-        elif kind == C.K_NARY:
-            nary_vjp(T, r, sub)
-        elif kind == C.K_REDUCE:
-            reduce_vjp(T, r, sub)
-        elif kind == C.K_GATHER:
-            gather_vjp(T, r, sub)
-        elif kind == C.K_CONCAT:
-            concat_vjp(T, r, sub)
-        elif kind == C.K_SCAN:
-            scan_vjp(T, r, sub)
-        elif kind == C.K_USER:
-            user_vjp(T, r, sub)
-        else:  # K_NONE: an OUTPUT record hands the gradient to its op record
+        if not apply_vjp(T, r, kind, sub):
+            # K_NONE: an OUTPUT record hands the gradient to its op record
             for j in range(arg0[r], arg0[r + 1]):
                 reached[args[j]] = True
     return -1
+
+
+@inline
+def apply_vjp(T, r, kind, sub):
+    """Run record r's compiled VJP, chosen by its kind; False for K_NONE
+    records, which have none (K_HOST records never get here)."""
+    if kind == C.K_UNARY:
+        unary_vjp(T, r, sub)
+    elif kind == C.K_SCALAR:
+        scalar_vjp(T, r, sub)
+    elif kind == C.K_NARY:
+        nary_vjp(T, r, sub)
+    elif kind == C.K_REDUCE:
+        reduce_vjp(T, r, sub)
+    elif kind == C.K_GATHER:
+        gather_vjp(T, r, sub)
+    elif kind == C.K_CONCAT:
+        concat_vjp(T, r, sub)
+    elif kind == C.K_SCAN:
+        scan_vjp(T, r, sub)
+    elif kind == C.K_USER:
+        user_vjp(T, r, sub)
+    else:
+        return False
+    return True
 
 
 @kernel

@@ -25,9 +25,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import kernel
-from .elementwise import nary_vjp, scalar_vjp, unary_vjp
-from .structural import concat_vjp, gather_vjp, reduce_vjp, scan_vjp
-from .user import user_vjp
+from .sweep import apply_vjp
 
 _LEAF = C.code(C.K_NONE, C.LEAF)
 _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
@@ -141,22 +139,7 @@ def sweep_vec(T, freed, start, stop, p, stride):
                 v = vs[i]
                 reached[v] = saved[i]
                 aptr[v] += k * stride[v]
-            if kind == C.K_UNARY:
-                unary_vjp(T, r, sub)
-            elif kind == C.K_SCALAR:
-                scalar_vjp(T, r, sub)
-            elif kind == C.K_NARY:
-                nary_vjp(T, r, sub)
-            elif kind == C.K_REDUCE:
-                reduce_vjp(T, r, sub)
-            elif kind == C.K_GATHER:
-                gather_vjp(T, r, sub)
-            elif kind == C.K_CONCAT:
-                concat_vjp(T, r, sub)
-            elif kind == C.K_SCAN:
-                scan_vjp(T, r, sub)
-            elif kind == C.K_USER:
-                user_vjp(T, r, sub)
+            apply_vjp(T, r, kind, sub)
             for i in range(nv):
                 v = vs[i]
                 aptr[v] -= k * stride[v]
