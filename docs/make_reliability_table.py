@@ -177,6 +177,51 @@ def _store_into_ndarray(x, w):
     out[1:4] = w
 
 
+def _tape_file(edit, raw=None):
+    """Save a small traced function, spoil the file, load it (a row about
+    tg.load); the temporary folder shows as <tmp> so the table is stable."""
+    import tempfile
+
+    from tapegrad import tapefile
+
+    def trigger(x, w):
+        ft = tg.trace(lambda z: (np.sin(z[::2])[:, None] * z[1::2]).sum(), np.ones(4))
+        arrays = tapefile.function_state(ft)
+        op = arrays["t0.op"]
+
+        def first(kind):
+            return int(np.flatnonzero((op >> 6) == kind)[0])
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = f"{tmp}/f.npz"
+            if edit is not None:
+                edit(arrays, first)
+            np.savez(path, **arrays)
+            if raw is not None:
+                with open(path, "rb") as fh:
+                    data = raw(bytearray(fh.read()))
+                with open(path, "wb") as fh:
+                    fh.write(data)
+            try:
+                tg.load(path)
+            except Exception as e:
+                raise type(e)(str(e).replace(tmp, "<tmp>")) from None
+        return "loaded"
+    return trigger
+
+
+def _set(key, index, value):
+    def edit(a, first):
+        a[key] = a[key].copy()
+        a[key][index(a, first) if callable(index) else index] = value
+    return edit
+
+
+def _flip(data):
+    data[len(data) // 3] ^= 0x55
+    return data
+
+
 CASES = [
     # creation
     ('`tg.tensor("abc")`', lambda x, w: tg.tensor("abc")),
@@ -235,6 +280,25 @@ CASES = [
     ("`np.exp(w, where=w > 0)`", lambda x, w: np.exp(w, where=np.array([True, False, True]))),
     ("`np.add(w, 1.0, casting='unsafe')`", lambda x, w: np.add(w, 1.0, casting="unsafe")),
     ("`np.add(w, 1.0, order='F')`", lambda x, w: np.add(w, 1.0, order="F")),
+    # tape files (tg.load of a spoiled ft.save file)
+    ("tape file: a parent index past the end",
+     _tape_file(_set("t0.args", lambda a, f: a["t0.arg0"][f(1)], 10 ** 9))),
+    ("tape file: a parent that is not an earlier record",
+     _tape_file(_set("t0.args", lambda a, f: a["t0.arg0"][f(1)], 3))),
+    ("tape file: a gather index past its operand",
+     _tape_file(_set("t0.ip", lambda a, f: a["t0.ip0"][f(5)] + 1, 10 ** 6))),
+    ("tape file: a broadcast stride past its operand",
+     _tape_file(_set("t0.ip", lambda a, f: a["t0.ip0"][f(3)] + 3, 10 ** 6))),
+    ("tape file: a negative size", _tape_file(_set("t0.size", 1, -5))),
+    ("tape file: an unknown op code", _tape_file(_set("t0.op", 1, 63 << 6))),
+    ("tape file: op codes stored as int32",
+     _tape_file(lambda a, f: a.__setitem__("t0.op", a["t0.op"].astype(np.int32)))),
+    ("tape file: an object array (pickled data)",
+     _tape_file(lambda a, f: a.__setitem__("t0.host", np.array([None], object)))),
+    ("tape file: a missing array", _tape_file(lambda a, f: a.pop("t0.ip"))),
+    ("tape file: an unknown format version", _tape_file(_set("format", 0, 2))),
+    ("tape file: truncated to half", _tape_file(None, lambda d: d[:len(d) // 2])),
+    ("tape file: one byte flipped", _tape_file(None, _flip)),
 ]
 
 

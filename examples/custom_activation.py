@@ -45,12 +45,13 @@ def fit(steps=400, lr=0.02, seed=0):
         h = squareplus(X @ W1 + b1)
         loss = ((h @ W2 + b2 - target) ** 2).mean()
         loss.backward()
+        step_size = lr * np.sqrt(1 - 0.999 ** step) / (1 - 0.9 ** step)
         for p, mk, vk in zip(params, m, v):   # Adam, in plain NumPy
             g = p.grad.numpy()
             mk[...] = 0.9 * mk + 0.1 * g
             vk[...] = 0.999 * vk + 0.001 * g * g
-            step_size = lr * np.sqrt(1 - 0.999 ** step) / (1 - 0.9 ** step)
-            p.data[...] -= step_size * mk / (np.sqrt(vk) + 1e-8)
+            with tg.no_grad():  # update the leaf itself (not a detached copy)
+                p -= step_size * mk / (np.sqrt(vk) + 1e-8)
             p.grad = None
         losses.append(float(loss))
     return losses

@@ -33,9 +33,11 @@ from .ops.composite import (
     select, std, tensordot, trace, var, vdot, vsplit, vstack)
 from .ops.custom import ElementwiseOp, elementwise
 from .tracing import TracedFunction, compile, trace  # trace(array) is still numpy.trace
+from .tapefile import load
 from .functional import (
     GradcheckError, grad, gradcheck, jacobian, value_and_grad, vjp)
 from .forward import jacfwd, jvp
+from .second import hessian, hvp
 from . import autograd
 from .ops.linalg import dot, einsum, matmul
 from . import linalg

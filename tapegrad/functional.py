@@ -491,9 +491,9 @@ def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_
     if create_graph:
         raise NotImplementedError(
             "create_graph=True is not supported: tapegrad does not record its backward "
-            "pass, so gradients cannot be differentiated again. Second derivatives "
-            "(tg.hessian, tg.hvp, by forward-over-reverse on the tape) are planned but not "
-            "built yet")
+            "pass, so gradients cannot be differentiated again. For second derivatives "
+            "use tg.hessian(f) or tg.hvp(f, primals, tangents), which compute them exactly "
+            "by forward-over-reverse on the tape")
     for x in inputs:
         if not isinstance(x, Tensor):
             raise TypeError(f"grad: inputs must be tensors, got {type(x).__name__}")

@@ -28,13 +28,25 @@ What a trace fixes
 * Replay computes in float64 (the tape's precision); a float32 function's
   results are cast back to float32.
 
+Saving, pickling, batches
+-------------------------
+``ft.save(path)`` writes every trace to one ``.npz`` of plain arrays and
+``tg.load(path)`` reads it back, validated, in any process (see
+:mod:`tapegrad.tapefile`); a loaded function replays but cannot trace again.
+Traced functions pickle through the same arrays (with ``f`` when ``f``
+pickles), so ``multiprocessing`` workers can run them.  ``ft.grad_batch(X)``
+splits a batch among threads, each replaying its own copy of the trace.
+
 Ops that cannot be replayed (``sort``, ``tg.Function``, eigh, qr, svd,
 lstsq) raise ``NotImplementedError`` naming the op when traced; every trace
 is also replayed once at its own inputs and compared record by record with
 the eager values, so an op whose replay would differ fails loudly there.
 """
+import os
+import pickle
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -230,10 +242,24 @@ class _Replay:
         self.fp = tape.fp[:n].copy()
         self.host = dict(tape.host)
         self._check_ops()
+        self._allocate()
+        self.v1[:] = tape.v1[:n]
+        m = min(tape.nv, self.vals.size)
+        self.vals[:m] = tape.vals[:m]
+        for r, view in zip(np.flatnonzero(self.size > SMALL), self.refs):
+            view[:] = np.ravel(tape.refs[tape.rix[r]])
+        self.guard = np.zeros(n, np.int64)
+        self.goff = np.zeros(n, np.int64)
+        self.gvals = np.zeros(1)
+        self._self_check(tape)
+
+    def _allocate(self):
+        """Value and adjoint storage for the records (op, size, ... set)."""
+        n = self.n
         self.voff, aoff, leaf, inner, outer = layout(self.op, self.size, n, SMALL)
-        self.v1 = tape.v1[:n].copy()
-        self.vals = np.zeros(max(tape.nv, 1))
-        self.vals[:tape.nv] = tape.vals[:tape.nv]
+        self.v1 = np.zeros(n)
+        mid = self.size[(self.size > 1) & (self.size <= SMALL)]
+        self.vals = np.zeros(max(int(mid.sum()), 1))
         large = np.flatnonzero(self.size > SMALL)
         boff = np.zeros(large.size, np.int64)
         if large.size:
@@ -243,9 +269,7 @@ class _Replay:
         self.rix[large] = np.arange(large.size)
         self.refs = []
         for k, r in enumerate(large):
-            view = self.big[boff[k]:boff[k] + self.size[r]]
-            view[:] = np.ravel(tape.refs[tape.rix[r]])
-            self.refs.append(view)
+            self.refs.append(self.big[boff[k]:boff[k] + self.size[r]])
         self.ptrs = self.big.ctypes.data + 8 * boff
         self.faddr = np.zeros(n, np.int64)
         from .ops.custom import USER_OPS
@@ -264,10 +288,39 @@ class _Replay:
         self.adj.aptr, self.adj.reached = self.aptr, self.reached
         self.T = (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
                   self.v1, self.vals, self.voff, self.rix, self.ptrs, self.aptr, self.reached)
-        self.guard = np.zeros(n, np.int64)
-        self.goff = np.zeros(n, np.int64)
-        self.gvals = np.zeros(1)
-        self._self_check(tape)
+
+    @classmethod
+    def from_state(cls, t):
+        """A replay from a validated trace description (tapefile.parse)."""
+        self = cls.__new__(cls)
+        self.pos = list(t["pos"])
+        self.leaf_rec = [int(r) for r in t["leaf_rec"]]
+        self.in_shapes, self.in_dtypes = list(t["in_shapes"]), list(t["in_dtypes"])
+        self.out_shape, self.out_dtype, self.root = t["out_shape"], t["out_dtype"], t["root"]
+        self.const_out = (None if self.root is not None
+                          else np.array(t["const_out"], np.float64).reshape(self.out_shape))
+        self.n = int(t["op"].size)
+        for name in ("op", "arg0", "size", "ip0", "args", "ip", "fp", "guard", "goff", "gvals"):
+            setattr(self, name, np.array(t[name], order="C"))  # owned, writeable
+        self.host = dict(t["hosts"])
+        self._allocate()
+        at = 0
+        for r in t["held"]:
+            k = int(self.size[r])
+            self.view(r)[:] = t["held_vals"][at:at + k]
+            at += k
+        self.n_guards = int(np.count_nonzero(self.guard))
+        self.lock = threading.Lock()
+        return self
+
+    def clone(self):
+        """An independent copy (own value and adjoint storage) for another thread."""
+        new = _Replay.__new__(_Replay)
+        new.__dict__.update(self.__dict__)
+        new._allocate()
+        new.v1[:], new.vals[:], new.big[:] = self.v1, self.vals, self.big
+        new.lock = threading.Lock()
+        return new
 
     def _check_ops(self):
         for r in range(self.n):
@@ -373,7 +426,11 @@ class _Replay:
         xs = [self.view(p).reshape(shape)
               for p, shape in zip(self.args[a0:a1], h[extra:extra + a1 - a0])]
         with np.errstate(all="ignore"):
-            self.view(r)[:] = np.ravel(_HOST_FORWARD[d.name](xs, h))
+            y = np.ravel(_HOST_FORWARD[d.name](xs, h))
+        if y.size != self.size[r]:  # only a loaded file can disagree
+            raise ValueError(f"{d.name} (record {r}) computes {y.size} elements where "
+                             f"the trace has {self.size[r]}")
+        self.view(r)[:] = y
 
     def value(self):
         if self.root is None:
@@ -553,6 +610,105 @@ class TracedFunction:
                for i in range(len(rep.in_shapes))]
         return self._unpack(out)
 
+    def grad_batch(self, *batches, workers=None):
+        """Gradients at a batch of inputs: each argument has one more leading
+        axis than the function takes, and the result too (one gradient per
+        row; a tuple of such arrays when there are several inputs).
+
+        The rows are split among ``workers`` threads (default: every core),
+        each replaying its own copy of the trace; the compiled replay and
+        sweep release the GIL, so the threads run at once.  A row whose
+        guard fails is evaluated through ``grad`` (tracing again if needed).
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: (x ** 3).sum(), np.zeros(2))
+        >>> ft.grad_batch(np.array([[1.0, 2.0], [3.0, 4.0]]))
+        array([[ 3., 12.],
+               [27., 48.]])
+        """
+        if not batches:
+            raise TypeError("grad_batch needs at least one batch of inputs")
+        batches = [np.asarray(b) for b in batches]
+        if any(b.ndim == 0 for b in batches) or len({len(b) for b in batches}) != 1:
+            raise ValueError("grad_batch: every argument needs the same leading (batch) "
+                             f"axis; got shapes {[b.shape for b in batches]}")
+        nb = len(batches[0])
+        if nb == 0:
+            raise ValueError("grad_batch: the batch is empty")
+        with _LOCK:
+            rep, _ = self._run([b[0] for b in batches])
+            if rep.value().size != 1:
+                raise RuntimeError("grad_batch needs a function with one output element")
+            key = _signature([b[0] for b in batches])[0]
+            if rep.pos != list(range(len(batches))) or any(k[0] == "static" for k in key):
+                raise TypeError("grad_batch takes array inputs only (no static arguments)")
+            workers = max(1, min(workers or os.cpu_count() or 1, nb))
+            reps = [rep.clone() for _ in range(workers)]  # the cached one stays free
+        outs = [np.empty((nb,) + s, d) for s, d in zip(rep.in_shapes, rep.in_dtypes)]
+        seed = np.ones(1)
+        missed = [[] for _ in range(workers)]
+
+        def work(w):
+            mine = reps[w]
+            for i in range(w * nb // workers, (w + 1) * nb // workers):
+                if mine.forward([np.asarray(b[i], np.float64) for b in batches]):
+                    for o, g in zip(outs, mine.backward(seed)):
+                        o[i] = g
+                else:
+                    missed[w].append(i)
+
+        if workers == 1:
+            work(0)
+        else:
+            with ThreadPoolExecutor(workers - 1) as pool:
+                futs = [pool.submit(work, w) for w in range(1, workers)]
+                work(0)
+                for fu in futs:
+                    fu.result()
+        for i in sorted(i for m in missed for i in m):
+            # another branch: the locked path traces again (or raises, if loaded)
+            gs = self.value_and_grad(*[b[i] for b in batches])[1]
+            for o, g in zip(outs, gs if isinstance(gs, tuple) else [gs]):
+                o[i] = g
+        return self._unpack(outs)
+
+    def save(self, path):
+        """Write every trace of this function to ``path``, one ``.npz`` of plain
+        arrays (no pickled code); :func:`tapegrad.load` reads it back in any
+        process.
+
+        User elementwise ops (``tg.elementwise``) are saved by name: pass them
+        to ``tg.load(path, ops=[...])``.  Raises ``ValueError`` for static
+        arguments other than int, bool, str and None.
+
+        Examples
+        --------
+        >>> import os, tempfile, numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: np.exp(x).sum(), np.zeros(2))
+        >>> path = os.path.join(tempfile.mkdtemp(), "f.npz")
+        >>> ft.save(path)
+        >>> float(tg.load(path)(np.zeros(2)))
+        2.0
+        """
+        from . import tapefile
+        with _LOCK:
+            tapefile.save(self, path)
+
+    def __reduce__(self):
+        # the traces travel as the same arrays a file holds; the Python
+        # function too when it pickles (so the copy can still retrace)
+        from . import tapefile
+        with _LOCK:
+            arrays = tapefile.function_state(self, user_ops=False)
+        f = getattr(self, "f", None)
+        try:
+            pickle.dumps(f)
+        except Exception:
+            f = None
+        return tapefile.from_arrays, (arrays, f, "pickled traced function")
+
     @property
     def n_traces(self):
         """How many traces are cached, over all signatures."""
@@ -560,6 +716,32 @@ class TracedFunction:
 
     def __repr__(self):
         return f"<tapegrad traced function {self.__name__}, {self.n_traces} trace(s)>"
+
+
+class LoadedFunction(TracedFunction):
+    """A traced function read from a file or a pickle without its Python code:
+    it replays its saved traces only (call :func:`tapegrad.load`)."""
+
+    def __init__(self, name="loaded"):
+        super().__init__(None)
+        self.__name__ = name
+
+    def _run(self, args):
+        key, pos, xs = _signature(args)
+        reps = self.cache.get(key)
+        if reps is None:
+            raise RuntimeError(
+                f"tapegrad: the loaded function {self.__name__} has no trace for "
+                f"arguments of signature {key}; it was saved for {list(self.cache)}")
+        for k, rep in enumerate(reps):
+            if rep.forward(xs):
+                if k:
+                    reps.insert(0, reps.pop(k))
+                return rep, xs
+        raise RuntimeError(
+            f"tapegrad: the loaded function {self.__name__} takes another branch at these "
+            "inputs than any saved trace (a guard failed) and has no Python code to "
+            "trace again; save it after calling it on such inputs")
 
 
 # One lock for all traced functions: a replay reuses its trace's value and

@@ -1,0 +1,638 @@
+"""Traced functions as plain NumPy arrays: ``ft.save(path)``, ``tg.load(path)``
+and pickling.
+
+A file is one ``.npz`` of numeric and fixed-width string arrays -- never an
+object array, never pickled code -- read back with ``allow_pickle=False``.
+Per trace ``k`` (keys ``t<k>.<name>``) it holds the records (``op``, ``arg0``,
+``size``, ``ip0``, ``args``, ``ip``, ``fp``), the values of records a replay
+does not recompute (constants), the input and output records with their
+shapes and dtypes, the guards, and the host ops' shape information as JSON
+text.  ``format`` is the version.
+
+The compiled replay and sweep do no bounds checks, so :func:`validate`
+checks every index they will follow before anything reaches them: op codes
+known to the registry and replayable, parents earlier than their record,
+CSR offsets monotone, every integer parameter block inside ``ip`` and every
+index map, stride and shape in it consistent with the sizes of the records
+it addresses.  A file that fails gives a ``ValueError`` naming the check.
+"""
+import json
+import math
+import zipfile
+
+import numpy as np
+
+from .kernels import codes as C
+from .kernels import replay as RK
+from .ops.registry import REGISTRY
+
+#: version of the file layout; a loader refuses versions it does not know
+FORMAT_VERSION = 1
+#: dtypes inputs and outputs may have
+FLOAT_DTYPES = ("float64", "float32", "float16")
+#: a file may not ask for more value storage than this (elements, all records)
+MAX_ELEMENTS = 1 << 31
+#: nor hold more than this many bytes once unpacked (a compressed member could
+#: otherwise unpack to far more memory than the file's size suggests)
+MAX_BYTES = 1 << 34
+
+_I8, _F8 = np.dtype(np.int64), np.dtype(np.float64)
+#: per-trace arrays and the dtype each must have exactly
+_FIELDS = {
+    "op": _I8, "arg0": _I8, "size": _I8, "ip0": _I8, "args": _I8, "ip": _I8,
+    "fp": _F8, "held": _I8, "held_vals": _F8, "leaf_rec": _I8, "in_ndim": _I8,
+    "in_dims": _I8, "in_dtypes": "U", "out_shape": _I8, "out_dtype": "U", "root": _I8,
+    "const_out": _F8, "guard": _I8, "goff": _I8, "gvals": _F8, "host": np.dtype(np.uint8),
+    "sig": np.dtype(np.uint8), "user": np.dtype(np.uint8),
+}
+#: operands of each host op a file may hold (Einsum: as many as subscripts)
+_HOST_ARITY = {"Mm": 2, "LinalgInv": 1, "LinalgSolve": 2, "LinalgDet": 1,
+               "LinalgSlogdet": 1, "LinalgCholesky": 1, "LinalgPinv": 1, "Einsum": None}
+_OUTPUT = C.code(C.K_NONE, C.OUTPUT)
+_LEAF = C.code(C.K_NONE, C.LEAF)
+
+
+class TapeFileError(ValueError):
+    """A tape file (or pickled trace) that is not a valid tapegrad trace."""
+
+
+# -- writing --------------------------------------------------------------------------
+def _jsonable(h):
+    if isinstance(h, (tuple, list)):
+        return [_jsonable(x) for x in h]
+    if isinstance(h, (bool, np.bool_)):
+        return bool(h)
+    if isinstance(h, (int, np.integer)):
+        return int(h)
+    if isinstance(h, str):
+        return h
+    raise TypeError(type(h).__name__)
+
+
+def _text(obj):
+    return np.frombuffer(json.dumps(obj).encode(), np.uint8).copy()
+
+
+def replay_state(rep, key, user_ops=True):
+    """The arrays that describe one trace (a ``_Replay``) at signature ``key``;
+    ``user_ops``: whether user elementwise ops may be saved (by name)."""
+    from .ops.custom import USER_OPS
+    from .tracing import _HOST_FORWARD, _NOT_REPLAYABLE
+    n = rep.n
+    kinds = rep.op >> C.SHIFT
+    ip = rep.ip.copy()
+    user = {}
+    for r in np.flatnonzero(kinds == C.K_USER):
+        op = USER_OPS[int(ip[rep.ip0[r]])]
+        if not user_ops:
+            raise ValueError(
+                f"cannot pickle a trace of the user elementwise op {op.name} (record "
+                f"{int(r)}): its machine code belongs to this process; use ft.save and "
+                "tg.load(path, ops=[...])")
+        user[str(r)] = op.name
+        # ids and code addresses are this process's: the loader fills them in
+        ip[rep.ip0[r]:rep.ip0[r] + 1 + op.nin] = 0
+    for r in range(n):
+        name = REGISTRY[int(rep.op[r])].name
+        if name in _NOT_REPLAYABLE or (kinds[r] == C.K_HOST and name not in _HOST_FORWARD):
+            raise ValueError(f"cannot save {name} (record {r}): it runs Python code")
+    sig = []
+    for i, k in enumerate(key):
+        if k[0] == "static":
+            v = k[2]
+            if not (v is None or type(v) in (int, bool, str)):
+                raise ValueError(
+                    f"cannot save a trace with a static argument of type {type(v).__name__} "
+                    f"(argument {i}); only int, bool, str and None are saved")
+            sig.append(["static", type(v).__name__, v])
+        else:
+            sig.append(["input"])
+    # records a replay does not recompute: leaves that are not inputs, constants
+    held = np.flatnonzero((kinds == C.K_NONE) & ((rep.op & C.MASK) < RK.CMP_FIRST))
+    inputs = set(rep.leaf_rec)
+    held = np.array([r for r in held if r not in inputs], np.int64)
+    hv = [rep.view(r) for r in held]
+    host = {}
+    for r, h in rep.host.items():
+        if r < n and kinds[r] == C.K_HOST:
+            try:
+                host[str(r)] = _jsonable(h)
+            except TypeError as e:
+                raise ValueError(f"cannot save host record {r}: its parameters hold "
+                                 f"a {e}") from None
+    return {
+        "op": rep.op, "arg0": rep.arg0[:n + 1], "size": rep.size, "ip0": rep.ip0,
+        "args": rep.args, "ip": ip, "fp": rep.fp, "held": held,
+        "held_vals": np.concatenate(hv) if hv else np.zeros(0),
+        "leaf_rec": np.asarray(rep.leaf_rec, np.int64),
+        "in_ndim": np.array([len(s) for s in rep.in_shapes], np.int64),
+        "in_dims": np.array([d for s in rep.in_shapes for d in s], np.int64),
+        "in_dtypes": np.array([np.dtype(d).name for d in rep.in_dtypes], dtype="U16"),
+        "out_shape": np.array(rep.out_shape, np.int64),
+        "out_dtype": np.array([np.dtype(rep.out_dtype).name], dtype="U16"),
+        "root": np.array([-1 if rep.root is None else rep.root], np.int64),
+        "const_out": (np.zeros(0) if rep.const_out is None
+                      else np.asarray(rep.const_out, np.float64).reshape(-1)),
+        "guard": rep.guard, "goff": rep.goff, "gvals": rep.gvals,
+        "host": _text(host), "sig": _text(sig), "user": _text(user),
+    }
+
+
+def _used_ops(ft):
+    from .ops.custom import USER_OPS
+    ops = {}
+    for reps in ft.cache.values():
+        for rep in reps:
+            for r in np.flatnonzero((rep.op >> C.SHIFT) == C.K_USER):
+                op = USER_OPS[int(rep.ip[rep.ip0[r]])]
+                if ops.setdefault(op.name, op) is not op:
+                    raise ValueError(f"cannot save two different user ops named {op.name}")
+    return ops
+
+
+def function_state(ft, user_ops=True):
+    """All arrays of a traced function (every cached trace), validated."""
+    arrays = {"format": np.array([FORMAT_VERSION], np.int64)}
+    k = 0
+    ops = _used_ops(ft)
+    for key, reps in ft.cache.items():
+        for rep in reps:
+            for name, a in replay_state(rep, key, user_ops).items():
+                arrays[f"t{k}.{name}"] = np.ascontiguousarray(a)
+            k += 1
+    arrays["n_traces"] = np.array([k], np.int64)
+    arrays["name"] = np.array([ft.__name__[:200]], dtype="U200")
+    parse(arrays, allow_empty=True, ops=ops)  # what we write, we can read back
+    return arrays
+
+
+def save(ft, path):
+    """Write ``ft``'s traces to ``path`` (an ``.npz``)."""
+    arrays = function_state(ft)
+    if int(arrays["n_traces"][0]) == 0:
+        raise ValueError(f"{ft.__name__} has not been traced yet: call it once first")
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+# -- reading --------------------------------------------------------------------------
+def _bad(msg):
+    raise TapeFileError(msg)
+
+
+def _arr(arrays, key, want, ndim=1):
+    if key not in arrays:
+        _bad(f"missing array {key!r}")
+    a = arrays[key]
+    if not isinstance(a, np.ndarray):
+        _bad(f"{key!r} is not an array")
+    if want == "U":
+        if a.dtype.kind != "U":
+            _bad(f"{key!r} has dtype {a.dtype}, expected a unicode string array")
+    elif a.dtype != want:
+        _bad(f"{key!r} has dtype {a.dtype}, expected {np.dtype(want)}")
+    if a.ndim != ndim:
+        _bad(f"{key!r} has {a.ndim} dimensions, expected {ndim}")
+    return a
+
+
+def _json(a, key):
+    try:
+        return json.loads(a.tobytes().decode())
+    except (UnicodeDecodeError, ValueError):
+        _bad(f"{key!r} is not valid JSON text")
+
+
+def _shape(obj, what):
+    if not isinstance(obj, list) or not all(type(d) is int and d >= 0 for d in obj):
+        _bad(f"{what} is not a shape (a list of non-negative ints)")
+    return tuple(obj)
+
+
+def _prod(shape):
+    return math.prod(int(d) for d in shape)
+
+
+def _check_walk(ip, b, nd, k, n, sizes, r, what):
+    """An odometer block ``[nd, shape(nd), strides(nd) x k]`` at ``ip[b]`` (the
+    ``nd`` already read) must describe ``n`` elements and stay inside each of
+    the ``k`` operands, whose sizes are ``sizes``."""
+    if nd < 0 or nd > 64 or b + 1 + nd * (k + 1) > ip.size:
+        _bad(f"record {r} ({what}): broadcast block of {nd} dimensions does not fit "
+             "in the int parameters")
+    shape = [int(d) for d in ip[b + 1:b + 1 + nd]]
+    if any(d < 0 for d in shape) or _prod(shape) != n:
+        _bad(f"record {r} ({what}): broadcast shape {shape} does not have its "
+             f"{n} elements")
+    for j in range(k):
+        st = [int(s) for s in ip[b + 1 + nd * (j + 1):b + 1 + nd * (j + 2)]]
+        if any(s < 0 for s in st):
+            _bad(f"record {r} ({what}): negative stride")
+        if n and sum((d - 1) * s for d, s in zip(shape, st)) >= sizes[j]:
+            _bad(f"record {r} ({what}): strides {st} reach past operand {j} "
+                 f"of {sizes[j]} elements")
+    return shape
+
+
+def _check_same_or_one(r, n, sizes, what):
+    if n and any(m not in (1, n) for m in sizes):
+        _bad(f"record {r} ({what}): operand sizes {list(sizes)} neither 1 nor {n} "
+             "without a broadcast block")
+
+
+def _validate_trace(a, k, ops):
+    """Check one trace's arrays (dict of name -> array); returns the parsed
+    signature, host dict, shapes and dtypes."""
+    from .tracing import _HOST_EXTRA, _HOST_FORWARD, _NOT_REPLAYABLE
+    p = f"t{k}."
+    g = {name: _arr(a, p + name, dt) for name, dt in _FIELDS.items()}
+    op, arg0, size, ip0, args = g["op"], g["arg0"], g["size"], g["ip0"], g["args"]
+    ip = g["ip"] = g["ip"].copy()   # user op records get this process's ids here
+    n = op.size
+    for name in ("size", "ip0", "fp", "guard", "goff"):
+        if g[name].size != n:
+            _bad(f"{p}{name} has {g[name].size} entries for {n} records")
+    if arg0.size != n + 1:
+        _bad(f"{p}arg0 has {arg0.size} entries, expected {n + 1}")
+    if args.size < 1 or ip.size < 1:
+        _bad(f"{p}args and {p}ip need at least one entry")
+    # op codes: known, replayable, not a user op
+    for c in np.unique(op):
+        c = int(c)
+        if c not in REGISTRY:
+            _bad(f"unknown op code {c}")
+        name = REGISTRY[c].name
+        kind = c >> C.SHIFT
+        if (name in _NOT_REPLAYABLE
+                or (kind == C.K_HOST and name not in _HOST_FORWARD)
+                or c == C.code(C.K_NONE, C.FREED)):
+            _bad(f"op code {c} ({name}) cannot be loaded")
+    if (size < 0).any():
+        _bad(f"negative size at record {int(np.flatnonzero(size < 0)[0])}")
+    if int(size.sum(dtype=object)) > MAX_ELEMENTS:
+        _bad(f"the records' sizes add up to more than {MAX_ELEMENTS} elements")
+    # CSR parents: monotone, within args, each parent earlier than its record
+    if arg0[0] != 0 or (np.diff(arg0) < 0).any() or arg0[-1] > args.size:
+        _bad(f"{p}arg0 is not a monotone offset table inside args")
+    nparents = np.diff(arg0)
+    owner = np.repeat(np.arange(n), nparents)
+    used = args[:arg0[-1]]
+    if ((used < 0) | (used >= owner)).any():
+        bad = int(np.flatnonzero((used < 0) | (used >= owner))[0])
+        _bad(f"record {int(owner[bad])}: parent {int(used[bad])} is not an earlier record")
+    if ((ip0 < 0) | (ip0 >= ip.size)).any():
+        _bad(f"{p}ip0 points outside the int parameters")
+    gvals = g["gvals"]
+    guard, goff = g["guard"], g["goff"]
+    if not np.isin(guard, (0, RK.G_TRUTH, RK.G_VALUE)).all():
+        _bad(f"{p}guard holds an unknown guard kind")
+    gr = np.flatnonzero(guard)
+    if ((goff[gr] < 0) | (goff[gr] + size[gr] > gvals.size)).any():
+        _bad(f"{p}goff points outside the guard values")
+    host = _json(g["host"], p + "host")
+    if not isinstance(host, dict):
+        _bad(f"{p}host is not a JSON object")
+    user = _json(g["user"], p + "user")
+    if not isinstance(user, dict):
+        _bad(f"{p}user is not a JSON object")
+    hosts = {}
+    outputs = set()
+    multi = set()
+    for r in range(n):
+        c = int(op[r])
+        kind, sub = c >> C.SHIFT, c & C.MASK
+        pa = args[arg0[r]:arg0[r + 1]]
+        ps = [int(size[q]) for q in pa]
+        m = int(size[r])
+        b = int(ip0[r])
+        what = REGISTRY[c].name
+
+        def need_parents(count):
+            if len(pa) != count:
+                _bad(f"record {r} ({what}): {len(pa)} parents, expected {count}")
+
+        if kind == C.K_NONE:
+            if sub != C.OUTPUT:
+                # the sweep passes reach through a K_NONE record's parents
+                # without writing their adjoints: only output slots have one
+                need_parents(0)
+            if sub == C.OUTPUT:
+                need_parents(1)
+                if r not in outputs:
+                    _bad(f"record {r}: an output slot that follows no multi-output record")
+            elif sub >= RK.CMP_FIRST:
+                if b + 3 > ip.size:
+                    _bad(f"record {r} ({what}): int parameters out of range")
+                xa, xb, nd = int(ip[b]), int(ip[b + 1]), int(ip[b + 2])
+                if not (0 <= xa < r and 0 <= xb < r):
+                    _bad(f"record {r} ({what}): operand records {xa}, {xb} out of range")
+                sz = [int(size[xa]), int(size[xb])]
+                if nd == 0:
+                    _check_same_or_one(r, m, sz, what)
+                else:
+                    _check_walk(ip, b + 2, nd, 2, m, sz, r, what)
+        elif kind in (C.K_UNARY, C.K_SCALAR):
+            need_parents(1)
+            if ps[0] != m:
+                _bad(f"record {r} ({what}): size {m} differs from its operand's {ps[0]}")
+        elif kind == C.K_NARY:
+            need_parents(3 if sub == C.WHERE else 2)
+            if m == 1 and sub != C.WHERE and ps != [1, 1]:
+                _bad(f"record {r} ({what}): one-element record with operands of sizes {ps}")
+            nd = int(ip[b])
+            if nd == 0:
+                _check_same_or_one(r, m, ps, what)
+            else:
+                _check_walk(ip, b, nd, len(ps), m, ps, r, what)
+        elif kind == C.K_REDUCE:
+            need_parents(1)
+            if sub > C.LOG_SOFTMAX:
+                _bad(f"record {r}: unknown reduction {sub}")
+            soft = sub in (C.SOFTMAX, C.LOG_SOFTMAX)
+            if soft and m != ps[0]:
+                _bad(f"record {r} ({what}): size {m} differs from its operand's {ps[0]}")
+            if soft or m != 1:
+                nd = int(ip[b])
+                if nd < 0 or nd > 64 or b + 1 + 2 * nd > ip.size:
+                    _bad(f"record {r} ({what}): reduction block does not fit in the "
+                         "int parameters")
+                shape = [int(d) for d in ip[b + 1:b + 1 + nd]]
+                st = [int(s) for s in ip[b + 1 + nd:b + 1 + 2 * nd]]
+                if any(d < 0 for d in shape) or _prod(shape) != ps[0]:
+                    _bad(f"record {r} ({what}): input shape {shape} does not have its "
+                         f"operand's {ps[0]} elements")
+                # the output strides must be the C-order strides of the kept axes
+                # (0 on reduced ones): the kernels compute output positions
+                # both from them and from the shape alone
+                kept = [d if s != 0 else 1 for d, s in zip(shape, st)]
+                acc = 1
+                for d in range(nd - 1, -1, -1):
+                    if st[d] != 0 and st[d] != acc:
+                        _bad(f"record {r} ({what}): output strides {st} are not those "
+                             f"of a reduction of shape {shape}")
+                    acc *= kept[d]
+                if not soft and acc != m:
+                    _bad(f"record {r} ({what}): the reduction of shape {shape} has "
+                         f"{acc} outputs, not {m}")
+        elif kind == C.K_GATHER:
+            need_parents(1)
+            cnt = int(ip[b])
+            if cnt < 0 or b + 1 + cnt > ip.size:
+                _bad(f"record {r} ({what}): index map does not fit in the int parameters")
+            idx = ip[b + 1:b + 1 + cnt]
+            if idx.size and (idx.min() < -1 or idx.max() >= ps[0]):
+                _bad(f"record {r} ({what}): index map reaches outside its operand "
+                     f"of {ps[0]} elements")
+            if m == 0:  # a multi-output record: its slots are the next records
+                multi.add(r)
+                v, seen = r + 1, 0
+                while seen < cnt:
+                    if v >= n or int(op[v]) != _OUTPUT or arg0[v + 1] - arg0[v] != 1 \
+                            or args[arg0[v]] != r:
+                        _bad(f"record {r} ({what}): its {cnt} outputs are not the "
+                             "output slots after it")
+                    outputs.add(v)
+                    seen += int(size[v])
+                    v += 1
+                if seen != cnt:
+                    _bad(f"record {r} ({what}): output slots of {seen} elements for an "
+                         f"index map of {cnt}")
+            elif cnt != m:
+                _bad(f"record {r} ({what}): index map of {cnt} entries for {m} elements")
+        elif kind == C.K_CONCAT:
+            cnt = int(ip[b])
+            if cnt != m or b + 1 + 2 * cnt > ip.size:
+                _bad(f"record {r} ({what}): concatenation map does not fit")
+            src = ip[b + 1:b + 1 + cnt]
+            pos = ip[b + 1 + cnt:b + 1 + 2 * cnt]
+            if cnt and (src.min() < 0 or src.max() >= len(pa)):
+                _bad(f"record {r} ({what}): source operand out of range")
+            if cnt and ((pos < 0) | (pos >= np.asarray(ps, np.int64)[src])).any():
+                _bad(f"record {r} ({what}): source position out of range")
+        elif kind == C.K_SCAN:
+            need_parents(1)
+            if b + 3 > ip.size:
+                _bad(f"record {r} ({what}): int parameters out of range")
+            dims = [int(x) for x in ip[b:b + 3]]
+            if any(x < 0 for x in dims) or _prod(dims) != m or ps[0] != m:
+                _bad(f"record {r} ({what}): scan block {dims} does not match size {m}")
+        elif kind == C.K_USER:
+            uname = user.get(str(r))
+            if not isinstance(uname, str):
+                _bad(f"record {r}: a user elementwise op without a name")
+            uop = (ops or {}).get(uname)
+            if uop is None:
+                _bad(f"the tape uses the user elementwise op {uname!r}: pass it as "
+                     f"tg.load(path, ops=[{uname}, ...])")
+            if sub not in (C.USER_UNARY, C.USER_BINARY) or uop.nin != sub + 1:
+                _bad(f"record {r}: {uname} takes {uop.nin} argument(s), the record "
+                     f"has op code {c}")
+            need_parents(uop.nin)
+            if b + (2 if uop.nin == 1 else 4) > ip.size:
+                _bad(f"record {r} ({uname}): int parameters out of range")
+            if uop.nin == 1:
+                if ps[0] != m:
+                    _bad(f"record {r} ({uname}): size {m} differs from its operand's {ps[0]}")
+            else:
+                nd = int(ip[b + 3])
+                if nd == 0:
+                    _check_same_or_one(r, m, ps, uname)
+                else:
+                    _check_walk(ip, b + 3, nd, 2, m, ps, r, uname)
+            ids = uop._compile()[2]   # [id in USER_OPS, derivative addresses]
+            ip[b:b + 1 + uop.nin] = ids[:1 + uop.nin]
+        elif kind == C.K_HOST:
+            h = host.get(str(r))
+            if not isinstance(h, list):
+                _bad(f"record {r} ({what}): no host parameters")
+            extra = _HOST_EXTRA.get(what, 0)
+            arity = _HOST_ARITY[what] if what != "Einsum" else (
+                len(h[0]) if len(h) > 2 and isinstance(h[0], list) else -1)
+            if len(pa) != arity:
+                _bad(f"record {r} ({what}): {len(pa)} operands, expected {arity}")
+            has_out = what != "Mm"   # the others' VJPs read their output's shape
+            if len(h) != extra + arity + has_out:
+                _bad(f"record {r} ({what}): host parameters of the wrong length")
+            if what == "Einsum":
+                if not (isinstance(h[0], list) and all(isinstance(s, str) for s in h[0])
+                        and isinstance(h[1], str) and len(h[0]) == len(pa)):
+                    _bad(f"record {r} ({what}): bad subscripts")
+            if what == "LinalgPinv" and not isinstance(h[0], bool):
+                _bad(f"record {r} ({what}): bad hermitian flag")
+            shapes = [_shape(s, f"record {r} host shape") for s in h[extra:]]
+            if has_out and _prod(shapes[-1]) != m:
+                _bad(f"record {r} ({what}): output shape {shapes[-1]} does not have its "
+                     f"{m} elements")
+            for s, q in zip(shapes, ps):
+                if _prod(s) != q:
+                    _bad(f"record {r} ({what}): operand shape {s} does not have its "
+                         f"{q} elements")
+            hosts[r] = tuple(h[:extra]) if what != "Einsum" else (tuple(h[0]), h[1])
+            hosts[r] = hosts[r] + tuple(shapes)
+        else:
+            _bad(f"record {r}: op kind {kind} cannot be loaded")
+    # a multi-output record's adjoint is the span of its slots: nothing else
+    # may consume it (a consumer could lend it memory of another size)
+    for q in multi:
+        for r in owner[used == q]:
+            if int(r) not in outputs:
+                _bad(f"record {int(r)} consumes multi-output record {q} directly")
+    # inputs, output, held values
+    leaf_rec = g["leaf_rec"]
+    in_ndim, in_dims = g["in_ndim"], g["in_dims"]
+    if in_ndim.size != leaf_rec.size or (in_ndim < 0).any() or in_ndim.sum() != in_dims.size \
+            or (in_dims < 0).any():
+        _bad(f"{p}in_ndim / in_dims do not describe the inputs' shapes")
+    if g["in_dtypes"].size != leaf_rec.size:
+        _bad(f"{p}in_dtypes has {g['in_dtypes'].size} entries for {leaf_rec.size} inputs")
+    shapes, at = [], 0
+    for i, r in enumerate(leaf_rec):
+        r = int(r)
+        s = tuple(int(d) for d in in_dims[at:at + in_ndim[i]])
+        at += int(in_ndim[i])
+        if not (0 <= r < n) or int(op[r]) != _LEAF or _prod(s) != size[r]:
+            _bad(f"input {i}: record {r} is not a leaf of shape {s}")
+        shapes.append(s)
+    if np.unique(leaf_rec).size != leaf_rec.size:
+        _bad("two inputs share a record")
+    dts = []
+    for d in list(g["in_dtypes"]) + list(g["out_dtype"]):
+        if str(d) not in FLOAT_DTYPES:
+            _bad(f"dtype {str(d)!r} is not one of {FLOAT_DTYPES}")
+        dts.append(np.dtype(str(d)))
+    if g["out_dtype"].size != 1 or g["root"].size != 1:
+        _bad(f"{p}out_dtype and {p}root need one entry")
+    out_shape = g["out_shape"]
+    if (out_shape < 0).any():
+        _bad(f"{p}out_shape has a negative dimension")
+    out_shape = tuple(int(d) for d in out_shape)
+    root = int(g["root"][0])
+    if root == -1:
+        if g["const_out"].size != _prod(out_shape):
+            _bad(f"{p}const_out does not have the output's shape")
+    elif not (0 <= root < n) or size[root] != _prod(out_shape):
+        _bad(f"{p}root {root} is not a record of the output's shape {out_shape}")
+    held = g["held"]
+    if held.size and (held.min() < 0 or held.max() >= n):
+        _bad(f"{p}held names records out of range")
+    if int(size[held].sum()) != g["held_vals"].size:
+        _bad(f"{p}held_vals has {g['held_vals'].size} values for "
+             f"{int(size[held].sum())} held elements")
+    sig = _json(g["sig"], p + "sig")
+    if not isinstance(sig, list):
+        _bad(f"{p}sig is not a list")
+    key, pos = [], []
+    types = {"int": int, "bool": bool, "str": str, "NoneType": type(None)}
+    for i, e in enumerate(sig):
+        if e == ["input"]:
+            pos.append(i)
+            key.append(None)
+        elif (isinstance(e, list) and len(e) == 3 and e[0] == "static" and e[1] in types
+              and type(e[2]) is types[e[1]]):
+            key.append(("static", types[e[1]], e[2]))
+        else:
+            _bad(f"{p}sig entry {i} is not an input or a static int/bool/str/None")
+    if len(pos) != leaf_rec.size:
+        _bad(f"{p}sig names {len(pos)} inputs, the trace has {leaf_rec.size}")
+    for j, i in enumerate(pos):
+        key[i] = (shapes[j], dts[j].str)
+    return dict(g, key=tuple(key), pos=pos, hosts=hosts, in_shapes=shapes,
+                in_dtypes=dts[:-1], out_dtype=dts[-1], out_shape=out_shape,
+                root=None if root == -1 else root)
+
+
+def parse(arrays, allow_empty=False, ops=None):
+    """Validate a dict of arrays; returns ``(name, [trace description, ...])``.
+    ``allow_empty``: no traces is fine (a pickled function that still has its
+    Python code and was never called)."""
+    fmt = _arr(arrays, "format", _I8)
+    if fmt.size != 1 or int(fmt[0]) != FORMAT_VERSION:
+        _bad(f"unknown format version {fmt.tolist()} (this tapegrad reads "
+             f"{FORMAT_VERSION})")
+    nt = _arr(arrays, "n_traces", _I8)
+    if nt.size != 1 or not (int(not allow_empty) <= int(nt[0]) <= 4096):
+        _bad("n_traces is not a trace count")
+    name = _arr(arrays, "name", "U")
+    name = str(name[0]) if name.size == 1 else "loaded"
+    return name, [_validate_trace(arrays, k, ops) for k in range(int(nt[0]))]
+
+
+def read(path):
+    """The arrays of a ``.npz`` as a dict, with no pickle; a file that is not a
+    readable ``.npz`` gives a ``ValueError`` (missing files an ``OSError``)."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                if sum(i.file_size for i in zf.infolist()) > MAX_BYTES:
+                    _bad(f"unpacks to more than {MAX_BYTES} bytes")
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            _bad("not an .npz archive of a traced function")
+        with z:
+            return {k: z[k] for k in z.files}
+    except TapeFileError as e:
+        raise TapeFileError(f"{path}: {e}") from None
+    except (FileNotFoundError, PermissionError, IsADirectoryError):
+        raise
+    except ValueError as e:
+        if "allow_pickle" in str(e):
+            raise TapeFileError(f"{path}: holds an object array (pickled data), which "
+                                "tapegrad never loads") from None
+        raise TapeFileError(f"{path}: not a readable tape file ({e})") from None
+    except (zipfile.BadZipFile, EOFError, OSError, KeyError, MemoryError, Exception) as e:
+        raise TapeFileError(f"{path}: not a readable tape file "
+                            f"({type(e).__name__}: {e})") from None
+
+
+def from_arrays(arrays, f=None, where="tape", ops=None):
+    """A :class:`~tapegrad.tracing.LoadedFunction` (or a ``TracedFunction``
+    of ``f``) from validated arrays."""
+    from .tracing import LoadedFunction, TracedFunction, _Replay
+    try:
+        name, traces = parse(arrays, allow_empty=f is not None, ops=ops)
+    except TapeFileError as e:
+        raise TapeFileError(f"{where}: {e}") from None
+    ft = LoadedFunction(name) if f is None else TracedFunction(f)
+    for t in traces:
+        ft.cache.setdefault(t["key"], []).append(_Replay.from_state(t))
+    return ft
+
+
+def load(path, ops=None):
+    """Load a function saved with :meth:`TracedFunction.save`.
+
+    The file is read with ``allow_pickle=False`` and every index in it is
+    checked before the compiled kernels see it.  The result replays like the
+    traced function (call, ``grad``, ``value_and_grad``, ``vjp``,
+    ``jacobian``, ``grad_batch``) but holds no Python code: a call whose
+    guard fails, or with shapes no saved trace has, raises ``RuntimeError``
+    instead of tracing again.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The ``.npz`` file.
+    ops : list or dict of elementwise ops, optional
+        The ``tg.elementwise`` ops the function used (their compiled code is
+        not in the file: the file names them, and they are matched by name).
+
+    Raises
+    ------
+    ValueError
+        The file is truncated, corrupted, not a tape file, of an unknown
+        format version, or describes records whose indices, sizes or dtypes
+        are inconsistent; the message names the check.
+
+    Examples
+    --------
+    >>> import os, tempfile, numpy as np, tapegrad as tg
+    >>> ft = tg.trace(lambda x: (x * x).sum(), np.zeros(3))
+    >>> path = os.path.join(tempfile.mkdtemp(), "f.npz")
+    >>> ft.save(path)
+    >>> g = tg.load(path)
+    >>> g.grad(np.array([1.0, 2.0, 3.0]))
+    array([2., 4., 6.])
+    """
+    if ops is not None and not isinstance(ops, dict):
+        ops = {op.name: op for op in ops}
+    return from_arrays(read(path), where=str(path), ops=ops)
