@@ -320,7 +320,10 @@ class Tape:
     def after_backward(self, reached, T):
         """Free what a backward without ``retain_graph`` used."""
         from .kernels.sweep import free_reached
-        if free_reached(self.op, self.freed, reached, self.n):
+        all_freed = free_reached(self.op, self.freed, reached, self.n)
+        if self.hooks:  # a freed record's hooks can never fire again
+            self.hooks = {r: h for r, h in self.hooks.items() if not self.freed[r]}
+        if all_freed:
             self.all_freed = True
             # no record that is still differentiable reads a held array: give
             # users their arrays' write permission back now, not at the reset
