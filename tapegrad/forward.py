@@ -247,19 +247,25 @@ def _check_tangents(leaves, tangents, batched):
     return [np.asarray(t, dtype=np.float64) for t in ts], p, batched
 
 
-def forward_jacobian(leaves, out):
-    """Per leaf, ``(m,) + leaf.shape`` float64: out's Jacobian by one batched
-    tangent sweep with the n unit directions (in chunks when large)."""
+def unit_directions(leaves):
+    """``(n, starts, unit)`` for the n unit directions over all leaves' elements:
+    ``unit(k, lo, hi)`` is leaf k's part of directions ``lo .. hi-1``, as rows
+    (the seeds of a chunk of a Jacobian or Hessian)."""
     sizes = [int(x.size) for x in leaves]
-    n = sum(sizes)
     starts = np.cumsum([0] + sizes)
 
-    def unit(k, lo, hi):  # leaf k's part of the unit directions lo .. hi-1
+    def unit(k, lo, hi):
         rows = np.zeros((hi - lo, sizes[k]))
         j = np.arange(max(lo, starts[k]), min(hi, starts[k + 1]))
         rows[j - lo, j - starts[k]] = 1.0
         return rows
+    return int(starts[-1]), starts, unit
 
+
+def forward_jacobian(leaves, out):
+    """Per leaf, ``(m,) + leaf.shape`` float64: out's Jacobian by one batched
+    tangent sweep with the n unit directions (in chunks when large)."""
+    n, starts, unit = unit_directions(leaves)
     J = push(leaves, unit, out, n).T  # (m, n)
     return [J[:, starts[k]:starts[k + 1]].reshape((J.shape[0],) + x.shape)
             for k, x in enumerate(leaves)]

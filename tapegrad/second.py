@@ -831,16 +831,7 @@ def hessian(f, argnums=0):
     def hessian_f(*args):
         single, nums = _argnums(argnums, len(args), "hessian")
         leaves, out = _scalar_out(f, args, nums, "hessian")
-        sizes = [int(x.size) for x in leaves]
-        n = sum(sizes)
-        starts = np.cumsum([0] + sizes)
-
-        def unit(k, lo, hi):  # leaf k's part of the unit directions lo .. hi-1
-            rows = np.zeros((hi - lo, sizes[k]))
-            j = np.arange(max(lo, starts[k]), min(hi, starts[k + 1]))
-            rows[j - lo, j - starts[k]] = 1.0
-            return rows
-
+        n, starts, unit = FW.unit_directions(leaves)
         _, hvs = _drive(leaves, out, n, unit)
         # hvs[i][k] = H e_k restricted to input i: column k of H's rows for i
         H = np.concatenate(hvs, axis=1).T if n else np.zeros((0, 0))  # (n, n)

@@ -20,6 +20,7 @@ from numba.extending import intrinsic
 from . import codes as C
 from ._jit import inline, kernel
 from ._views import advance, odometer, parent, value
+from .structural import _out_map
 from .user import call_d2
 
 #: K_NONE subs of comparison records (recorded only while tracing).  Their
@@ -352,17 +353,6 @@ def compare_fwd(T, r, sub):
         advance(shape, strides, cnt, pos)
 
 
-@inline
-def _groups(ip, b, nd, n):
-    """Output (or group) index of every input element of a reduction."""
-    om = np.empty(n, np.int64)
-    shape, strides, cnt, pos = odometer(ip, b, nd, 1)
-    for i in range(n):
-        om[i] = pos[0]
-        advance(shape, strides, cnt, pos)
-    return om
-
-
 @kernel
 def reduce_fwd(T, r, sub):
     """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
@@ -373,7 +363,7 @@ def reduce_fwd(T, r, sub):
     if m == 1 and sub != C.SOFTMAX and sub != C.LOG_SOFTMAX:
         om = np.zeros(n, np.int64)
     else:
-        om = _groups(ip, b, ip[b], n)
+        om = _out_map(ip, b, ip[b], n, 2)  # the group of every input element
     if sub == C.SUM or sub == C.MEAN:
         y[:] = 0.0
         for i in range(n):
