@@ -21,13 +21,22 @@ sys.path.insert(1, str(pathlib.Path(__file__).resolve().parents[1]))
 
 
 def median_ms(fn, args, repeat, warmup=3):
-    """Median wall time of ``fn(*args)`` in ms, after ``warmup`` calls."""
+    """Median wall time of ``fn(*args)`` in ms, after ``warmup`` calls.
+
+    As ``timeit`` does, the garbage collector runs once before and is off
+    during the timed calls: a collection before every call would walk every
+    object of the loaded libraries and time calls with cold caches.
+    """
     for _ in range(warmup):
         fn(*args)
     times = []
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn(*args)
+            times.append(time.perf_counter() - t0)
+    finally:
+        gc.enable()
     return statistics.median(times) * 1e3

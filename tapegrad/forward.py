@@ -15,7 +15,7 @@ import numpy as np
 
 from .autograd import Adjoints
 from .function import _FUNCTION
-from .functional import _argnums, _call, _root_span, _value
+from .functional import _argnums, _call, _root_span, _scratch, _value
 from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.forward import fwd_layout, sweep_fwd
@@ -57,9 +57,21 @@ class _Tangents:
         big = (~self.reached) & (tape.size[:upto] > SMALL) & (tape.rix[:upto] < 0)
         self.Z = np.zeros(max(int(tape.size[:upto][big].max()) if big.any() else 1, 1))
 
+    @classmethod
+    def laid_out(cls, tape, upto, voff, reached, toff, total, start, zsize):
+        """The same from a layout computed elsewhere (``kernels/second.py:
+        hvp_layout`` computes this one and the adjoints' in one call)."""
+        self = cls.__new__(cls)
+        self.size, self.voff, self.reached = tape.size, voff, reached
+        self.toff, self.total, self.start, self.upto = toff, total, start, upto
+        self.Z = np.zeros(zsize)
+        return self
+
     def alloc(self, p):
         self.p = p
-        self.A = np.empty(max(int(self.total) * p, 1))
+        # reused between sweeps on this thread, as the adjoint arenas are
+        # (callers copy results out): fresh memory costs a page fault per 4 KiB
+        self.A = _scratch("tangents", max(int(self.total) * p, 1))
         self.aptr = np.where(self.toff >= 0, self.A.ctypes.data + self.toff * (8 * p),
                              self.Z.ctypes.data)
 

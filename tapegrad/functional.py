@@ -52,10 +52,20 @@ class _Slabs(Adjoints):
     """
 
     def __init__(self, tape, upto, p):
-        self.voff = layout(tape.op, tape.size, upto, SMALL)[0]
         tape.arg0[tape.n] = tape.na
-        aoff, self.stride, self.leaf, inner, outer = vec_layout(
-            tape.op, tape.size, tape.arg0, tape.args, upto, p)
+        self._place(tape, upto, p, layout(tape.op, tape.size, upto, SMALL)[0],
+                    *vec_layout(tape.op, tape.size, tape.arg0, tape.args, upto, p))
+
+    @classmethod
+    def laid_out(cls, tape, upto, p, voff, aoff, stride, leaf, inner, outer):
+        """The same from a layout computed elsewhere (``kernels/second.py:
+        hvp_layout``)."""
+        self = cls.__new__(cls)
+        self._place(tape, upto, p, voff, aoff, stride, leaf, inner, outer)
+        return self
+
+    def _place(self, tape, upto, p, voff, aoff, stride, leaf, inner, outer):
+        self.voff, self.stride, self.leaf = voff, stride, leaf
         self.p, self.k = p, 0
         # both arenas are reused from one vector sweep to the next on this
         # thread (results are copied out): fresh ones would cost a page fault

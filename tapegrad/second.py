@@ -1,32 +1,29 @@
 """Second derivatives: ``hvp`` and ``hessian`` by forward-over-reverse on the tape.
 
 The function is recorded once.  A forward tangent sweep (``forward.py``)
-gives every record's tangents ``xdot`` for p directions.  Then one vector
-reverse sweep (``kernels/vector.py``) carries p + 1 adjoints per record:
-vector 0 is the ordinary adjoint ``ybar`` (seed 1), vectors 1..p its
-tangents ``ybar_dot`` (seed 0).  The tangent-linear of an op's VJP
-``xbar += phi'(x)^T ybar`` is
+gives every record's tangents ``xdot`` for p directions.  Then one reverse
+sweep carries p + 1 adjoints per record: vector 0 is the ordinary adjoint
+``ybar`` (seed 1), vectors 1..p its tangents ``ybar_dot`` (seed 0).  The
+tangent-linear of an op's VJP ``xbar += phi'(x)^T ybar`` is
 
     xbar_dot += phi'(x)^T ybar_dot + (phi''(x)[xdot])^T ybar.
 
-The first term is the op's own VJP applied to the vectors 1..p, which the
-compiled vector sweep already does for all p + 1 vectors at once.  Only the
-second term is new, and it vanishes for every op that is (piecewise) linear:
-sums, views, gathers, concatenation, cumsum, max/min, abs, maximum, ...  The
-sweep therefore runs compiled between the nonlinear records and stops just
-before each of them; at that point the record's ``ybar`` is complete (all
-its consumers come later on the tape), and the second-order term is added
-to its parents' vectors 1..p here with NumPy, for all p directions at once.
-Then the sweep resumes and applies the record's first-order VJP.  Cost: one
-tangent sweep and one (p + 1)-vector reverse sweep, plus one vectorised
-NumPy step per nonlinear record.
+The compiled sweep ``kernels/second.py: sweep_hvp`` applies both terms for
+all p + 1 vectors at the common records (elementwise ops, ops with a
+constant, sums, means, views, indexing), with no Python per record.  At any
+other record it returns; then the record's ``ybar`` is complete (all its
+consumers come later on the tape), the second-order term is added here with
+NumPy for all p directions at once (the rules below: nonlinear reductions,
+cumprod, matmul, einsum and the linear-algebra ops), the compiled vector
+sweep (``kernels/vector.py``) applies the record's first-order VJP to all
+p + 1 vectors, and ``sweep_hvp`` resumes.  The second term vanishes for the
+(piecewise) linear ops -- concatenation, cumsum, max/min, where -- so those
+need the first step only.
 
-Ops without a second-order rule here (the LAPACK decompositions, ``tg.Function``,
-``tg.elementwise`` user ops) raise ``NotImplementedError`` naming
-the op, when the function's Hessian actually reaches them.
+Ops without a second-order rule (the LAPACK decompositions, ``tg.Function``,
+``tg.elementwise`` user ops) raise ``NotImplementedError`` naming the op,
+when the function's Hessian actually reaches them.
 """
-import math
-
 import numpy as np
 
 from . import forward as FW
@@ -34,6 +31,7 @@ from .autograd import _freed_error
 from .functional import _Slabs, _argnums, _call, _root_span, _run
 from .kernels import codes as C
 from .kernels._views import SMALL
+from .kernels.second import hvp_layout, sweep_hvp
 from .ops import linalg as L
 from .ops.registry import REGISTRY
 from .tape import current
@@ -42,126 +40,18 @@ from .tape import current
 #: directions; a larger Hessian is computed in chunks of directions
 HESSIAN_BYTES = 256 * 2**20
 
-_LN2, _LN10 = math.log(2.0), math.log(10.0)
-
-#: from this many adjoint vectors on, the common ops' VJPs run as one NumPy
-#: step over all of them instead of once per vector in the compiled sweep
-FAST_VECTORS = 16
-
-
-# -- second derivatives of the elementwise ops, per sub code -----------------------------
-# Each reads only the values the tape keeps for the op's VJP (codes.READS_*),
-# so a rule never needs a value that was not recorded.
-def _d2_unary(sub, x, y):
-    """d^2y/dx^2 of ``y = f(x)``, elementwise (x or y may be unused)."""
-    U = C
-    if sub == U.EXP:
-        return y
-    if sub == U.LOG:
-        return -1.0 / (x * x)
-    if sub == U.LOG1P:
-        return -1.0 / ((1.0 + x) ** 2)
-    if sub == U.EXPM1:
-        return y + 1.0
-    if sub == U.SQRT:
-        return -0.25 / (y ** 3)
-    if sub == U.SQUARE:
-        return 2.0
-    if sub == U.SIN:
-        return -np.sin(x)
-    if sub == U.COS:
-        return -np.cos(x)
-    if sub == U.TAN:
-        return 2.0 * y * (1.0 + y * y)
-    if sub == U.TANH:
-        return -2.0 * y * (1.0 - y * y)
-    if sub == U.SINH:
-        return np.sinh(x)
-    if sub == U.COSH:
-        return np.cosh(x)
-    if sub == U.ARCSIN:
-        return x / (1.0 - x * x) ** 1.5
-    if sub == U.ARCCOS:
-        return -x / (1.0 - x * x) ** 1.5
-    if sub == U.ARCTAN:
-        return -2.0 * x / (1.0 + x * x) ** 2
-    if sub == U.RECIPROCAL:
-        return 2.0 * y ** 3
-    if sub == U.EXP2:
-        return y * _LN2 * _LN2
-    if sub == U.LOG2:
-        return -1.0 / (x * x * _LN2)
-    if sub == U.LOG10:
-        return -1.0 / (x * x * _LN10)
-    if sub == U.CBRT:
-        return -2.0 / (9.0 * y ** 5)
-    if sub == U.ARCSINH:
-        return -x / (x * x + 1.0) ** 1.5
-    if sub == U.ARCCOSH:
-        return -x / (x * x - 1.0) ** 1.5
-    if sub == U.ARCTANH:
-        return 2.0 * x / (1.0 - x * x) ** 2
-    raise AssertionError(sub)  # the linear subs never get here (see _KIND)
-
-
-def _d2_scalar(sub, x, y, c):
-    if sub == C.RDIVC:  # c / x
-        return 2.0 * y / (x * x)
-    if sub == C.POWC:  # x ** c
-        if c == 0.0 or c == 1.0:
-            return np.zeros_like(x)
-        return c * (c - 1.0) * x ** (c - 2.0)
-    if sub == C.RPOWC:  # c ** x
-        return y * math.log(c) ** 2 if c != 0.0 else np.zeros_like(y)
-    raise AssertionError(sub)
-
-
-def _d2_binary(sub, a, b, y):
-    """(d2/da2, d2/da db, d2/db2) of ``y = a op b``, elementwise."""
-    if sub == C.MUL:
-        return 0.0, 1.0, 0.0
-    if sub == C.DIV:
-        return 0.0, -1.0 / (b * b), 2.0 * y / (b * b)
-    if sub == C.POW or sub == C.FLOAT_POWER:
-        # at a == 0 the log terms take their limit 0, as the first derivative does
-        nz = a != 0.0
-        la = np.log(np.where(nz, np.abs(a), 1.0))
-        aa = b * (b - 1.0) * a ** (b - 2.0)
-        ab = np.where(nz, a ** (b - 1.0) * (1.0 + b * la), np.where(b == 1.0, 1.0, 0.0))
-        bb = np.where(nz, y * la * la, 0.0)
-        return aa, ab, bb
-    if sub == C.ARCTAN2:
-        r2 = a * a + b * b
-        q = r2 * r2
-        return -2.0 * a * b / q, (a * a - b * b) / q, 2.0 * a * b / q
-    if sub == C.HYPOT:
-        y3 = y ** 3
-        return b * b / y3, -a * b / y3, a * a / y3
-    if sub == C.LOGADDEXP or sub == C.LOGADDEXP2:
-        s = (np.exp(a - y) * np.exp(b - y) if sub == C.LOGADDEXP
-             else 2.0 ** (a - y) * 2.0 ** (b - y) * _LN2)
-        return s, -s, s
-    raise AssertionError(sub)
-
 
 # -- which records need a second-order step ----------------------------------------------
 _LINEAR, _RULE, _MISSING = 0, 1, 2
 
-_UNARY_LINEAR = {C.IDENT, C.NEG, C.ZERO, C.ABS, C.FABS, C.DEG2RAD, C.RAD2DEG}
-_NARY_LINEAR = {C.ADD, C.SUB, C.WHERE, C.MAXIMUM, C.MINIMUM, C.FMAX, C.FMIN, C.COPYSIGN,
-                C.FMOD, C.REMAINDER}
-
 
 def _classify(code):
+    """What Python must add at a record ``sweep_hvp`` hands back: nothing
+    (_LINEAR: the compiled first-order VJP is the whole rule; elementwise
+    records get here only when empty), a NumPy rule, or an error."""
     kind, sub = code >> C.SHIFT, code & C.MASK
-    if kind in (C.K_NONE, C.K_GATHER, C.K_CONCAT):
+    if kind in (C.K_NONE, C.K_UNARY, C.K_SCALAR, C.K_NARY, C.K_GATHER, C.K_CONCAT):
         return _LINEAR
-    if kind == C.K_UNARY:
-        return _LINEAR if sub in _UNARY_LINEAR or sub >= C.ZERO_FIRST else _RULE
-    if kind == C.K_SCALAR:
-        return _RULE if sub in (C.RDIVC, C.POWC, C.RPOWC) else _LINEAR
-    if kind == C.K_NARY:
-        return _LINEAR if sub in _NARY_LINEAR or sub >= C.NARY_ZERO_FIRST else _RULE
     if kind == C.K_REDUCE:
         return _LINEAR if sub in (C.SUM, C.MEAN, C.MAX, C.MIN) else _RULE
     if kind == C.K_SCAN:
@@ -236,62 +126,6 @@ class _Pass:
     def parents(self, r):
         tape = self.tape
         return [int(q) for q in tape.args[tape.arg0[r]:tape.arg0[r + 1]]]
-
-
-def _unary2(P, r, sub):
-    (q,) = P.parents(r)
-    xd = P.dot(q)
-    if xd is None:
-        return
-    x, y = P.val(q), P.val(r)
-    P.add(q, (P.ybar(r) * _d2_unary(sub, x, y)) * xd)
-
-
-def _scalar2(P, r, sub):
-    (q,) = P.parents(r)
-    xd = P.dot(q)
-    if xd is None:
-        return
-    x, y = P.val(q), P.val(r)
-    P.add(q, (P.ybar(r) * _d2_scalar(sub, x, y, float(P.tape.fp[r]))) * xd)
-
-
-def _index_maps(tape, r, sizes, n):
-    """Per operand, the operand index of each of the n output elements
-    (``ip`` as in ``nary_vjp``: ``[nd, out_shape, strides...]`` or ``[0]``)."""
-    b = int(tape.ip0[r])
-    nd = int(tape.ip[b])
-    if nd == 0:
-        return [np.arange(n) if m == n else np.zeros(n, np.int64) for m in sizes]
-    shape = tape.ip[b + 1:b + 1 + nd]
-    grids = np.indices(tuple(int(s) for s in shape)).reshape(nd, -1)
-    maps = []
-    for j in range(len(sizes)):
-        st = tape.ip[b + 1 + nd * (j + 1):b + 1 + nd * (j + 2)]
-        maps.append((st[:, None] * grids).sum(axis=0))
-    return maps
-
-
-def _nary2(P, r, sub):
-    qa, qb = P.parents(r)
-    ad, bd = P.dot(qa), P.dot(qb)
-    if ad is None and bd is None:
-        return
-    tape = P.tape
-    n = int(tape.size[r])
-    ia, ib = _index_maps(tape, r, (int(tape.size[qa]), int(tape.size[qb])), n)
-    a, b = P.val(qa)[ia], P.val(qb)[ib]
-    y = P.val(r) if sub not in (C.MUL, C.ARCTAN2) else None  # kept only where needed
-    with np.errstate(divide="ignore", invalid="ignore"):
-        aa, ab, bb = _d2_binary(sub, a, b, y)
-    g = P.ybar(r)
-    zero = np.zeros((P.p, n))
-    ad = zero if ad is None else ad[:, ia]
-    bd = zero if bd is None else bd[:, ib]
-    for q, idx, t in ((qa, ia, g * (aa * ad + ab * bd)), (qb, ib, g * (ab * ad + bb * bd))):
-        acc = np.zeros((P.p, int(tape.size[q])))
-        np.add.at(acc.T, idx, t.T)
-        P.add(q, acc)
 
 
 def _reduce_map(tape, r, n):
@@ -519,8 +353,7 @@ HOST_RULES = {L._MATMUL: _matmul2, L._EINSUM: _einsum2, L._INV: _inv2, L._SOLVE:
               L._DET: lambda P, r: _det_like2(P, r, True),
               L._LOGABSDET: lambda P, r: _det_like2(P, r, False)}
 
-_FAMILY = {C.K_UNARY: _unary2, C.K_SCALAR: _scalar2, C.K_NARY: _nary2, C.K_REDUCE: _reduce2,
-           C.K_SCAN: _scan2}
+_FAMILY = {C.K_REDUCE: _reduce2, C.K_SCAN: _scan2}
 
 
 def _second_order(P, r):
@@ -535,124 +368,6 @@ def _second_order(P, r):
 _CLASS = np.array([_classify(c) for c in range(16 << C.SHIFT)], np.int8)
 
 
-# -- first-order VJPs with NumPy over all p + 1 vectors at once ---------------------------
-# The vector sweep applies a compiled VJP once per vector; with many
-# directions (a Hessian) one NumPy step over the (p + 1, size) block of a
-# record is much cheaper for the common ops, so those records run here and
-# the rest (and runs of them) in the compiled sweep.  Same numbers: these are
-# the kernels' partials (elementwise.py) written over arrays.
-_D1_UNARY = {
-    C.EXP: lambda x, y: y, C.LOG: lambda x, y: 1.0 / x,
-    C.LOG1P: lambda x, y: 1.0 / (1.0 + x), C.EXPM1: lambda x, y: y + 1.0,
-    C.SQRT: lambda x, y: 0.5 / y, C.SQUARE: lambda x, y: 2.0 * x,
-    C.SIN: lambda x, y: np.cos(x), C.COS: lambda x, y: -np.sin(x),
-    C.TAN: lambda x, y: 1.0 + y * y, C.TANH: lambda x, y: 1.0 - y * y,
-    C.SINH: lambda x, y: np.cosh(x), C.COSH: lambda x, y: np.sinh(x),
-    C.ARCTAN: lambda x, y: 1.0 / (1.0 + x * x), C.RECIPROCAL: lambda x, y: -y * y,
-}
-_D1_SCALAR = {
-    C.RDIVC: lambda x, y, c: -y / x,
-    C.POWC: lambda x, y, c: c * x ** (c - 1.0) if c != 0.0 else np.zeros_like(x),
-}
-_GATHER_BASE = C.code(C.K_GATHER, 0)
-_CONST_CODE = C.code(C.K_NONE, C.CONST)
-
-
-def _fast_kind(code):
-    """Whether ``_numpy_vjp`` handles records with this op code (it may still
-    decline a record, e.g. a broadcasting one)."""
-    kind, sub = code >> C.SHIFT, code & C.MASK
-    if kind == C.K_UNARY:
-        return sub in (C.IDENT, C.NEG) or sub >= C.VIEW_FIRST or sub in _D1_UNARY
-    if kind == C.K_SCALAR:
-        return sub in (C.ADDC, C.MULC, C.DIVC, C.RSUBC) or sub in _D1_SCALAR
-    if kind == C.K_NARY:
-        return sub in (C.ADD, C.SUB, C.MUL, C.DIV)
-    if kind == C.K_REDUCE:
-        return sub in (C.SUM, C.MEAN)
-    return kind == C.K_GATHER
-
-
-_FAST = np.array([_fast_kind(c) for c in range(16 << C.SHIFT)], np.bool_)
-
-
-def _numpy_vjp(P, r):
-    """Record r's VJP for all p + 1 vectors with NumPy; False to leave it to
-    the compiled sweep."""
-    tape, adj = P.tape, P.adj
-    code = int(tape.op[r])
-    kind, sub = code >> C.SHIFT, code & C.MASK
-    n = int(tape.size[r])
-    if n == 0:
-        return False  # a multi-output op: its outputs' adjoints form one span
-    G = P.block(r)
-    ps = P.parents(r)
-    if kind == C.K_UNARY:
-        (q,) = ps
-        if sub == C.IDENT or sub >= C.VIEW_FIRST:
-            return P.put(q, G)
-        if sub == C.NEG:
-            return P.put(q, -G)
-        x, y = P.val(q), P.val(r)
-        return P.put(q, G * _D1_UNARY[sub](x, y))
-    if kind == C.K_SCALAR:
-        (q,) = ps
-        c = float(tape.fp[r])
-        if sub == C.ADDC:
-            return P.put(q, G)
-        if sub == C.MULC:
-            return P.put(q, G * c)
-        if sub == C.DIVC:
-            return P.put(q, G / c)
-        if sub == C.RSUBC:
-            return P.put(q, -G)
-        return P.put(q, G * _D1_SCALAR[sub](P.val(q), P.val(r), c))
-    if kind == C.K_NARY:
-        qa, qb = ps
-        ma, mb = int(tape.size[qa]), int(tape.size[qb])
-        if ma not in (n, 1) or mb not in (n, 1) or qa == qb:
-            return False  # general broadcasting, x op x: the kernel
-        if sub == C.ADD:
-            da, db = G, G
-        elif sub == C.SUB:
-            da, db = G, -G
-        else:
-            a, b = P.val(qa), P.val(qb)
-            if sub == C.MUL:
-                da, db = G * b, G * a
-            else:
-                y = P.val(r)
-                da, db = G / b, -G * (y / b)
-        for q, m, d in ((qa, ma, da), (qb, mb, db)):
-            if tape.op[q] != _CONST_CODE:
-                P.put(q, d if m == n else d.sum(axis=1, keepdims=True))
-        return True
-    if kind == C.K_REDUCE:
-        (q,) = ps
-        m = int(tape.size[q])
-        scale = 1.0 if sub == C.SUM else (n / m if m else 0.0)
-        if n == 1:
-            g = np.broadcast_to(G, (G.shape[0], m))
-        else:
-            g = G[:, _reduce_map(tape, r, m)]
-        return P.put(q, g * scale if scale != 1.0 else g)
-    # K_GATHER: output k is input idx_k (-1: a filled-in zero)
-    (q,) = ps
-    b = int(tape.ip0[r])
-    idx = tape.ip[b + 1:b + 1 + int(tape.ip[b])]
-    acc = np.zeros((G.shape[0], int(tape.size[q])))
-    if idx.size and idx[0] >= 0 and idx[-1] - idx[0] == idx.size - 1 and (
-            idx.size == 1 or (np.diff(idx) == 1).all()):  # a slice: x[1:], x[:-1]
-        acc[:, idx[0]:idx[-1] + 1] = G
-        return P.put(q, acc)
-    keep = idx >= 0
-    if keep.all() and np.unique(idx).size == idx.size:
-        acc[:, idx] = G
-    else:
-        np.add.at(acc.T, idx[keep], G[:, keep].T)
-    return P.put(q, acc)
-
-
 def _missing_error(code):
     name = REGISTRY[code].name if code in REGISTRY else str(code)
     return NotImplementedError(
@@ -662,62 +377,71 @@ def _missing_error(code):
         "einsum, linalg.inv, solve, det and slogdet")
 
 
-def _hvp_pass(tape, out, leaves, recs, seeds, p):
+def _hvp_pass(tape, out, leaves, recs, seeds, p, fill=None, into=None):
     """Gradient and p Hessian-vector products of scalar ``out``.
 
-    ``seeds(k)``: leaf k's p directions as (p, size).  Returns per leaf
-    ``(grad (size,), hv (p, size))`` float64 (zeros where out does not depend
-    on the leaf), and what ``tape.after_backward`` needs to free the graph
-    (None when the sweep did not run)."""
+    ``seeds(k)``: leaf k's p directions as (p, size); or ``fill(k, block)``
+    writes them into the (size, p) tangent block itself (cheaper for unit
+    directions).  Returns per leaf ``(grad (size,), hv (p, size))`` float64
+    (zeros where out does not depend on the leaf) -- written into the arrays
+    ``into`` when given -- and what ``tape.after_backward`` needs to free the
+    graph (None when the sweep did not run)."""
     upto = _root_span(tape, out._rec)
     live = [r for r in recs if r is not None]
-    res = [(np.zeros(x.size), np.zeros((p, x.size))) for x in leaves]
+    res = into if into is not None else [(np.zeros(x.size), np.zeros((p, x.size)))
+                                         for x in leaves]
     if not live:
         return res, None
-    tan = FW._Tangents(tape, upto, np.array(live, np.int64))
+    tape.arg0[tape.n] = tape.na  # closes the last record's parents
+    (voff, treached, toff, total, zsize, aoff, stride, leaf, inner, outer) = hvp_layout(
+        tape.op, tape.size, tape.arg0, tape.args, tape.rix, upto, SMALL,
+        np.array(live, np.int64), p + 1)
+    tan = FW._Tangents.laid_out(tape, upto, voff, treached, toff, total, min(live), zsize)
     tan.alloc(p)
     for k, r in enumerate(recs):
         if r is not None:
-            tan.block(r)[...] = seeds(k).T
-    Tf = tape.arrays(tan) + (tan.reached,)
-    FW._sweep(tape, tan, Tf)
+            if fill is not None:
+                fill(k, tan.block(r))
+            else:
+                tan.block(r)[...] = seeds(k).T
+    T = tape.arrays(tan) + (tan.reached,)
+    FW._sweep(tape, tan, T)
 
-    adj = _Slabs(tape, upto, p + 1)
-    T = tape.arrays(adj) + (adj.reached,)
+    adj = _Slabs.laid_out(tape, upto, p + 1, voff, aoff, stride, leaf, inner, outer)
+    T = T[:12] + (adj.aptr, adj.reached)  # the same tape view, the adjoints' addresses
     root = out._rec
-    blk = adj.block(root)
-    blk[...] = 0.0
-    blk[0] = 1.0
+    if int(adj.stride[root]) == 8:  # one element, p + 1 vectors in a row (arena A: no leaf)
+        o = (int(adj.aptr[root]) - adj.A.ctypes.data) >> 3
+        adj.A[o:o + p + 1] = 0.0
+        adj.A[o] = 1.0
+    else:  # a slot of a multi-output op: its vectors are interleaved with the others'
+        blk = adj.block(root)
+        blk[...] = 0.0
+        blk[0] = 1.0
     adj.reached[root] = True
-    P = _Pass(tape, upto, tan, adj)
-    # stops: nonlinear records that depend on the inputs (a second-order
-    # step), and, with many directions, records whose VJP NumPy applies to
-    # all vectors at once; the compiled sweep runs everything in between
-    ops = tape.op[:upto]
-    cls = _CLASS[ops]
-    second = (cls != _LINEAR) & tan.reached[:upto]
-    fast = _FAST[ops] if p + 1 >= FAST_VECTORS else np.zeros(upto, np.bool_)
-    stops = np.flatnonzero(second | fast)[::-1]
+    P = None
     start = upto - 1
-    for s in stops:
-        s = int(s)
-        _run(tape, adj, T, start, s, p + 1)
-        start = s
-        if not adj.reached[s]:
-            continue
-        if tape.freed[s]:
+    while True:
+        s = sweep_hvp(T, tape.freed, start, -1, p + 1, adj.stride, tan.aptr, tan.reached)
+        if s == -1:
+            break
+        if s < -1:
             raise _freed_error()
-        if second[s]:
-            if cls[s] == _MISSING:
-                raise _missing_error(int(tape.op[s]))
+        # a record the compiled sweep leaves to Python: its ybar is complete
+        cls = _CLASS[int(tape.op[s])]
+        if cls == _MISSING:
+            raise _missing_error(int(tape.op[s]))
+        if cls == _RULE:
+            P = P or _Pass(tape, upto, tan, adj)
             _second_order(P, s)
-        if fast[s] and _numpy_vjp(P, s):
-            start = s - 1
-    _run(tape, adj, T, start, -1, p + 1)
+        _run(tape, adj, T, s, s - 1, p + 1)  # its first-order VJP, all vectors
+        start = s - 1
     for k, r in enumerate(recs):
         if r is not None and adj.reached[r]:
             b = adj.block(r)
-            res[k] = (b[0].copy(), b[1:].copy())
+            g, hv = res[k]
+            g[...] = b[0]
+            hv[...] = b[1:]
     return res, (adj.reached, T)
 
 
@@ -730,10 +454,12 @@ def _scalar_out(f, args, nums, who):
     return leaves, out
 
 
-def _drive(leaves, out, p, seeds):
+def _drive(leaves, out, p, seeds, fill=None):
     """Run the pass (in chunks of directions when large) and free the graph.
 
-    ``seeds(k, lo, hi)``: leaf k's directions lo .. hi-1 as (hi - lo, size)."""
+    ``seeds(k, lo, hi)``: leaf k's directions lo .. hi-1 as (hi - lo, size),
+    or ``fill(k, lo, hi, block)`` writes them into the (size, hi - lo)
+    tangent block."""
     if not out._requires_grad or out._tok is None:
         # independent of the inputs, or the output is an input itself: f is
         # constant or linear, and its Hessian is zero
@@ -755,14 +481,23 @@ def _drive(leaves, out, p, seeds):
     freeing = None
     for lo in range(0, max(p, 1), chunk):
         hi = min(p, lo + chunk)
-        res, used = _hvp_pass(tape, out, leaves, recs, lambda k: seeds(k, lo, hi), hi - lo)
+        used = _hvp_pass(tape, out, leaves, recs, lambda k: seeds(k, lo, hi), hi - lo,
+                         fill=fill and (lambda k, blk: fill(k, lo, hi, blk)),
+                         into=[(g, hv[lo:hi]) for g, hv in zip(grads, hvs)])[1]
         freeing = used or freeing
-        for k, (g, hv) in enumerate(res):
-            grads[k] = g
-            hvs[k][lo:hi] = hv
     if freeing is not None:
         tape.after_backward(*freeing)
     return grads, hvs
+
+
+def _unit_fill(starts):
+    """``fill`` for the unit directions over all leaves' elements: direction
+    j is 1 at element j (``starts``: where each leaf's elements begin)."""
+    def fill(k, lo, hi, blk):
+        blk[...] = 0.0
+        j = np.arange(max(lo, starts[k]), min(hi, starts[k + 1]))
+        blk[j - starts[k], j - lo] = 1.0
+    return fill
 
 
 def hvp(f, primals, tangents, batched=None):
@@ -832,7 +567,7 @@ def hessian(f, argnums=0):
         single, nums = _argnums(argnums, len(args), "hessian")
         leaves, out = _scalar_out(f, args, nums, "hessian")
         n, starts, unit = FW.unit_directions(leaves)
-        _, hvs = _drive(leaves, out, n, unit)
+        _, hvs = _drive(leaves, out, n, unit, fill=_unit_fill(starts))
         # hvs[i][k] = H e_k restricted to input i: column k of H's rows for i
         H = np.concatenate(hvs, axis=1).T if n else np.zeros((0, 0))  # (n, n)
         res = []

@@ -1,0 +1,452 @@
+"""Forward-over-reverse in one compiled sweep: the Hessian's inner loop.
+
+``tapegrad.second`` carries p + 1 adjoints per record: vector 0 is the
+ordinary adjoint ``ybar`` (seed 1), vectors 1..p its tangents ``ybar_dot``
+along the p directions whose tangents ``xdot`` a forward sweep has put on
+the records.  The tangent-linear of an op's VJP ``xbar += phi'(x)^T ybar`` is
+
+    xbar_dot += phi'(x)^T ybar_dot + (phi''(x)[xdot])^T ybar.
+
+``sweep_hvp`` applies both terms, for all p + 1 vectors, at the records that
+make up nearly every scientific objective: elementwise ops of one and two
+operands (with broadcasting), ops with a Python constant, sums and means,
+views and indexing.  Anything else -- host records (matmul, LAPACK), the
+nonlinear reductions, scans, user ops, multi-output ops -- hands control back
+to Python, which applies that one record's rules and resumes the sweep, so a
+function made only of the common ops runs with no Python per record.
+
+Layouts: record v's p + 1 adjoints are rows ``stride[v]`` bytes apart from
+``T[12][v]`` (``kernels/vector.py``); its tangents are a ``(size, p)`` block
+at ``tptr[v]`` (``kernels/forward.py``).  A record whose tangent the forward
+sweep did not reach does not depend on the inputs, so no adjoint written to
+it could ever reach a differentiated leaf: the sweep skips such records and
+never writes to them.
+"""
+import math
+
+import numba
+import numpy as np
+
+from . import codes as C
+from ._jit import inline, kernel
+from ._views import _voidptr, advance, claim, odometer, parent, value
+from .elementwise import d_binary, d_scalar, d_unary
+from .structural import _out_map
+from .vector import vec_layout
+
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+_CONST = C.code(C.K_NONE, C.CONST)
+_OUTPUT = C.code(C.K_NONE, C.OUTPUT)
+
+
+# -- second derivatives, per sub code -----------------------------------------------------
+# Each reads only the values the tape keeps for the op's VJP (codes.READS_*).
+@inline
+def unary_has_d2(sub):
+    return not (sub == C.IDENT or sub == C.NEG or sub == C.ZERO or sub == C.ABS
+                or sub == C.FABS or sub == C.DEG2RAD or sub == C.RAD2DEG
+                or sub >= C.ZERO_FIRST)
+
+
+@inline
+def d2_unary(sub, x, y):
+    """d^2y/dx^2 of ``y = f(x)`` at one element (0 for the linear subs)."""
+    if sub == C.EXP:
+        return y
+    if sub == C.LOG:
+        return -1.0 / (x * x)
+    if sub == C.LOG1P:
+        return -1.0 / ((1.0 + x) * (1.0 + x))
+    if sub == C.EXPM1:
+        return y + 1.0
+    if sub == C.SQRT:
+        return -0.25 / (y * y * y)
+    if sub == C.SQUARE:
+        return 2.0
+    if sub == C.SIN:
+        return -math.sin(x)
+    if sub == C.COS:
+        return -math.cos(x)
+    if sub == C.TAN:
+        return 2.0 * y * (1.0 + y * y)
+    if sub == C.TANH:
+        return -2.0 * y * (1.0 - y * y)
+    if sub == C.SINH:
+        return math.sinh(x)
+    if sub == C.COSH:
+        return math.cosh(x)
+    if sub == C.ARCSIN:
+        return x / (1.0 - x * x) ** 1.5
+    if sub == C.ARCCOS:
+        return -x / (1.0 - x * x) ** 1.5
+    if sub == C.ARCTAN:
+        return -2.0 * x / ((1.0 + x * x) * (1.0 + x * x))
+    if sub == C.RECIPROCAL:
+        return 2.0 * y * y * y
+    if sub == C.EXP2:
+        return y * _LN2 * _LN2
+    if sub == C.LOG2:
+        return -1.0 / (x * x * _LN2)
+    if sub == C.LOG10:
+        return -1.0 / (x * x * _LN10)
+    if sub == C.CBRT:
+        return -2.0 / (9.0 * y ** 5)
+    if sub == C.ARCSINH:
+        return -x / (x * x + 1.0) ** 1.5
+    if sub == C.ARCCOSH:
+        return -x / (x * x - 1.0) ** 1.5
+    if sub == C.ARCTANH:
+        return 2.0 * x / ((1.0 - x * x) * (1.0 - x * x))
+    return 0.0
+
+
+@inline
+def scalar_has_d2(sub):
+    return sub == C.RDIVC or sub == C.POWC or sub == C.RPOWC
+
+
+@inline
+def d2_scalar(sub, x, y, c):
+    """d^2y/dx^2 of ``y = x op c`` or ``c op x`` (0 for the linear subs)."""
+    if sub == C.RDIVC:  # c / x
+        return 2.0 * y / (x * x)
+    if sub == C.POWC:  # x ** c
+        if c == 0.0 or c == 1.0:
+            return 0.0
+        return c * (c - 1.0) * x ** (c - 2.0)
+    if sub == C.RPOWC:  # c ** x
+        if c == 0.0:
+            return 0.0
+        lc = math.log(c)
+        return y * lc * lc
+    return 0.0
+
+
+@inline
+def nary_has_d2(sub):
+    return (sub == C.MUL or sub == C.DIV or sub == C.POW or sub == C.FLOAT_POWER
+            or sub == C.ARCTAN2 or sub == C.HYPOT or sub == C.LOGADDEXP
+            or sub == C.LOGADDEXP2)
+
+
+@inline
+def d2_binary(sub, a, b, y):
+    """(d2/da2, d2/da db, d2/db2) of ``y = a op b`` at one element."""
+    if sub == C.MUL:
+        return 0.0, 1.0, 0.0
+    if sub == C.DIV:
+        return 0.0, -1.0 / (b * b), 2.0 * y / (b * b)
+    if sub == C.POW or sub == C.FLOAT_POWER:
+        aa = b * (b - 1.0) * a ** (b - 2.0)
+        if a == 0.0:  # the log terms take their limit 0, as the first derivative does
+            return aa, (1.0 if b == 1.0 else 0.0), 0.0
+        la = math.log(abs(a))
+        return aa, a ** (b - 1.0) * (1.0 + b * la), y * la * la
+    if sub == C.ARCTAN2:
+        r2 = a * a + b * b
+        q = r2 * r2
+        return -2.0 * a * b / q, (a * a - b * b) / q, 2.0 * a * b / q
+    if sub == C.HYPOT:
+        y3 = y * y * y
+        return b * b / y3, -a * b / y3, a * a / y3
+    if sub == C.LOGADDEXP:
+        s = math.exp(a - y) * math.exp(b - y)
+        return s, -s, s
+    if sub == C.LOGADDEXP2:
+        s = 2.0 ** (a - y) * 2.0 ** (b - y) * _LN2
+        return s, -s, s
+    return 0.0, 0.0, 0.0
+
+
+# -- views ----------------------------------------------------------------------------------
+@inline
+def _adj(T, stride, v, p1):
+    """Record v's p + 1 adjoints as rows of a 2-d view (row length: the
+    stride; only the first ``size[v]`` columns are v's)."""
+    return numba.carray(_voidptr(T[12][v]), (p1, stride[v] // 8), np.float64)
+
+
+@inline
+def _tan(tptr, v, n, p):
+    """Record v's tangents, ``(n, p)``."""
+    return numba.carray(_voidptr(tptr[v]), (n, p), np.float64)
+
+
+@inline
+def _take(T, stride, q, n, p1, whole):
+    """Claim q's adjoints for a VJP that writes ``n`` of its elements; zero
+    them first when this is the first write and the VJP accumulates (it
+    does not write every element once: ``whole`` False).  Returns the view
+    and whether writes may assign (first write, whole)."""
+    G = _adj(T, stride, q, p1)
+    first = claim(T, q)
+    if first and not whole:
+        for k in range(p1):
+            for i in range(n):
+                G[k, i] = 0.0
+    return G, first and whole
+
+
+@inline
+def _scaled(T, stride, r, q, d, tptr, p1, c2):
+    """Elementwise one-operand rule: q's adjoints ``+= d * r's``, and, when
+    ``c2`` (per element: ``ybar * f''``) is given, its tangents ``+= c2 *
+    xdot``."""
+    n = d.size
+    G = _adj(T, stride, r, p1)
+    Gq, first = _take(T, stride, q, n, p1, True)
+    for k in range(p1):
+        if first:
+            for i in range(n):
+                Gq[k, i] = G[k, i] * d[i]
+        else:
+            for i in range(n):
+                Gq[k, i] += G[k, i] * d[i]
+    if c2.size:
+        xd = _tan(tptr, q, n, p1 - 1)
+        for i in range(n):
+            ci = c2[i]
+            if ci != 0.0:
+                for k in range(1, p1):
+                    Gq[k, i] += ci * xd[i, k - 1]
+
+
+@inline
+def _unary(T, stride, r, sub, tptr, treached, p1):
+    q = parent(T, r, 0)
+    if not treached[q]:
+        return
+    n = T[2][r]
+    x, y = value(T, q), value(T, r)
+    d = np.empty(n)
+    for i in range(n):
+        d[i] = d_unary(sub, x[i], y[i])
+    c2 = np.empty(n if unary_has_d2(sub) else 0)
+    if c2.size:
+        G = _adj(T, stride, r, p1)
+        for i in range(n):
+            c2[i] = G[0, i] * d2_unary(sub, x[i], y[i])
+    _scaled(T, stride, r, q, d, tptr, p1, c2)
+
+
+@inline
+def _scalar(T, stride, r, sub, tptr, treached, p1):
+    q = parent(T, r, 0)
+    if not treached[q]:
+        return
+    n = T[2][r]
+    x, y = value(T, q), value(T, r)
+    c = T[6][r]
+    d = np.empty(n)
+    for i in range(n):
+        d[i] = d_scalar(sub, x[i], y[i], c)
+    c2 = np.empty(n if scalar_has_d2(sub) else 0)
+    if c2.size:
+        G = _adj(T, stride, r, p1)
+        for i in range(n):
+            c2[i] = G[0, i] * d2_scalar(sub, x[i], y[i], c)
+    _scaled(T, stride, r, q, d, tptr, p1, c2)
+
+
+@inline
+def _operand_maps(T, r, n, ma, mb):
+    """Per output element, the element of each operand it reads (``ip`` as
+    in ``nary_vjp``)."""
+    ip = T[5]
+    b = T[3][r]
+    nd = ip[b]
+    ia = np.empty(n, np.int64)
+    ib = np.empty(n, np.int64)
+    if nd == 0:  # every operand full-size or a single element
+        for i in range(n):
+            ia[i] = i if ma == n else 0
+            ib[i] = i if mb == n else 0
+        return ia, ib
+    shape, strides, cnt, pos = odometer(ip, b, nd, 2)
+    for i in range(n):
+        ia[i] = pos[0]
+        ib[i] = pos[1]
+        advance(shape, strides, cnt, pos)
+    return ia, ib
+
+
+@inline
+def _binary(T, stride, r, sub, tptr, treached, p1):
+    ar, br = parent(T, r, 0), parent(T, r, 1)
+    ta = treached[ar] and T[0][ar] != _CONST
+    tb = treached[br] and T[0][br] != _CONST
+    if not ta and not tb:
+        return
+    n = T[2][r]
+    p = p1 - 1
+    xa, xb, y = value(T, ar), value(T, br), value(T, r)
+    ma, mb = T[2][ar], T[2][br]
+    ia, ib = _operand_maps(T, r, n, ma, mb)
+    da = np.empty(n)
+    db = np.empty(n)
+    for i in range(n):
+        da[i], db[i] = d_binary(sub, xa[ia[i]], xb[ib[i]], y[i])
+    G = _adj(T, stride, r, p1)
+    second = nary_has_d2(sub)
+    if second:
+        # the second-order terms, per element: operand j's tangent adjoint
+        # gets ybar * (d2_ja * adot + d2_jb * bdot)
+        haa, hab, hbb = np.empty(n), np.empty(n), np.empty(n)
+        for i in range(n):
+            g0 = G[0, i]
+            aa, ab, bb = d2_binary(sub, xa[ia[i]], xb[ib[i]], y[i])
+            haa[i], hab[i], hbb[i] = g0 * aa, g0 * ab, g0 * bb
+        xda = _tan(tptr, ar, ma, p) if treached[ar] else _tan(tptr, ar, 0, p)
+        xdb = _tan(tptr, br, mb, p) if treached[br] else _tan(tptr, br, 0, p)
+    for j in range(2):
+        if (j == 0 and not ta) or (j == 1 and not tb):
+            continue
+        q = ar if j == 0 else br
+        m = ma if j == 0 else mb
+        idx = ia if j == 0 else ib
+        d = da if j == 0 else db
+        # one write per element only when q is full-size and not both operands
+        Gq, first = _take(T, stride, q, m, p1, m == n and ar != br)
+        for k in range(p1):
+            if first:
+                for i in range(n):
+                    Gq[k, i] = G[k, i] * d[i]
+            else:
+                for i in range(n):
+                    Gq[k, idx[i]] += G[k, i] * d[i]
+        if second:
+            hs = haa if j == 0 else hab  # multiplies a's tangent
+            ho = hab if j == 0 else hbb  # multiplies b's tangent
+            for i in range(n):
+                qi = idx[i]
+                if treached[ar]:
+                    h, ai = hs[i], ia[i]
+                    if h != 0.0:
+                        for k in range(p):
+                            Gq[k + 1, qi] += h * xda[ai, k]
+                if treached[br]:
+                    h, bi = ho[i], ib[i]
+                    if h != 0.0:
+                        for k in range(p):
+                            Gq[k + 1, qi] += h * xdb[bi, k]
+
+
+@inline
+def _sum(T, stride, r, sub, treached, p1):
+    q = parent(T, r, 0)
+    if not treached[q]:
+        return
+    ip = T[5]
+    b = T[3][r]
+    n, m = T[2][q], T[2][r]
+    scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
+    om = _out_map(ip, b, ip[b], n, m)
+    G = _adj(T, stride, r, p1)
+    Gq, first = _take(T, stride, q, n, p1, True)
+    for k in range(p1):
+        for i in range(n):
+            v = G[k, om[i] if m > 1 else 0] * scale
+            Gq[k, i] = v + (0.0 if first else Gq[k, i])
+
+
+@inline
+def _gather(T, stride, r, treached, p1):
+    q = parent(T, r, 0)
+    if not treached[q]:
+        return
+    ip = T[5]
+    b = T[3][r]
+    m = ip[b]
+    G = _adj(T, stride, r, p1)
+    Gq, _ = _take(T, stride, q, T[2][q], p1, False)
+    for k in range(p1):
+        for i in range(m):
+            j = ip[b + 1 + i]
+            if j >= 0:
+                Gq[k, j] += G[k, i]
+
+
+@kernel
+def sweep_hvp(T, freed, start, stop, p1, stride, tptr, treached):
+    """Apply first- and second-order VJPs of reached records ``start ..
+    stop+1`` for p1 = p + 1 vectors.
+
+    Returns -1 when done, ``r >= 0`` at a record this sweep does not handle
+    (Python applies its rules and resumes at ``r - 1``), and ``-2 - r`` for a
+    record freed by an earlier backward.
+    """
+    op, arg0, args, reached = T[0], T[1], T[4], T[13]
+    rix, ptrs = T[10], T[11]
+    for r in range(start, stop, -1):
+        if not reached[r] or not treached[r]:
+            continue  # independent of the inputs: nothing here reaches them
+        if freed[r]:
+            return -2 - r
+        for j in range(arg0[r], arg0[r + 1]):
+            q = args[j]
+            if rix[q] >= 0 and ptrs[rix[q]] == 0:
+                return -2 - q
+        code = op[r]
+        kind = code >> C.SHIFT
+        sub = code & C.MASK
+        if kind == C.K_NONE:
+            if code == _OUTPUT:
+                return r
+            continue  # a leaf: nothing below it
+        if T[2][r] == 0:
+            return r  # a multi-output op: its outputs' adjoints form one span
+        if kind == C.K_UNARY:
+            _unary(T, stride, r, sub, tptr, treached, p1)
+        elif kind == C.K_SCALAR:
+            _scalar(T, stride, r, sub, tptr, treached, p1)
+        elif kind == C.K_NARY and sub != C.WHERE:
+            _binary(T, stride, r, sub, tptr, treached, p1)
+        elif kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
+            _sum(T, stride, r, sub, treached, p1)
+        elif kind == C.K_GATHER:
+            _gather(T, stride, r, treached, p1)
+        else:
+            return r
+    return -1
+
+
+@kernel
+def hvp_layout(op, size, arg0, args, rix, upto, small, seeds, p1):
+    """Where everything of a pass over records ``0 .. upto-1`` lives, in one
+    call (the separate layouts cost more in calls and NumPy glue than the
+    Hessian of a small function takes to compute).
+
+    Returns ``(voff, treached, toff, total, zsize, aoff, stride, leaf, inner,
+    outer)``: mid-size values' offsets in the value arena (as ``layout``);
+    which records depend on the ``seeds`` records, their tangent offsets and
+    count (as ``fwd_layout``); the room an unreached record's unkept large
+    value needs when a loop loads it through its tangent address; and the
+    adjoint layout for p1 vectors (``vec_layout``).
+    """
+    voff = np.empty(upto, np.int64)
+    v = 0
+    for r in range(upto):
+        voff[r] = v
+        if 1 < size[r] <= small:
+            v += size[r]
+    treached = np.zeros(upto, np.bool_)
+    start = upto
+    for s in seeds:
+        treached[s] = True
+        start = min(start, s)
+    toff = np.full(upto, -1, np.int64)
+    total = 0
+    zsize = 1
+    for r in range(upto):
+        if r >= start and not treached[r]:
+            for j in range(arg0[r], arg0[r + 1]):
+                if treached[args[j]]:
+                    treached[r] = True
+                    break
+        if treached[r]:
+            toff[r] = total
+            total += size[r]
+        elif size[r] > small and rix[r] < 0:
+            zsize = max(zsize, size[r])
+    aoff, stride, leaf, inner, outer = vec_layout(op, size, arg0, args, upto, p1)
+    return voff, treached, toff, total, zsize, aoff, stride, leaf, inner, outer
