@@ -67,11 +67,13 @@ class _Tangents:
         self.Z = np.zeros(zsize)
         return self
 
-    def alloc(self, p):
+    def alloc(self, p, own=False):
+        """Memory for p directions: this thread's reusable arena (callers
+        copy results out: fresh memory costs a page fault per 4 KiB), or with
+        ``own`` an arena of its own, for a pass that is kept and rerun."""
         self.p = p
-        # reused between sweeps on this thread, as the adjoint arenas are
-        # (callers copy results out): fresh memory costs a page fault per 4 KiB
-        self.A = _scratch("tangents", max(int(self.total) * p, 1))
+        n = max(int(self.total) * p, 1)
+        self.A = np.empty(n) if own else _scratch("tangents", n)
         self.aptr = np.where(self.toff >= 0, self.A.ctypes.data + self.toff * (8 * p),
                              self.Z.ctypes.data)
 

@@ -57,21 +57,21 @@ class _Slabs(Adjoints):
                     *vec_layout(tape.op, tape.size, tape.arg0, tape.args, upto, p))
 
     @classmethod
-    def laid_out(cls, tape, upto, p, voff, aoff, stride, leaf, inner, outer):
+    def laid_out(cls, tape, upto, p, voff, aoff, stride, leaf, inner, outer, own=False):
         """The same from a layout computed elsewhere (``kernels/second.py:
-        hvp_layout``)."""
+        hvp_layout``); ``own``: arenas of its own, for a pass that is kept."""
         self = cls.__new__(cls)
-        self._place(tape, upto, p, voff, aoff, stride, leaf, inner, outer)
+        self._place(tape, upto, p, voff, aoff, stride, leaf, inner, outer, own)
         return self
 
-    def _place(self, tape, upto, p, voff, aoff, stride, leaf, inner, outer):
+    def _place(self, tape, upto, p, voff, aoff, stride, leaf, inner, outer, own=False):
         self.voff, self.stride, self.leaf = voff, stride, leaf
         self.p, self.k = p, 0
         # both arenas are reused from one vector sweep to the next on this
         # thread (results are copied out): fresh ones would cost a page fault
         # per 4 KiB touched, a third of a 200x200 Jacobian's time
-        self.A = _scratch("A", inner)
-        self.L = _scratch("L", outer)
+        self.A = np.empty(max(inner, 1)) if own else _scratch("A", inner)
+        self.L = np.empty(max(outer, 1)) if own else _scratch("L", outer)
         self.size = tape.size
         self.aptr = aoff * 8 + np.where(self.leaf, self.L.ctypes.data, self.A.ctypes.data)
         self.reached = np.zeros(upto, np.bool_)

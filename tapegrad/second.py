@@ -377,6 +377,102 @@ def _missing_error(code):
         "einsum, linalg.inv, solve, det and slogdet")
 
 
+class HvpPlan:
+    """Everything a forward-over-reverse pass from ``root`` needs except the
+    recorded values: which records depend on the leaves ``recs`` (None for
+    a leaf the root does not depend on), the tangent and adjoint layouts
+    for p directions, their arenas and the kernels' view of the tape.
+
+    An eager ``hvp``/``hessian`` builds one per call and borrows this
+    thread's scratch arenas.  A traced function may keep one (``own=True``:
+    arenas of its own) and ``run`` it again after replaying new values into
+    the same records.
+    """
+
+    def __init__(self, tape, root, recs, p, own=False):
+        self.tape, self.root, self.recs, self.p = tape, root, list(recs), p
+        self.upto = upto = _root_span(tape, root)
+        live = [r for r in self.recs if r is not None]
+        self.live = bool(live)
+        if not live:
+            return
+        tape.arg0[tape.n] = tape.na  # closes the last record's parents
+        (voff, treached, toff, total, zsize, aoff, stride, leaf, inner, outer) = hvp_layout(
+            tape.op, tape.size, tape.arg0, tape.args, tape.rix, upto, SMALL,
+            np.array(live, np.int64), p + 1)
+        self.tan = FW._Tangents.laid_out(tape, upto, voff, treached, toff, total, min(live),
+                                         zsize)
+        self.tan.alloc(p, own=own)
+        self.adj = adj = _Slabs.laid_out(tape, upto, p + 1, voff, aoff, stride, leaf, inner,
+                                         outer, own=own)
+        # the vector sweep moves adjoint addresses around (pass-through VJPs
+        # hand theirs on): a rerun starts from these
+        self.aptr0 = adj.aptr.copy() if own else None
+        self.root_at = ((int(adj.aptr[root]) - adj.A.ctypes.data) >> 3
+                        if int(adj.stride[root]) == 8 else None)
+
+    def seed(self, fill=None, seeds=None):
+        """Write the directions into the leaves' tangents: ``fill(k, block)``
+        fills leaf k's (size, p) block, or ``seeds(k)`` gives its (p, size)
+        directions.  They stay there across runs (no sweep writes a leaf's
+        tangents)."""
+        for k, r in enumerate(self.recs):
+            if r is not None:
+                if fill is not None:
+                    fill(k, self.tan.block(r))
+                else:
+                    self.tan.block(r)[...] = seeds(k).T
+
+    def run(self, into):
+        """Sweep, and write per leaf the gradient (size,) and the p
+        Hessian-vector products (p, size) into ``into``'s pairs of arrays
+        (left as they are for leaves the root does not depend on).  Returns
+        what ``tape.after_backward`` needs to free the graph (None when no
+        sweep ran)."""
+        if not self.live:
+            return None
+        tape, tan, adj, p, root = self.tape, self.tan, self.adj, self.p, self.root
+        T = tape.arrays(tan) + (tan.reached,)
+        FW._sweep(tape, tan, T)
+        if self.aptr0 is not None:
+            adj.aptr[:] = self.aptr0
+            adj.reached[:] = False
+        T = T[:12] + (adj.aptr, adj.reached)  # the same tape view, the adjoints' addresses
+        if self.root_at is not None:  # one element, p + 1 vectors in a row (arena A: no leaf)
+            o = self.root_at
+            adj.A[o:o + p + 1] = 0.0
+            adj.A[o] = 1.0
+        else:  # a slot of a multi-output op: its vectors are interleaved with the others'
+            blk = adj.block(root)
+            blk[...] = 0.0
+            blk[0] = 1.0
+        adj.reached[root] = True
+        P = None
+        start = self.upto - 1
+        while True:
+            s = sweep_hvp(T, tape.freed, start, -1, p + 1, adj.stride, tan.aptr, tan.reached)
+            if s == -1:
+                break
+            if s < -1:
+                raise _freed_error()
+            # a record the compiled sweep leaves to Python: its ybar is complete
+            cls = _CLASS[int(tape.op[s])]
+            if cls == _MISSING:
+                raise _missing_error(int(tape.op[s]))
+            if cls == _RULE:
+                P = P or _Pass(tape, self.upto, tan, adj)
+                _second_order(P, s)
+            _run(tape, adj, T, s, s - 1, p + 1)  # its first-order VJP, all vectors
+            start = s - 1
+        for k, r in enumerate(self.recs):
+            if r is not None and adj.reached[r]:
+                b = adj.block(r)
+                g, hv = into[k]
+                g[...] = b[0]
+                hv[...] = b[1:]
+        return adj.reached, T
+
+
 def _hvp_pass(tape, out, leaves, recs, seeds, p, fill=None, into=None):
     """Gradient and p Hessian-vector products of scalar ``out``.
 
@@ -386,63 +482,13 @@ def _hvp_pass(tape, out, leaves, recs, seeds, p, fill=None, into=None):
     (zeros where out does not depend on the leaf) -- written into the arrays
     ``into`` when given -- and what ``tape.after_backward`` needs to free the
     graph (None when the sweep did not run)."""
-    upto = _root_span(tape, out._rec)
-    live = [r for r in recs if r is not None]
     res = into if into is not None else [(np.zeros(x.size), np.zeros((p, x.size)))
                                          for x in leaves]
-    if not live:
+    plan = HvpPlan(tape, out._rec, recs, p)
+    if not plan.live:
         return res, None
-    tape.arg0[tape.n] = tape.na  # closes the last record's parents
-    (voff, treached, toff, total, zsize, aoff, stride, leaf, inner, outer) = hvp_layout(
-        tape.op, tape.size, tape.arg0, tape.args, tape.rix, upto, SMALL,
-        np.array(live, np.int64), p + 1)
-    tan = FW._Tangents.laid_out(tape, upto, voff, treached, toff, total, min(live), zsize)
-    tan.alloc(p)
-    for k, r in enumerate(recs):
-        if r is not None:
-            if fill is not None:
-                fill(k, tan.block(r))
-            else:
-                tan.block(r)[...] = seeds(k).T
-    T = tape.arrays(tan) + (tan.reached,)
-    FW._sweep(tape, tan, T)
-
-    adj = _Slabs.laid_out(tape, upto, p + 1, voff, aoff, stride, leaf, inner, outer)
-    T = T[:12] + (adj.aptr, adj.reached)  # the same tape view, the adjoints' addresses
-    root = out._rec
-    if int(adj.stride[root]) == 8:  # one element, p + 1 vectors in a row (arena A: no leaf)
-        o = (int(adj.aptr[root]) - adj.A.ctypes.data) >> 3
-        adj.A[o:o + p + 1] = 0.0
-        adj.A[o] = 1.0
-    else:  # a slot of a multi-output op: its vectors are interleaved with the others'
-        blk = adj.block(root)
-        blk[...] = 0.0
-        blk[0] = 1.0
-    adj.reached[root] = True
-    P = None
-    start = upto - 1
-    while True:
-        s = sweep_hvp(T, tape.freed, start, -1, p + 1, adj.stride, tan.aptr, tan.reached)
-        if s == -1:
-            break
-        if s < -1:
-            raise _freed_error()
-        # a record the compiled sweep leaves to Python: its ybar is complete
-        cls = _CLASS[int(tape.op[s])]
-        if cls == _MISSING:
-            raise _missing_error(int(tape.op[s]))
-        if cls == _RULE:
-            P = P or _Pass(tape, upto, tan, adj)
-            _second_order(P, s)
-        _run(tape, adj, T, s, s - 1, p + 1)  # its first-order VJP, all vectors
-        start = s - 1
-    for k, r in enumerate(recs):
-        if r is not None and adj.reached[r]:
-            b = adj.block(r)
-            g, hv = res[k]
-            g[...] = b[0]
-            hv[...] = b[1:]
-    return res, (adj.reached, T)
+    plan.seed(fill, seeds)
+    return res, plan.run(res)
 
 
 def _scalar_out(f, args, nums, who):
