@@ -351,9 +351,13 @@ def _matmul_jvp(tape, tan, r):
         # the p directions trail: a @ db is one GEMM over all of them
         terms = []
         if db is not None:
-            terms.append(a @ db if b.ndim == 1 else
-                         (a @ db.reshape(b.shape[0], -1)).reshape(
-                             a.shape[:-1] + b.shape[1:] + (p,)))
+            flat = db.reshape(b.shape[0], -1)
+            # unit tangents (a Jacobian) stay sparse through elementwise ops:
+            # then a @ db sums scaled columns of a instead of a dense GEMM
+            sparse = (L._sparse_block_products(flat[None], a.T, None, False, True)
+                      if a.ndim == 2 else None)
+            t = sparse[1][0] if sparse is not None else a @ flat
+            terms.append(t.reshape(a.shape[:-1] + b.shape[1:] + (p,)))
         if da is not None:
             t = np.tensordot(da, b, axes=([a.ndim - 1], [0]))  # a[:-1] + (p,) + b[1:]
             terms.append(np.moveaxis(t, a.ndim - 1, -1))

@@ -12,7 +12,9 @@ import threading
 import numpy as np
 
 from .autograd import Adjoints, _freed_error
+from .kernels import codes as C
 from .kernels._views import SMALL
+from .kernels.second import sweep_block
 from .kernels.sweep import layout, sweep
 from .kernels.vector import sweep_vec, touched, vec_layout
 from .ops.registry import LEAF, OUTPUT, REGISTRY
@@ -30,6 +32,8 @@ _arenas = threading.local()
 #: arenas up to this many float64s (32 MiB) stay with the thread for reuse;
 #: larger ones are allocated per call, so a big Jacobian holds no memory after
 _KEEP = 4 * 2**20
+#: the block sweep in first-order mode reads no tangents
+_NO_TANGENTS = np.zeros(1, np.int64)
 
 
 def _scratch(name, n):
@@ -141,13 +145,27 @@ def _root_span(tape, root):
 
 
 def _run(tape, adj, T, start, stop, p):
-    """Sweep ``start .. stop+1`` for p vectors, applying host VJPs slab by slab."""
+    """Sweep ``start .. stop+1`` for p vectors, applying host VJPs slab by slab.
+
+    With several vectors the common records go through the block sweep (all
+    p vectors of a record in one loop nest); it hands each other record to
+    the per-vector sweep, which applies that record's VJP once per vector.
+    """
     freed = tape.freed
     if p > 1:
         vs = np.empty(tape.n + 2, np.int64)
+        every = np.ones(tape.n, np.bool_)
     while True:
-        s = sweep(T, freed, start, stop) if p == 1 else sweep_vec(
-            T, freed, start, stop, p, adj.stride)
+        if p == 1:
+            s = sweep(T, freed, start, stop)
+        else:
+            s = sweep_block(T, freed, start, stop, p, adj.stride, _NO_TANGENTS, every, False)
+            if s >= 0 and tape.op[s] >> C.SHIFT != C.K_HOST:
+                r = s
+                s = sweep_vec(T, freed, r, r - 1, p, adj.stride)
+                if s == -1:
+                    start = r - 1
+                    continue
         if s == -1:
             return
         if s < -1:

@@ -8,7 +8,7 @@ tangent-linear of an op's VJP ``xbar += phi'(x)^T ybar`` is
 
     xbar_dot += phi'(x)^T ybar_dot + (phi''(x)[xdot])^T ybar.
 
-The compiled sweep ``kernels/second.py: sweep_hvp`` applies both terms for
+The compiled sweep ``kernels/second.py: sweep_block`` applies both terms for
 all p + 1 vectors at the common records (elementwise ops, ops with a
 constant, sums, means, views, indexing), with no Python per record.  At any
 other record it returns; then the record's ``ybar`` is complete (all its
@@ -16,7 +16,7 @@ consumers come later on the tape), the second-order term is added here with
 NumPy for all p directions at once (the rules below: nonlinear reductions,
 cumprod, matmul, einsum and the linear-algebra ops), the compiled vector
 sweep (``kernels/vector.py``) applies the record's first-order VJP to all
-p + 1 vectors, and ``sweep_hvp`` resumes.  The second term vanishes for the
+p + 1 vectors, and ``sweep_block`` resumes.  The second term vanishes for the
 (piecewise) linear ops -- concatenation, cumsum, max/min, where -- so those
 need the first step only.
 
@@ -31,7 +31,7 @@ from .autograd import _freed_error
 from .functional import _Slabs, _argnums, _call, _root_span, _run
 from .kernels import codes as C
 from .kernels._views import SMALL
-from .kernels.second import hvp_layout, sweep_hvp
+from .kernels.second import hvp_layout, sweep_block
 from .ops import linalg as L
 from .ops.registry import REGISTRY
 from .tape import current
@@ -46,7 +46,7 @@ _LINEAR, _RULE, _MISSING = 0, 1, 2
 
 
 def _classify(code):
-    """What Python must add at a record ``sweep_hvp`` hands back: nothing
+    """What Python must add at a record ``sweep_block`` hands back: nothing
     (_LINEAR: the compiled first-order VJP is the whole rule; elementwise
     records get here only when empty), a NumPy rule, or an error."""
     kind, sub = code >> C.SHIFT, code & C.MASK
@@ -450,7 +450,8 @@ class HvpPlan:
         P = None
         start = self.upto - 1
         while True:
-            s = sweep_hvp(T, tape.freed, start, -1, p + 1, adj.stride, tan.aptr, tan.reached)
+            s = sweep_block(T, tape.freed, start, -1, p + 1, adj.stride, tan.aptr,
+                            tan.reached, True)
             if s == -1:
                 break
             if s < -1:

@@ -239,3 +239,43 @@ def test_gradcheck_passes_and_names_the_worst_element():
     with pytest.raises(tg.GradcheckError, match=r"d output\[2\] / d input\[2\].*reverse sweep"):
         tg.gradcheck(_WrongSin.apply, x)
     assert tg.gradcheck(_WrongSin.apply, x, raise_exception=False) is False
+
+
+# -- sparse blocks of adjoint vectors through matmul (ops/linalg.py) -------------------------
+SPARSE_CASES = {
+    # unit seeds after elementwise ops: one nonzero per vector (distinct rows)
+    "vector_rhs": (lambda A, x: tg.tanh(A @ x) * x[:3].sum(), (6, 5), (5,)),
+    "square": (lambda A, x: tg.tanh(A @ x) * x, (5, 5), (5,)),
+    "vector_lhs": (lambda A, x: tg.sin(x @ A) * 2.0, (5, 6), (5,)),
+    # matrix operands: several nonzeros per vector, rows repeat (np.add.at)
+    "matrix_both": (lambda A, X: tg.exp(0.1 * (A @ X)) + X.sum(), (4, 3), (3, 2)),
+    "x_both_sides": (lambda A, x: (x @ A) * (A @ x), (4, 4), (4,)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPARSE_CASES))
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_sparse_and_dense_matmul_products_agree(name, mode, monkeypatch):
+    from tapegrad.ops import linalg as L
+    f, sa, sx = SPARSE_CASES[name]
+    rng = np.random.default_rng(3)
+    A, x = rng.standard_normal(sa), rng.standard_normal(sx)
+    jac = tg.jacobian(f, argnums=(0, 1), mode=mode)
+    monkeypatch.setattr(L, "SPARSE_SHARE", 0.0)  # every block dense: one GEMM
+    dense = jac(A, x)
+    monkeypatch.setattr(L, "SPARSE_SHARE", 1.0)  # every block by its nonzeros
+    sparse = jac(A, x)
+    for d, s in zip(dense, sparse):
+        np.testing.assert_allclose(s, d, rtol=1e-13, atol=1e-13)
+    # and both against finite differences
+    for k, (arg, d) in enumerate(zip((A, x), dense)):
+        eps = 1e-6
+        for j in range(arg.size):
+            e = np.zeros(arg.size)
+            e[j] = eps
+            e = e.reshape(arg.shape)
+            args_p = (A + e, x) if k == 0 else (A, x + e)
+            args_m = (A - e, x) if k == 0 else (A, x - e)
+            fd = (np.asarray(f(*args_p)) - np.asarray(f(*args_m))) / (2 * eps)
+            np.testing.assert_allclose(d.reshape(fd.shape + (-1,))[..., j], fd,
+                                       rtol=1e-6, atol=1e-7)

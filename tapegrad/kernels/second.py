@@ -7,7 +7,7 @@ the records.  The tangent-linear of an op's VJP ``xbar += phi'(x)^T ybar`` is
 
     xbar_dot += phi'(x)^T ybar_dot + (phi''(x)[xdot])^T ybar.
 
-``sweep_hvp`` applies both terms, for all p + 1 vectors, at the records that
+``sweep_block`` applies both terms, for all p + 1 vectors, at the records that
 make up nearly every scientific objective: elementwise ops of one and two
 operands (with broadcasting), ops with a Python constant, sums and means,
 views and indexing.  Anything else -- host records (matmul, LAPACK), the
@@ -21,6 +21,10 @@ at ``tptr[v]`` (``kernels/forward.py``).  A record whose tangent the forward
 sweep did not reach does not depend on the inputs, so no adjoint written to
 it could ever reach a differentiated leaf: the sweep skips such records and
 never writes to them.
+
+Without the second-order terms the same sweep is plain vector reverse mode
+(``functional._run``): Jacobians and batched VJPs take the common records
+as whole (p, size) blocks instead of one vector at a time.
 """
 import math
 
@@ -212,7 +216,7 @@ def _scaled(T, stride, r, q, d, tptr, p1, c2):
 
 
 @inline
-def _unary(T, stride, r, sub, tptr, treached, p1):
+def _unary(T, stride, r, sub, tptr, treached, p1, second):
     q = parent(T, r, 0)
     if not treached[q]:
         return
@@ -221,7 +225,7 @@ def _unary(T, stride, r, sub, tptr, treached, p1):
     d = np.empty(n)
     for i in range(n):
         d[i] = d_unary(sub, x[i], y[i])
-    c2 = np.empty(n if unary_has_d2(sub) else 0)
+    c2 = np.empty(n if second and unary_has_d2(sub) else 0)
     if c2.size:
         G = _adj(T, stride, r, p1)
         for i in range(n):
@@ -230,7 +234,7 @@ def _unary(T, stride, r, sub, tptr, treached, p1):
 
 
 @inline
-def _scalar(T, stride, r, sub, tptr, treached, p1):
+def _scalar(T, stride, r, sub, tptr, treached, p1, second):
     q = parent(T, r, 0)
     if not treached[q]:
         return
@@ -240,7 +244,7 @@ def _scalar(T, stride, r, sub, tptr, treached, p1):
     d = np.empty(n)
     for i in range(n):
         d[i] = d_scalar(sub, x[i], y[i], c)
-    c2 = np.empty(n if scalar_has_d2(sub) else 0)
+    c2 = np.empty(n if second and scalar_has_d2(sub) else 0)
     if c2.size:
         G = _adj(T, stride, r, p1)
         for i in range(n):
@@ -271,7 +275,7 @@ def _operand_maps(T, r, n, ma, mb):
 
 
 @inline
-def _binary(T, stride, r, sub, tptr, treached, p1):
+def _binary(T, stride, r, sub, tptr, treached, p1, second):
     ar, br = parent(T, r, 0), parent(T, r, 1)
     ta = treached[ar] and T[0][ar] != _CONST
     tb = treached[br] and T[0][br] != _CONST
@@ -287,7 +291,7 @@ def _binary(T, stride, r, sub, tptr, treached, p1):
     for i in range(n):
         da[i], db[i] = d_binary(sub, xa[ia[i]], xb[ib[i]], y[i])
     G = _adj(T, stride, r, p1)
-    second = nary_has_d2(sub)
+    second = second and nary_has_d2(sub)
     if second:
         # the second-order terms, per element: operand j's tangent adjoint
         # gets ybar * (d2_ja * adot + d2_jb * bdot)
@@ -367,9 +371,12 @@ def _gather(T, stride, r, treached, p1):
 
 
 @kernel
-def sweep_hvp(T, freed, start, stop, p1, stride, tptr, treached):
-    """Apply first- and second-order VJPs of reached records ``start ..
-    stop+1`` for p1 = p + 1 vectors.
+def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
+    """Apply the VJPs of reached records ``start .. stop+1`` to p1 adjoint
+    vectors at once, each record's as a (p1, size) block -- with ``second``,
+    forward-over-reverse: vector 0 is ``ybar`` and the second-order terms go
+    to vectors 1..p1-1 (module docstring); without, plain vector reverse mode
+    (Jacobians, batched VJPs; ``treached`` then marks every record).
 
     Returns -1 when done, ``r >= 0`` at a record this sweep does not handle
     (Python applies its rules and resumes at ``r - 1``), and ``-2 - r`` for a
@@ -396,11 +403,11 @@ def sweep_hvp(T, freed, start, stop, p1, stride, tptr, treached):
         if T[2][r] == 0:
             return r  # a multi-output op: its outputs' adjoints form one span
         if kind == C.K_UNARY:
-            _unary(T, stride, r, sub, tptr, treached, p1)
+            _unary(T, stride, r, sub, tptr, treached, p1, second)
         elif kind == C.K_SCALAR:
-            _scalar(T, stride, r, sub, tptr, treached, p1)
+            _scalar(T, stride, r, sub, tptr, treached, p1, second)
         elif kind == C.K_NARY and sub != C.WHERE:
-            _binary(T, stride, r, sub, tptr, treached, p1)
+            _binary(T, stride, r, sub, tptr, treached, p1, second)
         elif kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
             _sum(T, stride, r, sub, treached, p1)
         elif kind == C.K_GATHER:
