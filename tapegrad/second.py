@@ -14,15 +14,25 @@ constant, sums, means, views, indexing), with no Python per record.  At any
 other record it returns; then the record's ``ybar`` is complete (all its
 consumers come later on the tape), the second-order term is added here with
 NumPy for all p directions at once (the rules below: nonlinear reductions,
-cumprod, matmul, einsum and the linear-algebra ops), the compiled vector
+cumprod, matmul, einsum, the linear-algebra ops -- inv, solve, det, slogdet,
+cholesky, eigh, qr, svd, pinv, lstsq -- and ``tg.elementwise`` ops defined
+with ``second_derivative=``), the compiled vector
 sweep (``kernels/vector.py``) applies the record's first-order VJP to all
 p + 1 vectors, and ``sweep_block`` resumes.  The second term vanishes for the
 (piecewise) linear ops -- concatenation, cumsum, max/min, where -- so those
 need the first step only.
 
-Ops without a second-order rule (the LAPACK decompositions, ``tg.Function``,
-``tg.elementwise`` user ops) raise ``NotImplementedError`` naming the op,
-when the function's Hessian actually reaches them.
+The decompositions' rules are the tangents of their first-order VJPs
+(``ops/linalg.py``) with the outputs' gradients held fixed, so they share
+those VJPs' conventions and limits: symmetric gradients for cholesky, eigh
+and hermitian svd / pinv; distinct eigen- and singular values where
+eigenvectors or singular vectors are used, and sign-invariant functions of
+the latter; constant rank for pinv and lstsq.
+
+Ops without a second-order rule (``tg.Function``, which has no forward rule
+either; ``tg.elementwise`` ops defined without ``second_derivative=``; qr with
+``mode='complete'`` and more rows than columns) raise ``NotImplementedError``
+naming the op, when the function's Hessian actually reaches them.
 """
 import numpy as np
 
@@ -33,6 +43,7 @@ from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.second import hvp_layout, sweep_block
 from .ops import linalg as L
+from .ops.custom import USER_OPS
 from .ops.registry import REGISTRY
 from .tape import current
 
@@ -58,7 +69,9 @@ def _classify(code):
         return _LINEAR if sub == C.CUMSUM else _RULE
     if kind == C.K_HOST:
         return _RULE if code in HOST_RULES else _MISSING
-    return _MISSING  # K_USER: a user derivative has no second derivative
+    if kind == C.K_USER:
+        return _RULE  # its rule raises when the op was defined without second_derivative=
+    return _MISSING
 
 
 # -- the pass ----------------------------------------------------------------------------
@@ -348,12 +361,315 @@ def _einsum2(P, r):
             P.add(q, t)
 
 
+# -- decompositions: the tangent of each first-order VJP (ops/linalg.py) -------------------
+# Each VJP is a formula in the input, the op's outputs (or the factors kept
+# in ``tape.host``) and the outputs' gradients G.  Its tangent with G held
+# fixed follows by the product rule, reading the outputs' tangents that the
+# forward sweep computed (forward.py: HOST_JVP) rather than re-deriving them,
+# so the two sweeps use the same derivative convention (symmetric gradients,
+# the held-fixed complement columns of full_matrices SVD, ...).  Arrays carry
+# the p directions on a leading axis; the recorded values broadcast over it.
+def _f64(*xs):
+    return [np.asarray(x, np.float64) for x in xs]
+
+
+def _lead(P, q, shape):
+    """Record q's tangents as ``(p,) + shape``, or None (q is independent of
+    the inputs)."""
+    t = P.dot(q)
+    return None if t is None else t.reshape((P.p,) + tuple(shape))
+
+
+def _slot_bar(P, q, shape):
+    """The ordinary adjoint (vector 0) of output slot q, or None where no
+    gradient reached it (its memory is not initialised then)."""
+    adj = P.adj
+    if q >= adj.reached.size or not adj.reached[q]:
+        return None
+    return P.ybar(q).reshape(shape)
+
+
+def _phi(m):
+    """The lower triangle with half the diagonal (the Cholesky VJP's Phi)."""
+    return np.tril(m) - 0.5 * np.einsum("...ii->...i", m)[..., None] * np.eye(m.shape[-1])
+
+
+def _cholesky2(P, r):
+    # Abar = sym(L^-T Phi(L^T G) L^-1); d(L^-1) = -L^-1 dL L^-1
+    (qa,) = P.parents(r)
+    shape_a, shape_l = P.tape.host[r]
+    dL = _lead(P, r, shape_l)
+    if dL is None:
+        return
+    Lf = P.val(r).reshape(shape_l)
+    G = P.ybar(r).reshape(shape_l)
+    Li = np.linalg.inv(Lf)
+    dLi = -(Li @ dL @ Li)
+    Ph, dPh = _phi(_T(Lf) @ G), _phi(_T(dL) @ G)
+    P.add(qa, L._sym(_T(dLi) @ Ph @ Li + _T(Li) @ dPh @ Li + _T(Li) @ Ph @ dLi))
+
+
+def _gap_inverse(w):
+    """F_ij = 1 / (w_j - w_i) off the diagonal, 0 on it, and the mask."""
+    off = ~np.eye(w.shape[-1], dtype=bool)
+    diff = w[..., None, :] - w[..., :, None]
+    with np.errstate(divide="ignore"):
+        return np.where(off, 1.0 / np.where(off, diff, 1.0), 0.0)
+
+
+def _eigh2(P, u):
+    # Abar = sym(V (diag(gw) + F o (V^T gV)) V^T); dF = -F^2 o (dw_j - dw_i)
+    (qa,) = P.parents(u)
+    shape_a, (w, V) = P.tape.host[u]
+    w, V = _f64(w, V)
+    dw, dV = _lead(P, u + 1, w.shape), _lead(P, u + 2, V.shape)
+    gw, gV = _slot_bar(P, u + 1, w.shape), _slot_bar(P, u + 2, V.shape)
+    if dw is None or (gw is None and gV is None):
+        return
+    n = w.shape[-1]
+    inner = np.zeros(V.shape)
+    dinner = np.zeros((P.p,) + V.shape)
+    if gw is not None:
+        inner = inner + gw[..., None] * np.eye(n)
+    if gV is not None:
+        F = _gap_inverse(w)
+        K = _T(V) @ gV
+        dF = -(F * F) * (dw[..., None, :] - dw[..., :, None])
+        inner = inner + F * K
+        dinner = dinner + dF * K + F * (_T(dV) @ gV)
+    P.add(qa, L._sym(dV @ inner @ _T(V) + V @ dinner @ _T(V) + V @ inner @ _T(dV)))
+
+
+def _qr_tall_dot(Q, R, gQ, gR, dQ, dR, dgQ=None):
+    """The tangent of ``linalg._qr_tall_vjp(Q, R, gQ, gR)`` along (dQ, dR),
+    and along dgQ where gQ itself moves (the wide case's gQ holds Y)."""
+    M = np.zeros(R.shape)
+    dM = np.zeros(dR.shape)
+    if gR is not None:
+        M = M + R @ _T(gR)
+        dM = dM + dR @ _T(gR)
+    if gQ is not None:
+        M = M - _T(gQ) @ Q
+        dM = dM - _T(gQ) @ dQ
+    if dgQ is not None:
+        dM = dM - _T(dgQ) @ Q
+    b = Q @ L._copyltu(M)
+    db = dQ @ L._copyltu(M) + Q @ L._copyltu(dM)
+    if gQ is not None:
+        b = b + gQ
+    if dgQ is not None:
+        db = db + dgQ
+    gA = _T(np.linalg.solve(R, _T(b)))  # b R^-T
+    # d(b R^-T) = (db - b R^-T dR^T) R^-T
+    return _T(np.linalg.solve(R[None], _T(db - gA @ _T(dR))))
+
+
+def _qr2(P, u):
+    (qa,) = P.parents(u)
+    mode, Q, R, Y = P.tape.host[u]
+    Q, R = _f64(Q, R)
+    m, n = Q.shape[-2], R.shape[-1]
+    dQ, dR = _lead(P, u + 1, Q.shape), _lead(P, u + 2, R.shape)
+    gQ, gR = _slot_bar(P, u + 1, Q.shape), _slot_bar(P, u + 2, R.shape)
+    if dR is None or (gQ is None and gR is None):
+        return
+    if mode == "complete" and m > n:  # the forward sweep has no rule for it either
+        raise NotImplementedError(
+            "hessian: linalg.qr with mode='complete' and more rows than columns has no "
+            "second-order rule; use mode='reduced'")
+    if m >= n:
+        P.add(qa, _qr_tall_dot(Q, R, gQ, gR, dQ, dR))
+        return
+    # wide: A = [X | Y], X = Q U, V = Q^T Y; gQ gains Y gV^T, and gY = Q gV
+    dA = _lead(P, qa, Q.shape[:-2] + (m, n))
+    gU = None if gR is None else gR[..., :m]
+    gV = None if gR is None else gR[..., m:]
+    dgQ = None
+    if gV is not None:
+        gQ = (0.0 if gQ is None else gQ) + np.asarray(Y, np.float64) @ _T(gV)
+        dgQ = dA[..., m:] @ _T(gV)
+    dgX = _qr_tall_dot(Q, R[..., :m], gQ, gU, dQ, dR[..., :m], dgQ)
+    dgY = np.zeros(dA[..., m:].shape) if gV is None else dQ @ gV
+    P.add(qa, np.concatenate([dgX, dgY], axis=-1))
+
+
+def _svd2(P, u):
+    # the tangent of linalg._svd_backward(U, s, Vh, gU, gS, gVh) term by term;
+    # F_ij = 1 / (s_j^2 - s_i^2), dF = -F^2 o (2 s_j ds_j - 2 s_i ds_i)
+    (qa,) = P.parents(u)
+    hermitian, shapes, U, s, Vh = P.tape.host[u]
+    U, s, Vh = _f64(U, s, Vh)
+    sU, sS, sVh = shapes
+    k = s.shape[-1]
+    ds = _lead(P, u + 2, sS)
+    gU, gS, gVh = (_slot_bar(P, u + 1 + j, sh) for j, sh in enumerate(shapes))
+    if ds is None or (gU is None and gS is None and gVh is None):
+        return
+    # full_matrices: only the first k columns of U / rows of Vh carry gradient
+    dU = _lead(P, u + 1, sU)[..., :k]
+    dVh = _lead(P, u + 3, sVh)[..., :k, :]
+    gU = None if gU is None else gU[..., :k]
+    gVh = None if gVh is None else gVh[..., :k, :]
+    m, n = U.shape[-2], Vh.shape[-1]
+    sj, si = s[..., None, :], s[..., :, None]
+    dsj, dsi = ds[..., None, :], ds[..., :, None]
+    inner = np.zeros(s.shape + (k,))
+    dinner = np.zeros((P.p,) + s.shape + (k,))
+    terms = []
+    if gS is not None:
+        inner = inner + gS[..., None] * np.eye(k)
+    if gU is not None or gVh is not None:
+        F = _gap_inverse(s * s)
+        ds2 = 2.0 * s * ds
+        dF = -(F * F) * (ds2[..., None, :] - ds2[..., :, None])
+    if gU is not None:
+        UtgU, dUtgU = _T(U) @ gU, _T(dU) @ gU
+        K, dK = UtgU - _T(UtgU), dUtgU - _T(dUtgU)
+        inner = inner + F * K * sj
+        dinner = dinner + (dF * K + F * dK) * sj + F * K * dsj
+        if m > k:  # ((gU - U U^T gU) / s_j) Vh
+            E = gU - U @ UtgU
+            dE = -(dU @ UtgU + U @ dUtgU)
+            terms += [(dE / sj - E * dsj / (sj * sj)) @ Vh, (E / sj) @ dVh]
+    if gVh is not None:
+        VtgV, dVtgV = Vh @ _T(gVh), dVh @ _T(gVh)
+        K, dK = VtgV - _T(VtgV), dVtgV - _T(dVtgV)
+        inner = inner + si * (F * K)
+        dinner = dinner + dsi * (F * K) + si * (dF * K + F * dK)
+        if n > k:  # U ((gVh - gVh Vh^T Vh) / s_i)
+            E = gVh - (gVh @ _T(Vh)) @ Vh
+            dE = -((gVh @ _T(dVh)) @ Vh + (gVh @ _T(Vh)) @ dVh)
+            terms += [dU @ (E / si), U @ (dE / si - E * dsi / (si * si))]
+    t = dU @ inner @ Vh + U @ dinner @ Vh + U @ inner @ dVh
+    for term in terms:
+        t = t + term
+    P.add(qa, L._sym(t) if hermitian else t)
+
+
+def _pinv_dot(A, X, G, dA, dX, dG=None):
+    """The tangent of ``linalg._pinv_vjp_core(A, X, G)`` along (dA, dX, dG)."""
+    m, n = A.shape[-2], A.shape[-1]
+    XT, dXT, GT = _T(X), _T(dX), _T(G)
+    RA, RX = np.eye(m) - A @ X, np.eye(n) - X @ A  # the projectors' complements
+    t = -(dXT @ G @ XT + XT @ G @ dXT)
+    t = t - (dA @ X + A @ dX) @ GT @ X @ XT + RA @ GT @ (dX @ XT + X @ dXT)
+    t = t + (dXT @ X + XT @ dX) @ GT @ RX - XT @ X @ GT @ (dX @ A + X @ dA)
+    if dG is not None:  # the core is linear in G
+        t = t + L._pinv_vjp_core(A, X, dG)
+    return t
+
+
+def _pinv2(P, r):
+    (qa,) = P.parents(r)
+    hermitian, shape_a, shape_x = P.tape.host[r]
+    dA, dX = _lead(P, qa, shape_a), _lead(P, r, shape_x)
+    if dA is None:
+        return
+    A = P.val(qa).reshape(shape_a)
+    X = P.val(r).reshape(shape_x)
+    t = _pinv_dot(A, X, P.ybar(r).reshape(shape_x), dA, dX)
+    P.add(qa, L._sym(t) if hermitian else t)
+
+
+def _lstsq2(P, u):
+    # x = pinv(A) b: gA = pinv_core(A, X, gx b^T), gb = X^T gx; residuals
+    # |b - A x|^2: wr = 2 (b - A x) gres, gb += wr, gA -= wr x^T
+    qa, qb = P.parents(u)
+    cutoff, shapes, A, b, x = P.tape.host[u]
+    A, b, x = _f64(A, b, x)
+    p = P.p
+    dA, db, dx = _lead(P, qa, A.shape), _lead(P, qb, b.shape), _lead(P, u + 1, shapes[0])
+    gx = _slot_bar(P, u + 1, shapes[0])
+    gres = _slot_bar(P, u + 2, shapes[1]) if len(shapes) > 1 else None
+    if dx is None or (gx is None and gres is None):
+        return
+    vector = b.ndim == 1
+    if vector:
+        b, x, dx = b[:, None], x[:, None], dx[..., None]
+        gx = None if gx is None else gx[:, None]
+        db = None if db is None else db[..., None]
+    dA = np.zeros((p,) + A.shape) if dA is None else dA
+    db = np.zeros((p,) + b.shape) if db is None else db
+    gA, gb = np.zeros((p,) + A.shape), np.zeros((p,) + b.shape)
+    if gx is not None:
+        X = np.linalg.pinv(A, rcond=cutoff)
+        dX = FW._pinv_tangent(A, X, dA)
+        gA += _pinv_dot(A, X, gx @ b.T, dA, dX, gx @ _T(db))
+        gb += _T(dX) @ gx
+    if gres is not None:
+        wr = 2.0 * (b - A @ x) * gres
+        dwr = 2.0 * (db - dA @ x - A @ dx) * gres
+        gb += dwr
+        gA -= dwr @ x.T + wr @ _T(dx)
+    P.add(qa, gA)
+    P.add(qb, gb[..., 0] if vector else gb)
+
+
+# -- user elementwise ops (tg.elementwise with second_derivative=) -------------------------
+def _user_maps(tape, r, n, ma, mb):
+    """The element of each operand that each of the n output elements reads
+    (``ip`` as ``kernels/user.py`` documents: ``[id, d0, d1, nd, shape,
+    strides of a, strides of b]``)."""
+    b = int(tape.ip0[r])
+    nd = int(tape.ip[b + 3])
+    if nd == 0:  # each operand full-size or one element
+        return [np.arange(n) if m == n else np.zeros(n, np.int64) for m in (ma, mb)]
+    ip = tape.ip[b + 4:b + 4 + 3 * nd]
+    pos = np.indices(tuple(int(s) for s in ip[:nd])).reshape(nd, -1)
+    return [(ip[nd * (j + 1):nd * (j + 2), None] * pos).sum(axis=0) for j in (0, 1)]
+
+
+def _scatter(t, idx, m):
+    """Sum the (p, n) ``t`` into (p, m) by the operand index map ``idx``."""
+    if idx.size == m and m == t.shape[1]:
+        return t
+    out = np.zeros((t.shape[0], m))
+    np.add.at(out.T, idx, t.T)
+    return out
+
+
+def _user2(P, r, sub):
+    # xbar = g f'(x): its tangent with g fixed is g f''(x) xdot; for two
+    # operands abar_dot = g (f_aa adot + f_ab bdot), bbar_dot = g (f_ab adot + f_bb bdot)
+    tape = P.tape
+    op = USER_OPS[int(tape.ip[int(tape.ip0[r])])]
+    rules = op.second_rules()
+    if rules is None:
+        raise NotImplementedError(
+            f"hessian/hvp: the tg.elementwise op {op.name} ({REGISTRY[int(tape.op[r])].name}) "
+            "has no second derivative; define it with tg.elementwise(forward, derivative, "
+            "second_derivative=d2) to use it in tg.hessian / tg.hvp")
+    g, y = P.ybar(r), P.val(r)
+    if sub == C.USER_UNARY:
+        (q,) = P.parents(r)
+        xd = P.dot(q)
+        if xd is not None:
+            P.add(q, (g * rules[0](P.val(q), y)) * xd)
+        return
+    qa, qb = P.parents(r)
+    ad, bd = P.dot(qa), P.dot(qb)
+    if ad is None and bd is None:
+        return
+    xa, xb = P.val(qa), P.val(qb)
+    ia, ib = _user_maps(tape, r, y.size, xa.size, xb.size)
+    a, b = xa[ia], xb[ib]
+    haa, hab, hbb = (g * f(a, b, y) for f in rules)
+    ta = 0.0 if ad is None else ad[:, ia]
+    tb = 0.0 if bd is None else bd[:, ib]
+    if ad is not None:
+        P.add(qa, _scatter(haa * ta + hab * tb, ia, xa.size))
+    if bd is not None:
+        P.add(qb, _scatter(hab * ta + hbb * tb, ib, xb.size))
+
+
 #: op code -> second-order rule(pass, r) for host ops
 HOST_RULES = {L._MATMUL: _matmul2, L._EINSUM: _einsum2, L._INV: _inv2, L._SOLVE: _solve2,
               L._DET: lambda P, r: _det_like2(P, r, True),
-              L._LOGABSDET: lambda P, r: _det_like2(P, r, False)}
+              L._LOGABSDET: lambda P, r: _det_like2(P, r, False),
+              L._CHOLESKY: _cholesky2, L._EIGH: _eigh2, L._QR: _qr2, L._SVD: _svd2,
+              L._PINV: _pinv2, L._LSTSQ: _lstsq2}
 
-_FAMILY = {C.K_REDUCE: _reduce2, C.K_SCAN: _scan2}
+_FAMILY = {C.K_REDUCE: _reduce2, C.K_SCAN: _scan2, C.K_USER: _user2}
 
 
 def _second_order(P, r):
@@ -374,7 +690,8 @@ def _missing_error(code):
         f"hessian/hvp: the op {name} has no second-order (forward-over-reverse) rule; "
         "second derivatives cover elementwise ops, reductions (sum, mean, max, min, prod, "
         "logsumexp, softmax, log_softmax), shape and indexing ops, cumsum, cumprod, matmul, "
-        "einsum, linalg.inv, solve, det and slogdet")
+        "einsum, linalg.inv, solve, det, slogdet, cholesky, eigh, qr, svd, pinv and lstsq, "
+        "and tg.elementwise ops defined with second_derivative=")
 
 
 class HvpPlan:
@@ -390,8 +707,10 @@ class HvpPlan:
     """
 
     def __init__(self, tape, root, recs, p, own=False):
-        self.tape, self.root, self.recs, self.p = tape, root, list(recs), p
         self.upto = upto = _root_span(tape, root)
+        # a leaf recorded after the root cannot reach it
+        self.tape, self.root, self.p = tape, root, p
+        self.recs = [r if r is not None and r < upto else None for r in recs]
         live = [r for r in self.recs if r is not None]
         self.live = bool(live)
         if not live:
@@ -409,7 +728,7 @@ class HvpPlan:
         # hand theirs on): a rerun starts from these
         self.aptr0 = adj.aptr.copy() if own else None
         self.root_at = ((int(adj.aptr[root]) - adj.A.ctypes.data) >> 3
-                        if int(adj.stride[root]) == 8 else None)
+                        if int(adj.stride[root]) == 8 and not adj.leaf[root] else None)
 
     def seed(self, fill=None, seeds=None):
         """Write the directions into the leaves' tangents: ``fill(k, block)``
@@ -438,11 +757,11 @@ class HvpPlan:
             adj.aptr[:] = self.aptr0
             adj.reached[:] = False
         T = T[:12] + (adj.aptr, adj.reached)  # the same tape view, the adjoints' addresses
-        if self.root_at is not None:  # one element, p + 1 vectors in a row (arena A: no leaf)
+        if self.root_at is not None:  # one element, p + 1 vectors in a row (arena A)
             o = self.root_at
             adj.A[o:o + p + 1] = 0.0
             adj.A[o] = 1.0
-        else:  # a slot of a multi-output op: its vectors are interleaved with the others'
+        else:  # a leaf, or a slot of a multi-output op (vectors interleaved with the others')
             blk = adj.block(root)
             blk[...] = 0.0
             blk[0] = 1.0
@@ -628,3 +947,26 @@ def hessian(f, argnums=0):
         return res[0][0] if single else tuple(res)
     hessian_f.__name__ = f"hessian({getattr(f, '__name__', 'f')})"
     return hessian_f
+
+
+def replay_hessian(rep):
+    """The Hessian of a replayed trace with one output element, as an (n, n)
+    float64 array over all its inputs' elements, after ``rep.forward(xs,
+    full=True)`` (``tracing.TracedFunction.hessian``).
+
+    The pass's layout, arenas and unit directions depend only on the
+    records, so the trace keeps them (an :class:`HvpPlan` with arenas of its
+    own) and each call only replays the values and runs the two sweeps.
+    """
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in rep.in_shapes]
+    n = sum(sizes)
+    into = [(np.zeros(m), np.zeros((n, m))) for m in sizes]
+    if rep.root is not None and n:
+        plan = rep.__dict__.get("_hessian_plan")
+        if plan is None or plan.tape is not rep:  # a clone inherits its original's
+            plan = HvpPlan(rep, rep.root, list(rep.leaf_rec), n, own=True)
+            fill = _unit_fill(np.cumsum([0] + sizes))
+            plan.seed(fill=lambda k, blk: fill(k, 0, n, blk))
+            rep._hessian_plan = plan
+        plan.run(into)
+    return np.concatenate([hv for _, hv in into], axis=1).T if n else np.zeros((0, 0))

@@ -5,6 +5,7 @@ kept inside each op's smooth domain (away from kinks and ties), where a
 finite difference is a valid oracle.  ``test_every_op_has_a_row`` fails when
 an op is registered without a row here.
 """
+import itertools
 import math
 
 import numpy as np
@@ -33,10 +34,18 @@ def _off_integers(rng, s):
 NONZERO = lambda rng, s: rng.uniform(0.3, 2.0, s) * rng.choice([-1.0, 1.0], s)  # noqa: E731
 
 
+_PHASE = itertools.count()
+
+
 def _distinct(rng, s):
-    """Values with no ties and gaps far above the finite-difference step."""
+    """Values with no ties and gaps far above the finite-difference step,
+    within one array and between the arrays of one case: successive calls
+    sit on grids shifted by different phases (two operands of maximum on one
+    grid could meet within the step of a finite difference of the gradient,
+    whose difference quotient would then span the kink)."""
     n = int(np.prod(s))
-    return (rng.permutation(n) * 0.37 - n * 0.15).reshape(s) + rng.uniform(0, 0.01, s)
+    phase = (next(_PHASE) % 8) * 0.045
+    return (rng.permutation(n) * 0.37 - n * 0.15 + phase).reshape(s) + rng.uniform(0, 0.01, s)
 
 
 shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=1, max_side=4)

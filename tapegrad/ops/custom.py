@@ -42,6 +42,34 @@ def _arity(fn, what):
     return len(params)
 
 
+def _apart(build):
+    """``build()`` run on a helper thread: its result, or the message of the
+    NumbaError it raised (then the result is None).
+
+    Numba keeps the tracebacks of failed compilations in its typing caches,
+    and a traceback's frames hold their callers' frames alive.  Compiled here,
+    the failure's frames end at this thread: a failed compile cannot pin the
+    caller's locals -- the tensors of a graph being recorded or
+    differentiated, which would keep the tape from being reused."""
+    got = []
+
+    def run():
+        try:
+            got.append((build(), None))
+        except numba.core.errors.NumbaError as e:
+            got.append((None, str(e)))
+        except BaseException as e:  # anything else, re-raised on the caller's thread
+            got.append((None, e))
+
+    t = threading.Thread(target=run, name="tapegrad-compile")
+    t.start()
+    t.join()
+    result, err = got[0]
+    if isinstance(err, BaseException):
+        raise err
+    return result, err
+
+
 class ElementwiseOp:
     """A differentiable elementwise op made of Numba scalar functions.
 
@@ -51,7 +79,7 @@ class ElementwiseOp:
     records the op as well.
     """
 
-    def __init__(self, forward, derivative, name):
+    def __init__(self, forward, derivative, name, second_derivative=None):
         self.nin = _arity(forward, "forward")
         if self.nin not in (1, 2):
             raise TypeError(f"tapegrad.elementwise: the forward {forward.__name__}() takes "
@@ -63,8 +91,18 @@ class ElementwiseOp:
                     else "(a, b, y) and return the pair (dy/da, dy/db)")
             raise TypeError(f"tapegrad.elementwise: the derivative of {name} must take {want}, "
                             f"where y is the forward's value; it takes {nd} parameters")
+        if second_derivative is not None:
+            n2 = _arity(second_derivative, "second derivative")
+            if n2 not in allowed:
+                want = ("(x) or (x, y) and return d2y/dx2" if self.nin == 1
+                        else "(a, b, y) and return the triple (d2y/da2, d2y/dadb, d2y/db2)")
+                raise TypeError(f"tapegrad.elementwise: the second derivative of {name} must "
+                                f"take {want}, where y is the forward's value; it takes {n2} "
+                                "parameters")
         self.forward = getattr(forward, "py_func", forward)
         self.derivative = getattr(derivative, "py_func", derivative)
+        self.second_derivative = getattr(second_derivative, "py_func", second_derivative)
+        self._second = None  # its ufuncs, built on the first Hessian that needs them
         self.name = name
         self.__name__ = name
         self.__doc__ = forward.__doc__
@@ -78,7 +116,8 @@ class ElementwiseOp:
             # float32 first: NumPy takes the first loop its inputs cast to safely
             sigs = (["float32(float32)", "float64(float64)"] if self.nin == 1
                     else ["float32(float32, float32)", "float64(float64, float64)"])
-            try:
+
+            def build():
                 ufunc = numba.vectorize(sigs)(self.forward)
                 d = numba.njit(self.derivative)
                 if self.nin == 1:
@@ -88,20 +127,23 @@ class ElementwiseOp:
                     else:
                         def dx(x, y):
                             return d(x, y)
-                    cfuncs = (numba.cfunc(_F64(_F64, _F64))(dx),)
-                else:
-                    def da(a, b, y):
-                        return d(a, b, y)[0]
+                    return ufunc, (numba.cfunc(_F64(_F64, _F64))(dx),)
 
-                    def db(a, b, y):
-                        return d(a, b, y)[1]
-                    sig = _F64(_F64, _F64, _F64)
-                    cfuncs = (numba.cfunc(sig)(da), numba.cfunc(sig)(db))
-            except numba.core.errors.NumbaError as e:
+                def da(a, b, y):
+                    return d(a, b, y)[0]
+
+                def db(a, b, y):
+                    return d(a, b, y)[1]
+                sig = _F64(_F64, _F64, _F64)
+                return ufunc, (numba.cfunc(sig)(da), numba.cfunc(sig)(db))
+
+            built, err = _apart(build)
+            if err is not None:
                 raise TypeError(
                     f"tapegrad.elementwise: Numba could not compile {self.name}'s forward or "
                     f"derivative as scalar float64 functions (use math, not NumPy arrays or "
-                    f"Python objects):\n{e}") from None
+                    f"Python objects):\n{err}")
+            ufunc, cfuncs = built
             USER_OPS.append(self)
             addrs = [cf.address for cf in cfuncs] + [0] * (2 - len(cfuncs))
             # the cfunc objects stay referenced here: their machine code must
@@ -109,6 +151,53 @@ class ElementwiseOp:
             self._compiled = (ufunc, cfuncs, [len(USER_OPS) - 1] + addrs)
             UFUNCS[ufunc] = self  # op.ufunc(tensor) records the op too
             return self._compiled
+
+    def second_rules(self):
+        """The second derivatives as float64 NumPy ufuncs, for ``tg.hessian`` /
+        ``tg.hvp`` (``tapegrad/second.py`` applies them with NumPy): ``(d2(x,
+        y),)`` for a unary op, ``(d_aa, d_ab, d_bb)`` of ``(a, b, y)`` for a
+        binary one; None when the op was defined without one.  Compiled on
+        first use only: ops that never meet a Hessian never pay for it."""
+        if self.second_derivative is None:
+            return None
+        with _lock:
+            if self._second is not None:
+                return self._second
+            sig = "float64(float64, float64)" if self.nin == 1 else \
+                "float64(float64, float64, float64)"
+
+            def build():
+                d2 = numba.njit(self.second_derivative)
+                if self.nin == 1:
+                    if _arity(self.second_derivative, "second derivative") == 1:
+                        def dxx(x, y):
+                            return d2(x)
+                    else:
+                        def dxx(x, y):
+                            return d2(x, y)
+                    fns = (dxx,)
+                else:
+                    # one ufunc per entry of the returned triple (a ufunc
+                    # returns one number)
+                    def daa(a, b, y):
+                        return d2(a, b, y)[0]
+
+                    def dab(a, b, y):
+                        return d2(a, b, y)[1]
+
+                    def dbb(a, b, y):
+                        return d2(a, b, y)[2]
+                    fns = (daa, dab, dbb)
+                return tuple(numba.vectorize([sig])(f) for f in fns)
+
+            ufuncs, err = _apart(build)
+            if err is not None:
+                raise TypeError(
+                    f"tapegrad.elementwise: Numba could not compile {self.name}'s second "
+                    "derivative as a scalar float64 function (use math, not NumPy arrays or "
+                    f"Python objects; a binary op's returns a triple):\n{err}")
+            self._second = ufuncs
+            return ufuncs
 
     def forward_address(self):
         """Address of the forward compiled as a C function of float64s, for
@@ -152,7 +241,7 @@ class ElementwiseOp:
         return f"<tapegrad elementwise op {self.name}>"
 
 
-def elementwise(forward=None, derivative=None, *, name=None):
+def elementwise(forward=None, derivative=None, *, second_derivative=None, name=None):
     """Define a differentiable elementwise op from Numba-compiled scalar functions.
 
     ``forward(x)`` (or ``forward(a, b)``) computes one output element from
@@ -165,6 +254,13 @@ def elementwise(forward=None, derivative=None, *, name=None):
     Python call.  Binary ops broadcast as NumPy does.  Use it as a decorator
     with ``derivative=`` or call it with both functions.  Both are compiled on
     the op's first call (about a second).
+
+    ``second_derivative`` (optional) makes the op usable in ``tg.hessian``
+    and ``tg.hvp``: ``second_derivative(x, y)`` (or ``(x)``) returns
+    d2y/dx2; for a binary op ``second_derivative(a, b, y)`` returns the
+    triple ``(d2y/da2, d2y/dadb, d2y/db2)``.  It is compiled when a Hessian
+    first needs it.  Without it, second derivatives through the op raise
+    ``NotImplementedError``.
 
     Examples
     --------
@@ -180,17 +276,29 @@ def elementwise(forward=None, derivative=None, *, name=None):
     True
     >>> softplus(x).grad_fn.name()
     'softplusBackward'
+
+    With the second derivative, Hessians go through the op too:
+
+    >>> def logistic(x, y):                 # softplus'' = s (1 - s), s = softplus'
+    ...     s = 1.0 / (1.0 + math.exp(-x))
+    ...     return s * (1.0 - s)
+    >>> sp2 = tg.elementwise(softplus.forward, softplus_grad, second_derivative=logistic)
+    >>> H = tg.hessian(lambda x: sp2(x).sum())(np.array([0.0, 1.0]))
+    >>> np.allclose(H, np.diag([0.25, np.exp(-1) / (1 + np.exp(-1)) ** 2]))
+    True
     """
     if forward is None:
         if derivative is None:
             raise TypeError("tapegrad.elementwise needs the derivative: "
                             "@tg.elementwise(derivative=df)")
-        return lambda f: elementwise(f, derivative, name=name)
+        return lambda f: elementwise(f, derivative, second_derivative=second_derivative,
+                                     name=name)
     if derivative is None:
         raise TypeError(f"tapegrad.elementwise: no derivative given for "
                         f"{getattr(forward, '__name__', forward)!r}; pass derivative=df")
-    for f, what in ((forward, "forward"), (derivative, "derivative")):
-        if not callable(f):
+    for f, what in ((forward, "forward"), (derivative, "derivative"),
+                    (second_derivative, "second derivative")):
+        if f is not None and not callable(f):
             raise TypeError(f"tapegrad.elementwise: the {what} must be a function, "
                             f"got {type(f).__name__}")
-    return ElementwiseOp(forward, derivative, name or forward.__name__)
+    return ElementwiseOp(forward, derivative, name or forward.__name__, second_derivative)
