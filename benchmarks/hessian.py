@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """Hessian of the Rosenbrock function, n = 100: ``tg.hessian`` (forward-over-
-reverse, all n directions in one batched pass) against PyTorch's
+reverse, all n directions in one batched pass; eager, and on a traced
+function, the counterpart of JAX's ``jit``) against PyTorch's
 ``torch.autograd.functional.hessian(vectorize=True)`` and
 ``jax.jit(jax.hessian(f))`` (steady state), where installed; one thread,
 medians in ms.  Each result is checked against the closed form first.
@@ -13,23 +14,7 @@ import _timing  # noqa: F401  (first: pins every library to one thread)
 
 import numpy as np  # noqa: E402
 from _timing import median_ms  # noqa: E402
-
-
-def rosen_hessian(x):
-    """The closed form, tridiagonal."""
-    n = x.size
-    H = np.zeros((n, n))
-    d = np.zeros(n)
-    d[:-1] += 1200.0 * x[:-1] ** 2 - 400.0 * x[1:] + 2.0
-    d[1:] += 200.0
-    H[np.arange(n), np.arange(n)] = d
-    i = np.arange(n - 1)
-    H[i, i + 1] = H[i + 1, i] = -400.0 * x[:-1]
-    return H
-
-
-def rosen(x):  # NumPy code: tapegrad records it, JAX and PyTorch trace their own
-    return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+from transform_workloads import rosen, rosen_hessian  # noqa: E402
 
 
 def main():
@@ -43,7 +28,9 @@ def main():
 
     import tapegrad as tg
     h = tg.hessian(rosen)
-    rows.append(("tapegrad `tg.hessian`", h, (x,)))
+    rows.append(("tapegrad `tg.hessian` (eager: records f each call)", h, (x,)))
+    ft = tg.trace(rosen, x)
+    rows.append(("tapegrad `tg.trace(f).hessian` (traced once)", ft.hessian, (x,)))
     try:
         import torch
         torch.set_num_threads(1)

@@ -4,8 +4,11 @@ Scalar chain (2,000 steps of ``y = y*0.999 + sin(y)*0.001``, 8,000 records)
 and the 1e6 elementwise workload ``(3*a + 2*b*b + log(c)).sum()``: eager
 tapegrad (record + backward), ``tg.trace`` replay (``ft.value_and_grad``),
 and ``jax.jit(jax.value_and_grad(f))`` when JAX is importable (run with an
-interpreter that has it).  Also the one-off costs: trace + first call, and
-JAX's first (compiling) call.
+interpreter that has it), and PyTorch eager on the chain when torch is.
+Also the one-off costs: trace + first call, and JAX's first (compiling)
+call; and the ratios the issue sets goals for.  The steady-state rows are
+medians; JAX and the replay use every core (XLA's CPU backend splits large
+fused loops among threads, as the replay's fused segments do).
 
     python benchmarks/replay.py
 """
@@ -25,6 +28,11 @@ try:
     jax.config.update("jax_enable_x64", True)
 except ImportError:
     jax = None
+try:
+    import torch
+    torch.set_default_dtype(torch.float64)
+except ImportError:
+    torch = None
 
 
 def median_time(fn, repeat, number=1):
@@ -67,6 +75,13 @@ def main():
     rows.append(("chain: trace + first call", time.perf_counter() - t))
     rows.append(("chain: replay value_and_grad",
                  median_time(lambda: ft.value_and_grad(CHAIN_X0), 21, 10)))
+    if torch is not None:
+        def torch_chain():
+            x = torch.tensor(CHAIN_X0, requires_grad=True)
+            chain(x, torch.sin).backward()
+            return x.grad
+        torch_chain()
+        rows.append(("chain: PyTorch eager forward + backward", median_time(torch_chain, 7)))
     if jax is not None:
         jf = jax.jit(jax.value_and_grad(lambda x: chain(x, jnp.sin)))
         t = time.perf_counter()
@@ -99,6 +114,19 @@ def main():
                      median_time(lambda: jax.block_until_ready(je(ja, jb, jc)), 11)))
     for name, s in rows:
         print(f"{name:45s}{fmt(s)}")
+    t = dict(rows)
+    ratios = [("chain: replay / jax.jit", "chain: replay value_and_grad",
+               "chain: jax.jit(value_and_grad)", "goal <= 2"),
+              ("chain: PyTorch eager / replay", "chain: PyTorch eager forward + backward",
+               "chain: replay value_and_grad", "goal >= 300"),
+              ("chain: jax first call / (trace + first call)",
+               "chain: jax.jit first call (compile)", "chain: trace + first call",
+               "goal >= 50"),
+              ("elementwise: replay / jax.jit", "elementwise 1e6: replay value_and_grad",
+               "elementwise 1e6: jax.jit(value_and_grad)", "goal <= 2")]
+    for name, a, b, goal in ratios:
+        if a in t and b in t:
+            print(f"{name:45s}{t[a] / t[b]:10.2f}x    ({goal})")
 
 
 if __name__ == "__main__":

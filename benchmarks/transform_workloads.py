@@ -5,7 +5,10 @@ and the asv suite (``benchmarks/bench_transforms.py``):
 * ``grad_chain`` / ``backward_chain``: the gradient of the 8,000-record scalar
   chain through ``tg.grad`` and through ``backward()``;
 * ``grad_elementwise`` / ``backward_elementwise``: the same for
-  ``(3*a + 2*b*b + log(c)).sum()`` on 1e6-element vectors.
+  ``(3*a + 2*b*b + log(c)).sum()`` on 1e6-element vectors;
+* ``hessian`` / ``hessian_traced``: the Hessian of the Rosenbrock function,
+  n = 100, eager and on a function traced once (``benchmarks/hessian.py``
+  compares both with PyTorch and JAX).
 
 Each implementation returns its result as NumPy arrays; ``check`` asserts
 that they agree before anything is timed.
@@ -20,6 +23,25 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "benchmarks"))
 import workloads as W  # noqa: E402
 
 JAC_N = 200
+HESS_N = 100
+
+
+def rosen(x):
+    """NumPy code: tapegrad records it, JAX and PyTorch trace their own."""
+    return (100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1.0 - x[:-1]) ** 2).sum()
+
+
+def rosen_hessian(x):
+    """The closed form, tridiagonal."""
+    n = x.size
+    H = np.zeros((n, n))
+    d = np.zeros(n)
+    d[:-1] += 1200.0 * x[:-1] ** 2 - 400.0 * x[1:] + 2.0
+    d[1:] += 200.0
+    H[np.arange(n), np.arange(n)] = d
+    i = np.arange(n - 1)
+    H[i, i + 1] = H[i + 1, i] = -400.0 * x[:-1]
+    return H
 
 
 def inputs(seed=0):
@@ -28,7 +50,8 @@ def inputs(seed=0):
     x = rng.standard_normal(JAC_N)
     return {"jacobian": (A, x),
             "chain": (W.CHAIN_X0,),
-            "elementwise": W.elementwise_inputs()}
+            "elementwise": W.elementwise_inputs(),
+            "hessian": (rng.uniform(-1.5, 1.5, HESS_N),)}
 
 
 def jacobian_exact(A, x):
@@ -56,8 +79,17 @@ def tapegrad_fns(tg):
         W.tg_elementwise(tg, *ts).backward()
         return tuple(t.grad.numpy() for t in ts)
 
+    hessian = tg.hessian(rosen)
+    traced = {}
+
+    def hessian_traced(x):
+        if "ft" not in traced:  # traced on the first call (asv's setup makes it)
+            traced["ft"] = tg.trace(rosen, x)
+        return traced["ft"].hessian(x)
+
     return {"jacobian": jacobian, "grad_chain": grad_chain, "backward_chain": backward_chain,
-            "grad_elementwise": grad_elementwise, "backward_elementwise": backward_elementwise}
+            "grad_elementwise": grad_elementwise, "backward_elementwise": backward_elementwise,
+            "hessian": hessian, "hessian_traced": hessian_traced}
 
 
 def torch_fns(torch):
@@ -92,6 +124,10 @@ def check(fns, data):
     if "jacobian" in fns:
         np.testing.assert_allclose(fns["jacobian"](*data["jacobian"]),
                                    jacobian_exact(*data["jacobian"]), rtol=1e-10, atol=1e-12)
+    for name in ("hessian", "hessian_traced"):
+        if name in fns:
+            x = data["hessian"][0]
+            np.testing.assert_allclose(fns[name](x), rosen_hessian(x), rtol=1e-10, atol=1e-8)
     for name in ("chain", "elementwise"):
         g, b = fns.get("grad_" + name), fns.get("backward_" + name)
         if g and b:

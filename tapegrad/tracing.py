@@ -8,6 +8,17 @@ input records and recomputes every other record in order in compiled code
 the replayed values.  Host records (matmul, solve, ...) are computed by NumPy
 during a replay, as their VJPs are during a sweep.
 
+Runs of consecutive same-size elementwise records (of at least
+``FUSE_MIN`` elements) are fused: forward and reverse go over them block by
+block (``CHUNK`` elements, split among threads for large arrays), so the
+intermediates that nothing outside the run reads never reach memory and the
+reverse sweep recomputes the few its VJPs need (``_reads``).  Inputs are
+read in place; gradients are handed out from the leaves' adjoint arena,
+which the next call reuses once the caller has dropped them.  ``ft.jvp`` and
+``ft.hvp`` replay every value and run ``tg.jvp``'s tangent sweep and
+``tg.hvp``'s pass on the replay as on a tape.  ``f`` may return a tuple of
+tensors (``ft.vjp`` then takes a tuple of cotangents).
+
 What a trace fixes
 ------------------
 * Shapes and dtypes: a call with different ones traces again (one cache
@@ -44,7 +55,9 @@ the eager values, so an op whose replay would differ fails loudly there.
 """
 import os
 import pickle
+import sys
 import threading
+import types
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -92,6 +105,56 @@ _NOT_REPLAYABLE = {
     "LinalgEigh": "multi-output host op", "LinalgQr": "multi-output host op",
     "LinalgSvd": "multi-output host op", "LinalgLstsq": "multi-output host op",
 }
+
+
+#: fused segments: records of at least this many elements, at least two op records
+FUSE_MIN = 4096
+#: fused segments of at least this many elements split their blocks among
+#: threads (the kernels release the GIL), as XLA's CPU backend splits a large
+#: fused loop
+PAR_MIN = 1 << 17
+_NCPU = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+    os.cpu_count() or 1)
+_POOL = []
+
+
+def _split(fn, n, threads):
+    """``fn(w, lo, hi)`` over ``0 .. n`` in ``threads`` parts cut at block
+    boundaries, part 0 on this thread and the rest on a shared pool."""
+    w = threads if n >= PAR_MIN else 1
+    if w == 1:
+        fn(0, 0, n)
+        return
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(_NCPU - 1, thread_name_prefix="tapegrad-replay"))
+    cuts = [(n * i // w) // RK.CHUNK * RK.CHUNK for i in range(w)] + [n]
+    futs = [_POOL[0].submit(fn, i, cuts[i], cuts[i + 1]) for i in range(1, w)]
+    fn(0, cuts[0], cuts[1])
+    for f in futs:
+        f.result()
+
+
+#: which values an elementwise VJP reads (elementwise.py's d_unary, d_scalar,
+#: d_binary): a fused segment recomputes only those intermediates in its
+#: reverse sweep.  A sub code missing here is taken to read everything.
+_UNARY_READS = {**{s: "" for s in (C.IDENT, C.NEG, C.DEG2RAD, C.RAD2DEG, C.ZERO)},
+                **{s: "x" for s in (C.LOG, C.LOG1P, C.SQUARE, C.SIN, C.COS, C.SINH, C.COSH,
+                                    C.ARCSIN, C.ARCCOS, C.ARCTAN, C.ABS, C.FABS, C.LOG2,
+                                    C.LOG10, C.ARCSINH, C.ARCCOSH, C.ARCTANH)},
+                **{s: "y" for s in (C.EXP, C.EXPM1, C.SQRT, C.TAN, C.TANH, C.RECIPROCAL,
+                                    C.EXP2, C.CBRT)}}
+_SCALAR_READS = {C.ADDC: "", C.MULC: "", C.DIVC: "", C.RSUBC: "", C.POWC: "x",
+                 C.RPOWC: "y"}
+_NARY_READS = {C.ADD: "", C.SUB: "", C.MUL: "ab", C.DIV: "by"}
+
+
+def _reads(kind, sub):
+    """The values record ``kind, sub``'s VJP reads: a subset of "xaby"."""
+    if kind == C.K_UNARY:
+        return "" if sub >= C.ZERO_FIRST else _UNARY_READS.get(sub, "xy")
+    if kind == C.K_SCALAR:
+        return _SCALAR_READS.get(sub, "xy")
+    return "" if sub >= C.NARY_ZERO_FIRST else _NARY_READS.get(sub, "aby")
 
 
 class TraceTape(Tape):
@@ -213,18 +276,27 @@ class _Replay:
             for a in tape.flipped:
                 _writeable(a)
             tape.flipped.clear()
-        if not isinstance(out, Tensor):
-            if isinstance(out, (tuple, list, dict)):
-                raise NotImplementedError(
-                    "tapegrad.trace: the function must return one tensor (several "
-                    "outputs are not supported yet)")
-            out = _plain(np.asarray(out))
+        self.multi = isinstance(out, (tuple, list))
+        outs = list(out) if self.multi else [out]
+        if isinstance(out, dict) or any(isinstance(o, (tuple, list, dict)) for o in outs):
+            raise NotImplementedError(
+                "tapegrad.trace: the function must return a tensor or a flat tuple of "
+                f"tensors, got {type(out).__name__}" + (" with nested containers"
+                                                        if self.multi else ""))
+        if self.multi and not outs:
+            raise ValueError("tapegrad.trace: the function returned an empty tuple")
+        outs = [o if isinstance(o, Tensor) else _plain(np.asarray(o)) for o in outs]
         self.in_shapes = [x.shape for x in xs]
         self.in_dtypes = [x.dtype for x in xs]
-        self.out_shape = out.shape
-        self.out_dtype = out._data.dtype if out._data.dtype.kind == "f" else np.dtype(np.float64)
-        self.root = tape.traced(out)
-        self.const_out = None if self.root is not None else np.array(out._data, np.float64)
+        self.out_shapes = [o.shape for o in outs]
+        self.out_dtypes = [o._data.dtype if o._data.dtype.kind == "f" else np.dtype(np.float64)
+                           for o in outs]
+        self.roots = [tape.traced(o) for o in outs]
+        self.const_outs = [None if r is not None else np.array(o._data, np.float64)
+                           for r, o in zip(self.roots, outs)]
+        # the single output's description (what a tape file holds)
+        self.out_shape, self.out_dtype = self.out_shapes[0], self.out_dtypes[0]
+        self.root, self.const_out = self.roots[0], self.const_outs[0]
         self.tol = (1e-6, 1e-9) if all(d == np.float64 for d in self.in_dtypes) else (1e-3, 1e-5)
         self._build(tape)
         self.lock = threading.Lock()
@@ -251,7 +323,9 @@ class _Replay:
         self.guard = np.zeros(n, np.int64)
         self.goff = np.zeros(n, np.int64)
         self.gvals = np.zeros(1)
+        self.segs = []
         self._self_check(tape)
+        self._plan_segments()
 
     def _allocate(self):
         """Value and adjoint storage for the records (op, size, ... set)."""
@@ -271,6 +345,8 @@ class _Replay:
         for k, r in enumerate(large):
             self.refs.append(self.big[boff[k]:boff[k] + self.size[r]])
         self.ptrs = self.big.ctypes.data + 8 * boff
+        # inputs may be read in place (see forward): the storage to go back to
+        self.own_ptrs, self.own_refs, self.borrowed = self.ptrs.copy(), list(self.refs), []
         self.faddr = np.zeros(n, np.int64)
         from .ops.custom import USER_OPS
         for r in np.flatnonzero((self.op >> C.SHIFT) == C.K_USER):
@@ -278,7 +354,9 @@ class _Replay:
         # adjoints: leaves in a fresh arena per gradient, the rest reused
         self.A = np.empty(max(inner, 1))
         self.L = np.empty(max(outer, 1))
+        self.aoff, self.leaf = aoff, leaf
         self.aptr0 = aoff * 8 + np.where(leaf, self.L.ctypes.data, self.A.ctypes.data)
+        self.L_refs = sys.getrefcount(self.L) + 1  # + the Adjoints' reference
         self.aptr = self.aptr0.copy()
         self.reached = np.zeros(n, np.bool_)
         self.freed = np.zeros(n, np.bool_)
@@ -288,6 +366,82 @@ class _Replay:
         self.adj.aptr, self.adj.reached = self.aptr, self.reached
         self.T = (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
                   self.v1, self.vals, self.voff, self.rix, self.ptrs, self.aptr, self.reached)
+
+    def _plan_segments(self):
+        """Runs of consecutive same-size elementwise records that replay fuses
+        (kernels/replay.py ``seg_forward``/``seg_backward``): per run
+        ``(r0, r1, n, slot, need)``, where ``slot`` gives the block-scratch row
+        of each record that nothing outside the run reads (-1: it has storage),
+        and ``need`` marks those the reverse sweep must recompute."""
+        n = self.n
+        kind, sub = self.op >> C.SHIFT, self.op & C.MASK
+        a0 = self.arg0
+        fusable = np.zeros(n, np.bool_)
+        passive = (kind == C.K_NONE) & (sub <= C.CONST)  # leaves and constants
+        for r in np.flatnonzero(((kind == C.K_UNARY) | (kind == C.K_SCALAR)
+                                 | ((kind == C.K_NARY) & (sub != C.WHERE)))
+                                & (self.size >= FUSE_MIN) & (self.guard == 0)):
+            ps = self.args[a0[r]:a0[r + 1]]
+            fusable[r] = bool(np.all(self.size[ps] == self.size[r]))
+        runs, r = [], 0
+        while r < n:
+            if not fusable[r]:
+                r += 1
+                continue
+            m, e, last = self.size[r], r + 1, r
+            while e < n and (passive[e] or (fusable[e] and self.size[e] == m)):
+                if fusable[e]:
+                    last = e
+                e += 1
+            if np.count_nonzero(fusable[r:last + 1]) >= 2:
+                runs.append((r, last + 1, int(m)))
+            r = last + 1
+        self.segs = []
+        if not runs:
+            return
+        seg_of = np.full(n, -1, np.int64)
+        for i, (r0, r1, _) in enumerate(runs):
+            seg_of[r0:r1] = i
+        # records read from outside their run keep their storage
+        outside = np.zeros(n, np.bool_)
+        consumer = np.repeat(np.arange(n), np.diff(a0[:n + 1]))
+        ps = self.args[:a0[n]]
+        outside[ps[seg_of[ps] != seg_of[consumer]]] = True
+        for r in np.flatnonzero((kind == C.K_NONE) & (sub >= RK.CMP_FIRST)):
+            b = self.ip0[r]
+            outside[self.ip[b:b + 2]] = True
+        for r in self.roots:
+            if r is not None:
+                outside[r] = True
+        for r0, r1, m in runs:
+            k = r1 - r0
+            internal = fusable[r0:r1] & ~outside[r0:r1]
+            slot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
+            need = np.zeros(k, np.bool_)
+            for r in range(r1 - 1, r0 - 1, -1):
+                if not fusable[r]:
+                    continue
+                rd = _reads(int(kind[r]), int(sub[r]))
+                ps = self.args[a0[r]:a0[r + 1]]
+                wants = [ps[0]] if ("x" in rd or "a" in rd) else []
+                if "b" in rd:
+                    wants.append(ps[1])
+                if "y" in rd or need[r - r0]:
+                    wants.append(r)
+                if need[r - r0]:  # recomputed: its operands are needed too
+                    wants.extend(ps)
+                for p in wants:
+                    if r0 <= p < r1 and internal[p - r0]:
+                        need[p - r0] = True
+            self.segs.append((r0, r1, m, slot, need.astype(np.uint8)))
+        self._seg_scratch()
+
+    def _seg_scratch(self, threads=_NCPU):
+        """Block scratch for the fused segments, one per thread."""
+        rows = max([int(s[3].max()) + 1 for s in self.segs] + [1])
+        self.threads = threads
+        self.seg_v = [np.zeros((rows, RK.CHUNK)) for _ in range(threads)]
+        self.seg_g = [np.zeros((rows, RK.CHUNK)) for _ in range(threads)]
 
     @classmethod
     def from_state(cls, t):
@@ -299,6 +453,9 @@ class _Replay:
         self.out_shape, self.out_dtype, self.root = t["out_shape"], t["out_dtype"], t["root"]
         self.const_out = (None if self.root is not None
                           else np.array(t["const_out"], np.float64).reshape(self.out_shape))
+        self.multi = False  # tape files hold single-output traces
+        self.roots, self.out_shapes = [self.root], [self.out_shape]
+        self.out_dtypes, self.const_outs = [self.out_dtype], [self.const_out]
         self.n = int(t["op"].size)
         for name in ("op", "arg0", "size", "ip0", "args", "ip", "fp", "guard", "goff", "gvals"):
             setattr(self, name, np.array(t[name], order="C"))  # owned, writeable
@@ -310,6 +467,7 @@ class _Replay:
             self.view(r)[:] = t["held_vals"][at:at + k]
             at += k
         self.n_guards = int(np.count_nonzero(self.guard))
+        self._plan_segments()
         self.lock = threading.Lock()
         return self
 
@@ -317,8 +475,11 @@ class _Replay:
         """An independent copy (own value and adjoint storage) for another thread."""
         new = _Replay.__new__(_Replay)
         new.__dict__.update(self.__dict__)
+        self.release()
         new._allocate()
         new.v1[:], new.vals[:], new.big[:] = self.v1, self.vals, self.big
+        if new.segs:
+            new._seg_scratch(1)  # a copy runs on one of grad_batch's threads
         new.lock = threading.Lock()
         return new
 
@@ -387,6 +548,17 @@ class _Replay:
         return big[o:o + n]
 
     # -- running -----------------------------------------------------------------------
+    @property
+    def na(self):
+        return int(self.arg0[self.n])
+
+    def arrays(self, adj):
+        """The tape view the sweeps read (kernels/_views.py): this replay's
+        values with the adjoint or tangent layout ``adj`` -- so forward.py's
+        tangent sweep and second.py's hvp pass run on a replay as on a tape."""
+        return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
+                self.v1, self.vals, adj.voff, self.rix, self.ptrs, adj.aptr)
+
     def view(self, r):
         """Record r's value storage, flat."""
         n = self.size[r]
@@ -396,17 +568,40 @@ class _Replay:
             return self.vals[self.voff[r]:self.voff[r] + n]
         return self.refs[self.rix[r]]
 
-    def forward(self, xs):
-        """Replay at inputs ``xs`` (None: as stored); False if a guard fails."""
+    def forward(self, xs, full=False):
+        """Replay at inputs ``xs`` (None: as stored); False if a guard fails.
+
+        Float64 C-contiguous inputs are read in place (no copy) until
+        ``release``.  Fused segments keep their intermediates in block
+        scratch; ``full=True`` computes every record's value into its storage
+        instead, for passes that read them all (jvp, hvp).
+        """
         if xs is not None:
             for r, x in zip(self.leaf_rec, xs):
-                self.view(r)[:] = x.reshape(-1)
+                k = self.rix[r]
+                if (k >= 0 and x.dtype == np.float64 and x.flags.c_contiguous
+                        and x.flags.aligned):
+                    flat = x.reshape(-1)
+                    self.ptrs[k], self.refs[k] = flat.ctypes.data, flat
+                    self.borrowed.append(k)
+                else:
+                    if k >= 0:
+                        self.ptrs[k], self.refs[k] = self.own_ptrs[k], self.own_refs[k]
+                    self.view(r)[:] = x.reshape(-1)
         guard = self.guard if xs is not None else np.zeros(self.n, np.int64)
-        start = 0
+        segs = self.segs if not full and xs is not None else ()
+        start, i = 0, 0
         while True:
-            s = RK.replay(self.T, self.faddr, guard, self.goff, self.gvals, start, self.n)
+            stop = segs[i][0] if i < len(segs) else self.n
+            s = RK.replay(self.T, self.faddr, guard, self.goff, self.gvals, start, stop)
             if s == -1:
-                return True
+                if i == len(segs):
+                    return True
+                r0, r1, m, slot, _ = segs[i]
+                _split(lambda w, lo, hi: RK.seg_forward(self.T, r0, r1, lo, hi, slot,
+                                                        self.seg_v[w]), m, self.threads)
+                start, i = r1, i + 1
+                continue
             if s < -1:
                 return False
             self._host_forward(s)
@@ -417,6 +612,12 @@ class _Replay:
                 if guard[s] == RK.G_VALUE and not np.array_equal(v, e, equal_nan=True):
                     return False
             start = s + 1
+
+    def release(self):
+        """Stop reading the caller's input arrays (back to own storage)."""
+        for k in self.borrowed:
+            self.ptrs[k], self.refs[k] = self.own_ptrs[k], self.own_refs[k]
+        self.borrowed.clear()
 
     def _host_forward(self, r):
         d = REGISTRY[int(self.op[r])]
@@ -432,34 +633,66 @@ class _Replay:
                              f"the trace has {self.size[r]}")
         self.view(r)[:] = y
 
-    def value(self):
-        if self.root is None:
-            return self.const_out.astype(self.out_dtype)
-        return self.view(self.root).reshape(self.out_shape).astype(self.out_dtype)
+    def outputs(self):
+        """``(record or None, shape, dtype)`` of every output."""
+        return list(zip(self.roots, self.out_shapes, self.out_dtypes))
 
-    def backward(self, seed):
-        """Gradients w.r.t. every input for the cotangent ``seed`` (flat float64),
-        after a ``forward``."""
-        if self.root is None:
+    def value(self):
+        """The output (a tuple for a multi-output function), after a ``forward``;
+        0-d results as NumPy scalars."""
+        vals = []
+        for (r, shape, dt), const in zip(self.outputs(), self.const_outs):
+            v = (const if r is None else self.view(r)).reshape(shape).astype(dt)
+            vals.append(v[()] if v.ndim == 0 else v)
+        return tuple(vals) if self.multi else vals[0]
+
+    def backward(self, seeds):
+        """Gradients w.r.t. every input for one cotangent per output (flat
+        float64; None: zero), after a ``forward``.
+
+        Float64 gradients are views of the leaves' adjoint arena, not copies.
+        The next backward reuses that arena (no fresh pages to fault in) when
+        the caller has let go of every gradient it handed out, and takes a new
+        one otherwise: the reference count tells.
+        """
+        roots = [(r, s) for r, s in zip(self.roots, seeds) if r is not None and s is not None]
+        if not roots:
             return [np.zeros(s, d) for s, d in zip(self.in_shapes, self.in_dtypes)]
+        if sys.getrefcount(self.L) > self.L_refs:
+            self.L = self.adj.L = np.empty(self.L.size)
+            self.aptr0[:] = self.aoff * 8 + np.where(self.leaf, self.L.ctypes.data,
+                                                     self.A.ctypes.data)
         self.aptr[:] = self.aptr0
         self.reached[:] = False
-        adj = self.adj
-        adj.add(self.root, seed)
-        start = self.root
-        while True:
-            s = sweep(self.T, self.freed, start, -1)
-            if s == -1:
-                break
-            REGISTRY[int(self.op[s])].host_vjp(self, adj, s)
-            start = s - 1
+        for r, seed in roots:
+            self.adj.add(r, seed)
+        start = max(r for r, _ in roots)
+        for r0, r1, m, slot, need in reversed(self.segs):
+            if r0 > start:
+                continue
+            self._sweep(start, r1 - 1)
+            plan = RK.seg_plan(self.T, r0, r1, slot)
+            _split(lambda w, lo, hi: RK.seg_backward(self.T, r0, r1, lo, hi, slot, need, *plan,
+                                                     self.seg_v[w], self.seg_g[w]),
+                   m, self.threads)
+            start = r0 - 1
+        self._sweep(start, -1)
         out = []
         for r, shape, dt in zip(self.leaf_rec, self.in_shapes, self.in_dtypes):
             if self.reached[r]:
-                out.append(adj[r].reshape(shape).astype(dt))
+                out.append(self.adj[r].reshape(shape).astype(dt, copy=False))
             else:
                 out.append(np.zeros(shape, dt))
         return out
+
+    def _sweep(self, start, stop):
+        """The compiled sweep over records ``start .. stop+1``, host VJPs in Python."""
+        while True:
+            s = sweep(self.T, self.freed, start, stop)
+            if s == -1:
+                return
+            REGISTRY[int(self.op[s])].host_vjp(self, self.adj, s)
+            start = s - 1
 
 
 class TracedFunction:
@@ -484,14 +717,14 @@ class TracedFunction:
         self.__name__ = getattr(f, "__name__", "traced")
         self.__doc__ = getattr(f, "__doc__", None)
 
-    def _run(self, args):
+    def _run(self, args, full=False):
         """A replay whose forward has run at ``args`` (lock held by caller)."""
         key, pos, xs = _signature(args)
         reps = self.cache.get(key)
         if reps is None:
             reps = self.cache[key] = [_Replay(self.f, args)]
         for k, rep in enumerate(reps):
-            if rep.forward(xs):
+            if rep.forward(xs, full):
                 if k:
                     reps.insert(0, reps.pop(k))
                 return rep, xs
@@ -507,28 +740,36 @@ class TracedFunction:
         rep = _Replay(self.f, args)
         reps.insert(0, rep)
         del reps[MAX_TRACES:]
-        if not rep.forward(xs):
+        if not rep.forward(xs, full):
             raise RuntimeError(f"tapegrad.trace: {self.__name__} does not take the same "
                                "branches twice at the same inputs (is it deterministic?)")
         return rep, xs
 
     def __call__(self, *args):
-        """The function's value at ``args`` (an ndarray or NumPy scalar)."""
+        """The function's value at ``args`` (an ndarray or NumPy scalar; a tuple
+        of them for a function that returns a tuple)."""
         return self._locked(args)[0]
 
     def _locked(self, args, seeds=None, scalar=False):
-        lock = _LOCK
-        with lock:
+        """Value and, for each cotangent list (one entry per output) in
+        ``seeds`` or ``seeds(replay)``, the gradients, under the lock."""
+        with _LOCK:
             rep, xs = self._run(args)
-            value = rep.value()
-            if seeds is None:
-                return (value[()] if value.ndim == 0 else value), None
-            if scalar and value.size != 1:
-                raise RuntimeError(
-                    f"grad needs a function with one output element; this one has shape "
-                    f"{value.shape}: use ft.vjp(*args, cotangent)")
-            grads = [rep.backward(s) for s in seeds]
-            return (value[()] if value.ndim == 0 else value), grads
+            try:
+                value = rep.value()
+                if seeds is None:
+                    return value, None
+                if scalar and (rep.multi or np.size(value) != 1):
+                    what = (f"a tuple of {len(value)} outputs" if rep.multi
+                            else f"shape {np.shape(value)}")
+                    raise RuntimeError(
+                        f"grad needs a function with one output element; this one returns "
+                        f"{what}: use ft.vjp(*args, cotangent)")
+                if callable(seeds):
+                    seeds = seeds(rep)
+                return value, [rep.backward(s) for s in seeds]
+            finally:
+                rep.release()
 
     @staticmethod
     def _unpack(g):
@@ -546,7 +787,7 @@ class TracedFunction:
         >>> float(v), g
         (14.0, array([2., 4., 6.]))
         """
-        v, gs = self._locked(args, [np.ones(1)], scalar=True)
+        v, gs = self._locked(args, [[np.ones(1)]], scalar=True)
         return v, self._unpack(gs[0])
 
     def grad(self, *args):
@@ -564,7 +805,9 @@ class TracedFunction:
     def vjp(self, *args_and_cotangent):
         """``(f(*args), cotangentᵀ ∂f/∂inputs)``; the cotangent (last argument)
         has the output's shape, or one more leading axis for a batch of them
-        (the gradients then have that leading axis too).
+        (the gradients then have that leading axis too).  For a function that
+        returns a tuple, the cotangent is a tuple with one entry per output
+        (all batched with the same leading axis, or none).
 
         Examples
         --------
@@ -573,25 +816,47 @@ class TracedFunction:
         >>> ft.vjp(np.ones(2), np.array([[1.0, 0.0], [0.0, 2.0]]))[1]
         array([[3., 0.],
                [0., 6.]])
+        >>> fm = tg.trace(lambda x: (x.sum(), 2 * x), np.zeros(2))
+        >>> (total, doubled), g = fm.vjp(np.ones(2), (1.0, np.array([0.0, 1.0])))
+        >>> float(total), doubled, g
+        (2.0, array([2., 2.]), array([1., 3.]))
         """
         *args, ct = args_and_cotangent
-        ct = np.asarray(ct, np.float64)
-        with _LOCK:
-            rep, _ = self._run(args)
-            shape = rep.out_shape
-        if ct.shape == shape:
-            v, gs = self._locked(args, [ct.reshape(-1)])
+        batch = []
+
+        def seeds(rep):
+            if rep.multi:
+                if not isinstance(ct, (tuple, list)) or len(ct) != len(rep.roots):
+                    raise TypeError(
+                        f"vjp: the function returns a tuple of {len(rep.roots)} outputs; "
+                        f"give a tuple of as many cotangents, got {type(ct).__name__}"
+                        + (f" of {len(ct)}" if isinstance(ct, (tuple, list)) else ""))
+                cts = [np.asarray(c, np.float64) for c in ct]
+            else:
+                cts = [np.asarray(ct, np.float64)]
+            if all(c.shape == s for c, s in zip(cts, rep.out_shapes)):
+                return [[c.reshape(-1) for c in cts]]
+            ks = {c.shape[0] if c.ndim else None for c in cts}
+            if (len(ks) != 1 or None in ks
+                    or any(c.shape[1:] != s for c, s in zip(cts, rep.out_shapes))):
+                raise ValueError(
+                    f"vjp: the cotangent has shape {[c.shape for c in cts] if rep.multi else cts[0].shape}"
+                    f"; the output has shape "
+                    f"{rep.out_shapes if rep.multi else rep.out_shape} (a batch of "
+                    "cotangents adds the same leading axis to each)")
+            batch.append(True)
+            return [[c[i].reshape(-1) for c in cts] for i in range(ks.pop())]
+
+        v, gs = self._locked(args, seeds)
+        if not batch:
             return v, self._unpack(gs[0])
-        if ct.shape[1:] != shape:
-            raise ValueError(f"vjp: the cotangent has shape {ct.shape}; the output has "
-                             f"shape {shape} (a batch of cotangents adds a leading axis)")
-        v, gs = self._locked(args, [c.reshape(-1) for c in ct])
         return v, self._unpack([np.stack([g[i] for g in gs]) for i in range(len(gs[0]))]
                                if gs else [])
 
     def jacobian(self, *args):
         """∂f/∂x for every input x: shape ``f.shape + x.shape`` (one reverse
-        sweep per output element, one forward).
+        sweep per output element, one forward).  For a function that returns
+        a tuple: a tuple with one such result per output.
 
         Examples
         --------
@@ -601,14 +866,188 @@ class TracedFunction:
         array([[2., 0.],
                [0., 4.]])
         """
+        info = []
+
+        def seeds(rep):
+            info[:] = [rep]
+            out = []
+            for k, shape in enumerate(rep.out_shapes):
+                for row in np.eye(int(np.prod(shape))):
+                    out.append([row if j == k else None for j in range(len(rep.roots))])
+            return out
+
+        _, gs = self._locked(args, seeds)
+        rep = info[0]
+        res, at = [], 0
+        for shape in rep.out_shapes:
+            m = int(np.prod(shape))
+            rows = gs[at:at + m]
+            at += m
+            res.append(self._unpack([
+                np.stack([g[i] for g in rows]).reshape(shape + rep.in_shapes[i]) if rows
+                else np.zeros(shape + rep.in_shapes[i], rep.in_dtypes[i])
+                for i in range(len(rep.in_shapes))]))
+        return tuple(res) if rep.multi else res[0]
+
+    def _tangents(self, rep, args_and_t, who):
+        """The tangent argument of jvp/hvp checked against the inputs, as
+        ``(args, [(p, size) float64 per input], p, batched)``."""
+        from . import forward as FW
+        *args, ts = args_and_t
+        if not isinstance(ts, (tuple, list)) and len(rep.in_shapes) == 1:
+            ts = (ts,)  # one input: its tangent may come bare
+        ts = FW._as_tuple(ts, "tangents")
+        if len(ts) != len(rep.in_shapes):
+            raise ValueError(f"{who}: {len(rep.in_shapes)} traced inputs but {len(ts)} "
+                             "tangents; give one tangent per float-array argument")
+        like = [types.SimpleNamespace(shape=s, dtype=d)
+                for s, d in zip(rep.in_shapes, rep.in_dtypes)]
+        ts, p, batch = FW._check_tangents(like, ts, None)
+        return [t.reshape(p, -1) for t in ts], p, batch
+
+    def jvp(self, *args_and_tangents):
+        """``(f(*args), J t)`` by the compiled tangent sweep of ``tg.jvp`` over
+        the replayed tape; ``tangents`` (the last argument) has one entry per
+        float-array argument (a bare array when there is one), each of that
+        argument's shape, or with one more leading axis p for a batch of p
+        directions (``J t`` then has shape ``(p,) + out.shape``).
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: np.sin(x) * 2, np.zeros(2))
+        >>> ft.jvp(np.array([0.0, np.pi]), np.array([1.0, 1.0]))[1]
+        array([ 2., -2.])
+        >>> ft.jvp(np.zeros(2), np.eye(2))[1]       # a batch: the Jacobian's rows
+        array([[2., 0.],
+               [0., 2.]])
+        """
+        from . import forward as FW
+        from .functional import _root_span
+        *args, _ = args_and_tangents
         with _LOCK:
-            rep, xs = self._run(args)
-            m = int(np.prod(rep.out_shape))
-        eye = np.eye(m)
-        _, gs = self._locked(args, list(eye))
-        out = [np.stack([g[i] for g in gs]).reshape(rep.out_shape + rep.in_shapes[i])
-               for i in range(len(rep.in_shapes))]
-        return self._unpack(out)
+            rep, _ = self._run(args, full=True)
+            try:
+                flat, p, batch = self._tangents(rep, args_and_tangents, "jvp")
+                value = rep.value()
+                outs = []
+                for root, shape, dt in rep.outputs():
+                    t = np.zeros((p, int(np.prod(shape))))
+                    if root is not None:
+                        upto = _root_span(rep, root)
+                        recs = [r for r in rep.leaf_rec if r < upto]
+                        tan = FW._Tangents(rep, upto, np.array(recs or [root], np.int64))
+                        if recs and tan.reached[root]:
+                            per = max(int(tan.total), 1) * 8
+                            chunk = int(max(1, min(p, FW.JACFWD_BYTES // per)))
+                            for lo in range(0, p, chunk):
+                                hi = min(p, lo + chunk)
+                                tan.alloc(hi - lo)
+                                for k, r in enumerate(rep.leaf_rec):
+                                    if r < upto:
+                                        tan.block(r)[...] = flat[k][lo:hi].T
+                                FW._sweep(rep, tan, rep.arrays(tan) + (tan.reached,))
+                                t[lo:hi] = tan.block(root).T
+                    t = t.reshape((p,) + shape).astype(dt, copy=False)
+                    outs.append(t if batch else t[0])
+            finally:
+                rep.release()
+        value = value[()] if not rep.multi and value.ndim == 0 else value
+        return value, (tuple(outs) if rep.multi else outs[0])
+
+    def hvp(self, *args_and_v):
+        """``(grad, hvp)`` of a function with one output element, as
+        ``tg.hvp(f, args, v)`` returns them (tuples with one array per
+        float-array argument), by the forward-over-reverse pass of
+        ``tg.hvp`` over the replayed tape.  ``v`` (the last argument) is as
+        the tangents of :meth:`jvp`: a batch of p directions gives each
+        ``hvp[i]`` the shape ``(p,) + x_i.shape``.
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: (x ** 3).sum(), np.zeros(2))
+        >>> g, hv = ft.hvp(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+        >>> g[0], hv[0]
+        (array([ 3., 12.]), array([6., 0.]))
+        """
+        from . import second
+        from .functional import _root_span
+        *args, _ = args_and_v
+        with _LOCK:
+            rep, _ = self._run(args, full=True)
+            try:
+                if rep.multi or int(np.prod(rep.out_shape)) != 1:
+                    raise TypeError(
+                        f"hvp: the function must return one number (a scalar); this one "
+                        f"returned {'a tuple' if rep.multi else f'shape {rep.out_shape}'}")
+                flat, p, batch = self._tangents(rep, args_and_v, "hvp")
+                sizes = [int(np.prod(s)) for s in rep.in_shapes]
+                if rep.root is None or rep.root in rep.leaf_rec:
+                    # constant, or the output is an input: f is linear, H = 0
+                    # (as tg.hvp's driver does, without a pass)
+                    res = [(np.full(n, 1.0 if r == rep.root else 0.0), np.zeros((p, n)))
+                           for n, r in zip(sizes, rep.leaf_rec)]
+                else:
+                    out = types.SimpleNamespace(_rec=rep.root)
+                    leaves = [types.SimpleNamespace(size=n) for n in sizes]
+                    upto = _root_span(rep, rep.root)
+                    recs = [r if r < upto else None for r in rep.leaf_rec]
+                    res, _ = second._hvp_pass(rep, out, leaves, recs, lambda k: flat[k], p)
+            finally:
+                rep.release()
+        gs, hs = [], []
+        for (g, hv), shape, dt in zip(res, rep.in_shapes, rep.in_dtypes):
+            gs.append(np.array(g, dtype=dt).reshape(shape))
+            hv = np.array(hv, dtype=dt).reshape((p,) + shape)
+            hs.append(hv if batch else hv[0])
+        return tuple(gs), tuple(hs)
+
+    def hessian(self, *args):
+        """The Hessian of a function with one output element at ``args``, as
+        ``tg.hessian(f, argnums=...)`` over every float-array argument gives
+        it: shape ``x.shape + x.shape`` for one such argument, else a tuple of
+        tuples ``H[i][j]`` of shape ``x_i.shape + x_j.shape``.
+
+        Forward-over-reverse over the replayed tape with all n unit
+        directions in one pass.  The pass's layout, arenas and directions
+        are kept with the trace, so a call replays the values and runs the
+        two compiled sweeps -- the traced counterpart of
+        ``jax.jit(jax.hessian(f))``.
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: (x[0] ** 2) * x[1], np.zeros(2))
+        >>> ft.hessian(np.array([1.0, 3.0]))
+        array([[6., 2.],
+               [2., 0.]])
+        """
+        from . import second
+        with _LOCK:
+            rep, _ = self._run(args, full=True)
+            try:
+                if rep.multi or int(np.prod(rep.out_shape)) != 1:
+                    raise TypeError(
+                        f"hessian: the function must return one number (a scalar); this one "
+                        f"returned {'a tuple' if rep.multi else f'shape {rep.out_shape}'}")
+                if rep.root in rep.leaf_rec:  # the output is an input: f is linear
+                    n = sum(int(np.prod(s)) for s in rep.in_shapes)
+                    H = np.zeros((n, n))
+                else:
+                    H = second.replay_hessian(rep)
+            finally:
+                rep.release()
+        shapes = [tuple(s) for s in rep.in_shapes]
+        starts = np.cumsum([0] + [int(np.prod(s)) for s in shapes])
+        rows = []
+        for i, (si, di) in enumerate(zip(shapes, rep.in_dtypes)):
+            row = []
+            for j, (sj, dj) in enumerate(zip(shapes, rep.in_dtypes)):
+                blk = H[starts[i]:starts[i + 1], starts[j]:starts[j + 1]]
+                row.append(blk.reshape(si + sj).astype(np.result_type(di, dj), copy=False))
+            rows.append(tuple(row))
+        return rows[0][0] if len(rows) == 1 else tuple(rows)
 
     def grad_batch(self, *batches, workers=None):
         """Gradients at a batch of inputs: each argument has one more leading
@@ -639,7 +1078,11 @@ class TracedFunction:
             raise ValueError("grad_batch: the batch is empty")
         with _LOCK:
             rep, _ = self._run([b[0] for b in batches])
-            if rep.value().size != 1:
+            try:
+                scalar = not rep.multi and np.size(rep.value()) == 1
+            finally:
+                rep.release()
+            if not scalar:
                 raise RuntimeError("grad_batch needs a function with one output element")
             key = _signature([b[0] for b in batches])[0]
             if rep.pos != list(range(len(batches))) or any(k[0] == "static" for k in key):
@@ -647,17 +1090,20 @@ class TracedFunction:
             workers = max(1, min(workers or os.cpu_count() or 1, nb))
             reps = [rep.clone() for _ in range(workers)]  # the cached one stays free
         outs = [np.empty((nb,) + s, d) for s, d in zip(rep.in_shapes, rep.in_dtypes)]
-        seed = np.ones(1)
+        seed = [np.ones(1)]
         missed = [[] for _ in range(workers)]
 
         def work(w):
             mine = reps[w]
             for i in range(w * nb // workers, (w + 1) * nb // workers):
                 if mine.forward([np.asarray(b[i], np.float64) for b in batches]):
-                    for o, g in zip(outs, mine.backward(seed)):
-                        o[i] = g
+                    gs = mine.backward(seed)
+                    for k, o in enumerate(outs):
+                        o[i] = gs[k]
+                    del gs  # let the next backward reuse the gradient arena
                 else:
                     missed[w].append(i)
+            mine.release()
 
         if workers == 1:
             work(0)
@@ -694,6 +1140,7 @@ class TracedFunction:
         """
         from . import tapefile
         with _LOCK:
+            self._check_single("saved")
             tapefile.save(self, path)
 
     def __reduce__(self):
@@ -701,6 +1148,7 @@ class TracedFunction:
         # function too when it pickles (so the copy can still retrace)
         from . import tapefile
         with _LOCK:
+            self._check_single("pickled")
             arrays = tapefile.function_state(self, user_ops=False)
         f = getattr(self, "f", None)
         try:
@@ -708,6 +1156,12 @@ class TracedFunction:
         except Exception:
             f = None
         return tapefile.from_arrays, (arrays, f, "pickled traced function")
+
+    def _check_single(self, how):
+        if any(rep.multi for reps in self.cache.values() for rep in reps):
+            raise NotImplementedError(
+                f"tapegrad: a traced function that returns a tuple cannot be {how} yet "
+                "(tape files hold one output); trace one function per output to save them")
 
     @property
     def n_traces(self):
@@ -726,7 +1180,7 @@ class LoadedFunction(TracedFunction):
         super().__init__(None)
         self.__name__ = name
 
-    def _run(self, args):
+    def _run(self, args, full=False):
         key, pos, xs = _signature(args)
         reps = self.cache.get(key)
         if reps is None:
@@ -734,7 +1188,7 @@ class LoadedFunction(TracedFunction):
                 f"tapegrad: the loaded function {self.__name__} has no trace for "
                 f"arguments of signature {key}; it was saved for {list(self.cache)}")
         for k, rep in enumerate(reps):
-            if rep.forward(xs):
+            if rep.forward(xs, full):
                 if k:
                     reps.insert(0, reps.pop(k))
                 return rep, xs

@@ -2,7 +2,8 @@
 the Jacobian of ``tanh(A @ x) * x`` for n = 200 by vector reverse mode, and
 the gradient of the scalar chain and of the elementwise workload through
 ``tg.grad`` beside the same gradient through ``backward()`` (the transform
-should add no real cost: the two timings of a workload should match)."""
+should add no real cost: the two timings of a workload should match); the
+Rosenbrock Hessian (n = 100) eager and traced once."""
 import pathlib
 import sys
 
@@ -23,12 +24,13 @@ def _data():
 
 class Transforms:
     params = ["jacobian", "grad_chain", "backward_chain", "grad_elementwise",
-              "backward_elementwise"]
+              "backward_elementwise", "hessian", "hessian_traced"]
     param_names = ["workload"]
 
     def setup(self, workload):
         data = _data()
-        self.args = data["jacobian" if workload == "jacobian" else workload.split("_")[1]]
+        self.args = data[workload if workload == "jacobian" else
+                         "hessian" if workload.startswith("hessian") else workload.split("_")[1]]
         self.fn = tw.tapegrad_fns(_tapegrad())[workload]
         self.fn(*self.args)  # compiles the kernels once
 

@@ -12,6 +12,7 @@ NumPy's definitions, NaN and infinity handling included.
 """
 import math
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -19,8 +20,11 @@ from numba.extending import intrinsic
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import advance, odometer, parent, value
-from .structural import _out_map
+from ._views import _voidptr, advance, odometer, parent, value
+from .elementwise import _binary_one_side, _binary_same_shape, _binary_self
+from .elementwise import _scalar_loop as _scalar_vjp_loop
+from .elementwise import _unary_loop as _unary_vjp_loop
+from .structural import _out_map, _runs, _step
 from .user import call_d2
 
 #: K_NONE subs of comparison records (recorded only while tracing).  Their
@@ -241,7 +245,11 @@ def _unary_loop(sub, x, y):
 
 @kernel
 def unary_fwd(T, r, sub):
-    x, y = value(T, parent(T, r, 0)), value(T, r)
+    _unary_into(sub, value(T, parent(T, r, 0)), value(T, r))
+
+
+@kernel
+def _unary_into(sub, x, y):
     # the common ops get loops compiled for a constant sub (they vectorise)
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
         y[:] = x
@@ -269,8 +277,11 @@ def _scalar_loop(sub, x, c, y):
 
 @kernel
 def scalar_fwd(T, r, sub):
-    x, y = value(T, parent(T, r, 0)), value(T, r)
-    c = T[6][r]
+    _scalar_into(sub, value(T, parent(T, r, 0)), T[6][r], value(T, r))
+
+
+@kernel
+def _scalar_into(sub, x, c, y):
     if sub == C.ADDC:
         _scalar_loop(C.ADDC, x, c, y)
     elif sub == C.MULC:
@@ -283,6 +294,21 @@ def scalar_fwd(T, r, sub):
 def _binary_loop(sub, xa, xb, y):
     for i in range(y.size):
         y[i] = f_binary(sub, xa[i], xb[i])
+
+
+@kernel
+def _binary_into(sub, xa, xb, y):
+    """Same-shape binary op (not WHERE), common subs compiled for a constant sub."""
+    if sub == C.ADD:
+        _binary_loop(C.ADD, xa, xb, y)
+    elif sub == C.SUB:
+        _binary_loop(C.SUB, xa, xb, y)
+    elif sub == C.MUL:
+        _binary_loop(C.MUL, xa, xb, y)
+    elif sub == C.DIV:
+        _binary_loop(C.DIV, xa, xb, y)
+    else:
+        _binary_loop(sub, xa, xb, y)
 
 
 @kernel
@@ -312,16 +338,7 @@ def nary_fwd(T, r, sub):
     xa, xb = value(T, parent(T, r, 0)), value(T, parent(T, r, 1))
     ma, mb = xa.size, xb.size
     if ma == n and mb == n:
-        if sub == C.ADD:
-            _binary_loop(C.ADD, xa, xb, y)
-        elif sub == C.SUB:
-            _binary_loop(C.SUB, xa, xb, y)
-        elif sub == C.MUL:
-            _binary_loop(C.MUL, xa, xb, y)
-        elif sub == C.DIV:
-            _binary_loop(C.DIV, xa, xb, y)
-        else:
-            _binary_loop(sub, xa, xb, y)
+        _binary_into(sub, xa, xb, y)
         return
     if nd == 0:
         for i in range(n):
@@ -353,6 +370,75 @@ def compare_fwd(T, r, sub):
         advance(shape, strides, cnt, pos)
 
 
+@inline
+def _pairwise(x, a, k):
+    """NumPy's pairwise summation (``pairwise_sum`` in its loops_utils.h):
+    ``0.0 + _pairwise(x, 0, x.size)`` is bit for bit ``np.sum(x)`` of a
+    contiguous float64 array, so a replayed full sum equals the eager one.
+
+    NumPy recurses (halves rounded to multiples of 8, blocks of <= 128 summed
+    with eight accumulators); this walks the same tree with an explicit
+    stack (cached Numba code and recursion do not mix well)."""
+    if k <= 128:
+        return _pairwise_block(x, a, k)
+    sa = np.empty(64, np.int64)
+    sk = np.empty(64, np.int64)
+    stage = np.empty(64, np.int64)
+    acc = np.empty(64)
+    sa[0], sk[0], stage[0] = a, k, 0
+    sp = 1
+    ret = 0.0
+    while sp > 0:
+        t = sp - 1
+        if sk[t] <= 128:
+            ret = _pairwise_block(x, sa[t], sk[t])
+            sp -= 1
+            continue
+        k2 = sk[t] // 2
+        k2 -= k2 % 8
+        if stage[t] == 0:  # descend into the left half
+            stage[t] = 1
+            sa[sp], sk[sp], stage[sp] = sa[t], k2, 0
+            sp += 1
+        elif stage[t] == 1:  # left done: keep it, descend into the right half
+            acc[t] = ret
+            stage[t] = 2
+            sa[sp], sk[sp], stage[sp] = sa[t] + k2, sk[t] - k2, 0
+            sp += 1
+        else:  # both done: left + right, as NumPy adds them
+            ret = acc[t] + ret
+            sp -= 1
+    return ret
+
+
+@inline
+def _pairwise_block(x, a, k):
+    if k < 8:
+        res = 0.0
+        for i in range(a, a + k):
+            res += x[i]
+        return res
+    r0, r1, r2, r3 = x[a], x[a + 1], x[a + 2], x[a + 3]
+    r4, r5, r6, r7 = x[a + 4], x[a + 5], x[a + 6], x[a + 7]
+    i = 8
+    while i < k - (k % 8):
+        j = a + i
+        r0 += x[j]
+        r1 += x[j + 1]
+        r2 += x[j + 2]
+        r3 += x[j + 3]
+        r4 += x[j + 4]
+        r5 += x[j + 5]
+        r6 += x[j + 6]
+        r7 += x[j + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < k:
+        res += x[a + i]
+        i += 1
+    return res
+
+
 @kernel
 def reduce_fwd(T, r, sub):
     """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
@@ -360,28 +446,42 @@ def reduce_fwd(T, r, sub):
     b = T[3][r]
     x, y = value(T, parent(T, r, 0)), value(T, r)
     n, m = x.size, y.size
-    if m == 1 and sub != C.SOFTMAX and sub != C.LOG_SOFTMAX:
-        om = np.zeros(n, np.int64)
+    if m == 1 and (sub == C.SUM or sub == C.MEAN):
+        # a full sum: NumPy's order exactly (eager sums with np.sum)
+        y[0] = 0.0 + _pairwise(x, 0, n) if n > 0 else 0.0
+        if sub == C.MEAN:
+            y[0] /= n
+        return
+    # the group of input element i: a cursor when the reduced axes are one
+    # run (no index array, see structural._runs), else an index map
+    A, R, Cn = _runs(ip, b, ip[b], n, m) if m > 1 else (1, n, 1)
+    if R == 0:
+        om = _out_map(ip, b, ip[b], n, 2)
     else:
-        om = _out_map(ip, b, ip[b], n, 2)  # the group of every input element
-    if sub == C.SUM or sub == C.MEAN:
-        y[:] = 0.0
+        om = np.zeros(0, np.int64)
+    if sub == C.SUM or sub == C.MEAN or sub == C.PROD:
+        y[:] = 1.0 if sub == C.PROD else 0.0
+        a, q, c = 0, 0, 0
         for i in range(n):
-            y[om[i]] += x[i]
+            j = om[i] if R == 0 else a * Cn + c
+            if sub == C.PROD:
+                y[j] *= x[i]
+            else:
+                y[j] += x[i]
+            if R != 0:
+                a, q, c = _step(a, q, c, R, Cn)
         if sub == C.MEAN:
             cnt = n // m if m > 0 else 0
             for j in range(m):
                 y[j] /= cnt
         return
-    if sub == C.PROD:
-        y[:] = 1.0
-        for i in range(n):
-            y[om[i]] *= x[i]
-        return
     if sub == C.MAX or sub == C.MIN:
         seen = np.zeros(m, np.bool_)
+        a, q, c = 0, 0, 0
         for i in range(n):
-            j = om[i]
+            j = om[i] if R == 0 else a * Cn + c
+            if R != 0:
+                a, q, c = _step(a, q, c, R, Cn)
             xi = x[i]
             if not seen[j]:
                 y[j] = xi
@@ -392,26 +492,41 @@ def reduce_fwd(T, r, sub):
                 y[j] = xi
         return
     # logsumexp, softmax, log_softmax: shifted by each group's finite maximum
-    rows = m if sub == C.LOGSUMEXP else (om.max() + 1 if n else 0)
+    if R == 0:
+        rows = m if sub == C.LOGSUMEXP else (om.max() + 1 if n else 0)
+    else:
+        rows = A * Cn
     mx = np.full(rows, -np.inf)
+    a, q, c = 0, 0, 0
     for i in range(n):
-        if x[i] > mx[om[i]]:
-            mx[om[i]] = x[i]
+        j = om[i] if R == 0 else a * Cn + c
+        if x[i] > mx[j]:
+            mx[j] = x[i]
+        if R != 0:
+            a, q, c = _step(a, q, c, R, Cn)
     for j in range(rows):
         if not np.isfinite(mx[j]):
             mx[j] = 0.0
     s = np.zeros(rows)
+    a, q, c = 0, 0, 0
     for i in range(n):
-        s[om[i]] += np.exp(x[i] - mx[om[i]])
+        j = om[i] if R == 0 else a * Cn + c
+        s[j] += np.exp(x[i] - mx[j])
+        if R != 0:
+            a, q, c = _step(a, q, c, R, Cn)
     if sub == C.LOGSUMEXP:
         for j in range(m):
             y[j] = np.log(s[j]) + mx[j]
-    elif sub == C.SOFTMAX:
-        for i in range(n):
-            y[i] = np.exp(x[i] - mx[om[i]]) / s[om[i]]
-    else:
-        for i in range(n):
-            y[i] = x[i] - mx[om[i]] - np.log(s[om[i]])
+        return
+    a, q, c = 0, 0, 0
+    for i in range(n):
+        j = om[i] if R == 0 else a * Cn + c
+        if sub == C.SOFTMAX:
+            y[i] = np.exp(x[i] - mx[j]) / s[j]
+        else:
+            y[i] = x[i] - mx[j] - np.log(s[j])
+        if R != 0:
+            a, q, c = _step(a, q, c, R, Cn)
 
 
 @kernel
@@ -556,3 +671,236 @@ def replay(T, faddr, guard, goff, gvals, start, stop):
         if g != 0 and not _guard_holds(T, r, g, gvals[goff[r]:]):
             return -2 - r
     return -1
+
+
+# -- fused elementwise segments --------------------------------------------------------
+#: elements per block of a fused segment: every record's block of values and
+#: adjoints stays in cache while the segment's records run over it
+CHUNK = 2048
+
+_CONST = C.code(C.K_NONE, C.CONST)
+
+
+@inline
+def _view(addr, m):
+    return numba.carray(_voidptr(addr), (m,), np.float64)
+
+
+@inline
+def _vaddr(T, p, r0, slot, base, lo):
+    """Address of element ``lo`` of record p's value: a row of the segment's
+    block scratch for records without storage of their own (``slot >= 0``),
+    else the record's storage (every operand of a segment has > SMALL elements)."""
+    q = p - r0
+    if q >= 0 and q < slot.size and slot[q] >= 0:
+        return base + 8 * CHUNK * slot[q]
+    return T[11][T[10][p]] + 8 * lo
+
+
+@inline
+def _gaddr(T, p, r0, slot, base, lo):
+    """The same for record p's adjoint."""
+    q = p - r0
+    if q >= 0 and q < slot.size and slot[q] >= 0:
+        return base + 8 * CHUNK * slot[q]
+    return T[12][p] + 8 * lo
+
+
+@kernel
+def _seg_record_fwd(T, r, r0, slot, base, lo, m):
+    op, arg0, args = T[0], T[1], T[4]
+    code = op[r]
+    kind = code >> C.SHIFT
+    sub = code & C.MASK
+    y = _view(_vaddr(T, r, r0, slot, base, lo), m)
+    x = _view(_vaddr(T, args[arg0[r]], r0, slot, base, lo), m)
+    if kind == C.K_UNARY:
+        _unary_into(sub, x, y)
+    elif kind == C.K_SCALAR:
+        _scalar_into(sub, x, T[6][r], y)
+    else:
+        _binary_into(sub, x, _view(_vaddr(T, args[arg0[r] + 1], r0, slot, base, lo), m), y)
+
+
+# The VJP loops of a segment's records, one compiled function per family (a
+# call per block and record; inlined, they made one function too large to
+# compile in reasonable time and memory).
+@kernel
+def _unary_vjp_into(sub, g, x, y, gx, first):
+    if sub == C.IDENT or sub >= C.VIEW_FIRST:
+        _unary_vjp_loop(C.IDENT, g, x, y, gx, first)
+    elif sub == C.NEG:
+        _unary_vjp_loop(C.NEG, g, x, y, gx, first)
+    elif sub == C.EXP:
+        _unary_vjp_loop(C.EXP, g, x, y, gx, first)
+    elif sub == C.LOG:
+        _unary_vjp_loop(C.LOG, g, x, y, gx, first)
+    elif sub == C.SQUARE:
+        _unary_vjp_loop(C.SQUARE, g, x, y, gx, first)
+    elif sub == C.TANH:
+        _unary_vjp_loop(C.TANH, g, x, y, gx, first)
+    else:
+        _unary_vjp_loop(sub, g, x, y, gx, first)
+
+
+@kernel
+def _scalar_vjp_into(sub, g, x, y, c, gx, first):
+    if sub == C.ADDC:
+        _scalar_vjp_loop(C.ADDC, g, x, y, c, gx, first)
+    elif sub == C.MULC:
+        _scalar_vjp_loop(C.MULC, g, x, y, c, gx, first)
+    else:
+        _scalar_vjp_loop(sub, g, x, y, c, gx, first)
+
+
+@kernel
+def _binary_self_into(sub, g, x, y, gx, first):
+    if sub == C.MUL:
+        _binary_self(C.MUL, g, x, y, gx, first)
+    else:
+        _binary_self(sub, g, x, y, gx, first)
+
+
+@kernel
+def _binary_vjp_into(sub, g, xa, xb, y, ga, gb, first):
+    if sub == C.ADD:
+        _binary_same_shape(C.ADD, g, xa, xb, y, ga, gb, first)
+    elif sub == C.SUB:
+        _binary_same_shape(C.SUB, g, xa, xb, y, ga, gb, first)
+    elif sub == C.MUL:
+        _binary_same_shape(C.MUL, g, xa, xb, y, ga, gb, first)
+    else:
+        _binary_same_shape(sub, g, xa, xb, y, ga, gb, first)
+
+
+@kernel
+def _binary_one_side_into(sub, g, xa, xb, y, gx, first, left):
+    if sub == C.MUL:
+        _binary_one_side(C.MUL, g, xa, xb, y, gx, first, left)
+    elif sub == C.SUB:
+        _binary_one_side(C.SUB, g, xa, xb, y, gx, first, left)
+    else:
+        _binary_one_side(sub, g, xa, xb, y, gx, first, left)
+
+
+@kernel
+def seg_forward(T, r0, r1, start, n, slot, vs):
+    """Records ``r0 .. r1-1`` (same-size elementwise ops, and leaves or
+    constants) block by block: a block of every record is computed before
+    the next block, so intermediates that nothing outside the segment reads
+    (``slot >= 0``) live only in the block scratch ``vs`` and are never
+    written to memory.  Element for element the same arithmetic as the
+    record-by-record replay.  Covers elements ``start .. n-1`` (``start`` a
+    multiple of CHUNK): disjoint ranges may run on several threads, each
+    with its own ``vs``."""
+    op = T[0]
+    base = vs.ctypes.data
+    for lo in range(start, n, CHUNK):
+        m = min(CHUNK, n - lo)
+        for r in range(r0, r1):
+            if (op[r] >> C.SHIFT) != C.K_NONE:
+                _seg_record_fwd(T, r, r0, slot, base, lo, m)
+
+
+@inline
+def _put_chunk(gx, m, first):
+    """Zero a block before accumulating into it (the sweep's ``fa != fb`` case)."""
+    if first:
+        for i in range(m):
+            gx[i] = 0.0
+
+
+@kernel
+def seg_plan(T, r0, r1, slot):
+    """Which records of a fused segment its reverse sweep reaches, and for
+    each (record, operand) whether the VJP writes that operand's adjoint and
+    whether that write is the first (assign) or accumulates -- in the order
+    the record-by-record sweep would write, so that ``seg_backward`` gives
+    that sweep's results.  Marks the reached records outside the segment.
+    Returns ``(reach, write, assign)``."""
+    op, arg0, args, reached = T[0], T[1], T[4], T[13]
+    k = r1 - r0
+    reach = np.zeros(k, np.bool_)
+    assign = np.zeros(2 * k, np.bool_)
+    write = np.zeros(2 * k, np.bool_)
+    for r in range(r1 - 1, r0 - 1, -1):
+        q = r - r0
+        if (op[r] >> C.SHIFT) == C.K_NONE:
+            continue
+        if slot[q] < 0:
+            reach[q] = reached[r]
+        if not reach[q]:
+            continue
+        a0 = arg0[r]
+        for j in range(arg0[r + 1] - a0):
+            p = args[a0 + j]
+            if op[p] == _CONST or (j == 1 and p == args[a0]):
+                continue  # a constant's adjoint is never read; x op x writes once
+            write[2 * q + j] = True
+            pq = p - r0
+            if pq >= 0 and pq < k and slot[pq] >= 0:
+                assign[2 * q + j] = not reach[pq]
+                reach[pq] = True
+            else:
+                assign[2 * q + j] = not reached[p]
+                reached[p] = True
+    return reach, write, assign
+
+
+@kernel
+def seg_backward(T, r0, r1, start, n, slot, need, reach, write, assign, vs, gs):
+    """The reverse sweep over a fused segment (as planned by ``seg_plan``),
+    block by block, over elements ``start .. n-1``.
+
+    The intermediates' values are recomputed per block where a VJP reads them
+    (``need``), their adjoints live in the block scratch ``gs``; only the
+    adjoints of records outside the segment (and of segment records that
+    something outside reads) are written to memory.  The per-element VJPs
+    are elementwise.py's loops.
+    """
+    op, arg0, args, fp = T[0], T[1], T[4], T[6]
+    vb, gb = vs.ctypes.data, gs.ctypes.data
+    for lo in range(start, n, CHUNK):
+        m = min(CHUNK, n - lo)
+        for r in range(r0, r1):
+            if need[r - r0]:
+                _seg_record_fwd(T, r, r0, slot, vb, lo, m)
+        for r in range(r1 - 1, r0 - 1, -1):
+            q = r - r0
+            if not reach[q]:
+                continue
+            code = op[r]
+            kind = code >> C.SHIFT
+            sub = code & C.MASK
+            a0 = arg0[r]
+            g = _view(_gaddr(T, r, r0, slot, gb, lo), m)
+            y = _view(_vaddr(T, r, r0, slot, vb, lo), m)
+            pa = args[a0]
+            xa = _view(_vaddr(T, pa, r0, slot, vb, lo), m)
+            ga = _view(_gaddr(T, pa, r0, slot, gb, lo), m)
+            wa, fa = write[2 * q], assign[2 * q]
+            if kind == C.K_UNARY:
+                if wa:
+                    _unary_vjp_into(sub, g, xa, y, ga, fa)
+                continue
+            if kind == C.K_SCALAR:
+                if wa:
+                    _scalar_vjp_into(sub, g, xa, y, fp[r], ga, fa)
+                continue
+            pb = args[a0 + 1]
+            xb = _view(_vaddr(T, pb, r0, slot, vb, lo), m)
+            if pb == pa:  # x op x: both partials to one adjoint
+                if wa:
+                    _binary_self_into(sub, g, xa, y, ga, fa)
+                continue
+            gbv = _view(_gaddr(T, pb, r0, slot, gb, lo), m)
+            wb, fb = write[2 * q + 1], assign[2 * q + 1]
+            if wa and wb:
+                # one of them written before: zero the other's block, accumulate
+                if fa != fb:
+                    _put_chunk(ga, m, fa)
+                    _put_chunk(gbv, m, fb)
+                _binary_vjp_into(sub, g, xa, xb, y, ga, gbv, fa and fb)
+            elif wa or wb:  # the other operand is a constant
+                _binary_one_side_into(sub, g, xa, xb, y, ga if wa else gbv,
+                                      fa if wa else fb, wa)
