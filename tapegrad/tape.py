@@ -29,6 +29,7 @@ entirely dead).  Resets and compactions happen only at the start of an
 operation, before it resolves its inputs' records.
 """
 import gc
+import signal
 import sys
 import threading
 
@@ -353,21 +354,30 @@ class Tape:
         the previous iteration's result alive while recording the next one
         (``y = f(x)`` in a loop, without backward), where the tape is never
         completely dead.
+
+        Interrupt-safe: the new state is computed into locals first, then
+        written with signal handlers held back (:class:`_SignalsHeld`), so a
+        KeyboardInterrupt leaves either the old tape or the compacted one.
         """
         from .graph import Node
         from .kernels.sweep import live_records
         from .tensor import Tensor
         n = self.n
-        self.check_at = 2 * n
         holders = [h for h in gc.get_referrers(self.tok) if h is not self]
-        if not all(type(h) is Tensor or type(h) is Node for h in holders):
+        # each holder holds one reference: more references than holders found
+        # are holders gc cannot show (objects moved out of its reach by
+        # gc.freeze(), a running frame's locals), whose records must stay put
+        if (len(holders) != _getrefcount(self.tok) - self.base
+                or not all(type(h) is Tensor or type(h) is Node for h in holders)):
+            self.check_at = 2 * n
             return  # something else holds the token (an op in progress)
         roots = np.array([h._rec for h in holders], dtype=_INT)
-        self.arg0[n] = self.na
+        self.arg0[n] = self.na  # closes the last record (the sweep writes it too)
         keep = live_records((self.op, self.arg0, self.size, None, self.args), n, roots)
         idx = np.flatnonzero(keep)
         m = idx.size
         if m > n // 2:
+            self.check_at = 2 * n
             return
         new_id = np.full(n, -1, _INT)
         new_id[idx] = np.arange(m)
@@ -382,52 +392,61 @@ class Tape:
 
         nargs = self.arg0[idx + 1] - self.arg0[idx]
         args, arg0 = segments(self.arg0[idx], nargs, self.args)
+        args = new_id[args]
         has_ip = self.ip0[:n] > 0
         ip_starts = self.ip0[:n][has_ip]
         ip_len = np.zeros(n, _INT)
         ip_len[has_ip] = np.diff(np.append(ip_starts, self.ni))
         ips, ip0 = segments(self.ip0[idx], ip_len[idx], self.ip)
+        ip0 = np.where(ip_len[idx] > 0, ip0 + 1, 0)
         mid = (size > 1) & (size <= SMALL)
         vsz = np.where(mid, size, 0)
         vals, _ = segments((np.cumsum(vsz) - vsz)[idx], vsz[idx], self.vals)
         kept_rix = self.rix[idx]
+        rix = np.where(kept_rix >= 0, np.cumsum(kept_rix >= 0) - 1, -1)
+        cols = [(name, getattr(self, name)[idx]) for name in ("op", "size", "fp", "v1", "freed")]
         refs = [self.refs[k] for k in kept_rix if k >= 0]
         kept = {id(a) for a in refs if a is not None}
-        for a in self.flipped:
-            if id(a) not in kept:
+        flipped = [a for a in self.flipped if id(a) in kept]
+        released = [a for a in self.flipped if id(a) not in kept]
+        host = {int(new_id[r]): v for r, v in self.host.items() if keep[r]}
+        hooks = {int(new_id[r]): v for r, v in self.hooks.items() if keep[r]}
+        where = {int(new_id[r]): v for r, v in self.where.items() if keep[r]}
+        leaves = {int(new_id[r]): leaf for r, leaf in self.leaves.items() if keep[r]}
+        recs = [int(new_id[h._rec]) for h in holders]
+        lkey = object()
+        held = _SignalsHeld()
+        try:
+            held.hold()
+            # the new state, written over the old records; nothing below can fail
+            for name, col in cols:
+                a = getattr(self, name)
+                a[:m] = col
+                a[m:n] = name == "size"  # the defaults: size 1, everything else 0
+            self.rix[:m] = rix
+            self.rix[m:n] = -1
+            self.arg0[:m] = arg0
+            self.ip0[:m] = ip0
+            self.ip0[m:n] = 0
+            self.args[:args.size] = args
+            self.ip[1:1 + ips.size] = ips
+            self.vals[:vals.size] = vals
+            self.n, self.na, self.ni, self.nv = m, args.size, 1 + ips.size, vals.size
+            self._update_room()
+            self.refs = refs
+            self.host, self.hooks, self.where = host, hooks, where
+            self.lkey = lkey
+            for r, leaf in leaves.items():
+                leaf._ltok, leaf._lrec = lkey, r
+            self.leaves = leaves
+            for h, r in zip(holders, recs):
+                h._rec = r
+            self.flipped = flipped
+            for a in released:
                 _writeable(a)
-        self.flipped = [a for a in self.flipped if id(a) in kept]
-        # write the compacted records back over the old ones
-        for name in ("op", "size", "fp", "v1", "freed"):
-            a = getattr(self, name)
-            a[:m] = a[idx]
-            a[m:n] = name == "size"  # the defaults: size 1, everything else 0
-        self.rix[:m] = np.where(kept_rix >= 0, np.cumsum(kept_rix >= 0) - 1, -1)
-        self.rix[m:n] = -1
-        self.arg0[:m] = arg0
-        self.ip0[:m] = np.where(ip_len[idx] > 0, ip0 + 1, 0)
-        self.ip0[m:n] = 0
-        self.args[:args.size] = new_id[args]
-        self.ip[1:1 + ips.size] = ips
-        self.vals[:vals.size] = vals
-        self.n, self.na, self.ni, self.nv = m, args.size, 1 + ips.size, vals.size
-        self._update_room()
-        self.refs = refs
-        self.host = {int(new_id[r]): v for r, v in self.host.items() if keep[r]}
-        if self.hooks:
-            self.hooks = {int(new_id[r]): v for r, v in self.hooks.items() if keep[r]}
-        if self.where:
-            self.where = {int(new_id[r]): v for r, v in self.where.items() if keep[r]}
-        self.lkey = object()
-        leaves = {}
-        for r, leaf in self.leaves.items():
-            if keep[r]:
-                leaf._ltok, leaf._lrec = self.lkey, int(new_id[r])
-                leaves[leaf._lrec] = leaf
-        self.leaves = leaves
-        for h in holders:
-            h._rec = int(new_id[h._rec])
-        self.check_at = max(self.CHECK_RECORDS, 2 * m)
+            self.check_at = max(self.CHECK_RECORDS, 2 * m)
+        finally:
+            held.release()  # a signal that came meanwhile is handled now
 
     def reset(self):
         """Forget every record; tensors still alive hold their own values."""
@@ -456,6 +475,47 @@ class Tape:
                            _INT, len(self.refs))
         return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
                 self.v1, self.vals, adj.voff, self.rix, ptrs, adj.aptr)
+
+
+class _SignalsHeld:
+    """Holds back Python-level signal handlers while the tape is rewritten.
+
+    A signal's Python handler (``default_int_handler`` for Ctrl-C, or any
+    handler that raises) runs in the main thread between any two bytecodes;
+    one that raised in the middle of :meth:`Tape.compact`'s write-back would
+    leave records renumbered but tensors not.  ``hold`` swaps every callable
+    handler for this object, which only notes the signal; ``release`` puts
+    them back and runs the noted ones.  Other threads never run handlers, so
+    there is nothing to hold there.  Only compaction uses it: the recording
+    hot path pays nothing.
+    """
+
+    __slots__ = ("saved", "pending", "done")
+
+    def __init__(self):
+        self.saved = {}      # signal -> its own handler, filled as each is swapped
+        self.pending = []
+        self.done = False
+
+    def __call__(self, signum, frame):
+        if self.done:        # a release interrupted halfway left us installed
+            return self.saved[signum](signum, frame)
+        self.pending.append((signum, frame))
+
+    def hold(self):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        handlers = [(s, h) for s in signal.valid_signals() if callable(h := signal.getsignal(s))]
+        for s, h in handlers:
+            self.saved[s] = h
+            signal.signal(s, self)
+
+    def release(self):
+        self.done = True
+        for s, h in self.saved.items():
+            signal.signal(s, h)
+        for s, frame in self.pending:
+            self.saved[s](s, frame)
 
 
 def _writeable(a):

@@ -8,6 +8,7 @@ After each interrupt a graph recorded before it and a new graph must both
 differentiate correctly.
 """
 import signal
+import sys
 import threading
 
 import numpy as np
@@ -173,3 +174,156 @@ def test_interrupt_by_signal_at_random_points():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     assert hits >= 30      # the timer really interrupted the loops
+
+
+# -- compaction ---------------------------------------------------------------------------
+def _compaction_scenario(tape, tracer=None):
+    """Record a graph to keep (small and large values, int parameters, a host
+    record, a hook), then a loop whose earlier results die, and trigger one
+    compaction with ``tracer`` set.  Returns what the checks need."""
+    x = tg.tensor(np.linspace(0.1, 0.9, 6), requires_grad=True)
+    big = tg.tensor(np.linspace(0.5, 1.5, 40), requires_grad=True)   # > SMALL: kept in refs
+    w = tg.tensor(np.eye(3) * 0.5 + 0.1, requires_grad=True)
+    seen = []
+    mid = tg.sin(big) * 2.0
+    mid.register_hook(lambda g: seen.append(float(g.numpy().sum())))
+    keep = ((mid * big).sum() + (x[1:4].reshape(1, 3) @ w).sum()
+            + tg.exp(x).sum(axis=0))
+    tape.check_at = 10 ** 9          # no compaction while the loop records
+    y = None
+    for i in range(100):             # ~700 records, all but the last few dead
+        y = (tg.sin(x * (1.0 + 1e-3 * i)) * big[:6]).sum()
+    n_before = tape.n
+    tape.check_at = tape.n           # the next op on a leaf compacts first
+    interrupted = False
+    sys.settrace(tracer)
+    try:
+        z = tg.cos(x)
+    except KeyboardInterrupt:
+        interrupted = True
+        z = None
+    finally:
+        sys.settrace(None)
+    return dict(x=x, big=big, w=w, keep=keep, y=y, z=z, seen=seen, n_before=n_before,
+                interrupted=interrupted, compacted=tape.n < n_before)
+
+
+def _compaction_results(s, tape, again):
+    """Gradients of everything recorded before the compaction, then of a loop
+    long enough to compact again (if ``again``: compaction scans the heap,
+    which makes it the slow part of this test)."""
+    x, big, w = s["x"], s["big"], s["w"]
+    s["keep"].backward()
+    out = [x.grad.numpy().copy(), big.grad.numpy().copy(), w.grad.numpy().copy(),
+           list(s["seen"])]
+    s["y"].backward()
+    out.append(x.grad.numpy().copy())
+    z = s["z"] if s["z"] is not None else tg.cos(x)
+    if not again:
+        tape.check_at = 10 ** 9
+    for i in range(200):             # past the next compaction
+        y = (tg.sin(x * (2.0 + 1e-3 * i)) * big[:6]).sum()
+    (y + z.sum()).backward()
+    out += [x.grad.numpy().copy(), big.grad.numpy().copy()]
+    out.append(tape.n < 1000 if again else None)   # compaction keeps working
+    return out
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signals are delivered to the main thread")
+def test_interrupt_at_every_point_of_compaction(monkeypatch):
+    """Ctrl-C (a real SIGINT) arriving at each line that Tape.compact and its
+    helpers in tapegrad/tape.py execute: before the write-back it interrupts
+    and leaves the old tape, during the write-back it waits until the tape is
+    consistent.  Either way every graph differentiates as without the
+    interrupt, and later compactions work."""
+    from tapegrad import tape as tape_mod
+    code = tape_mod.Tape.compact.__code__
+    where = code.co_filename
+    old_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    old_tape = getattr(tape_mod._local, "tape", None)
+
+    def fresh():
+        t = tape_mod._local.tape = tape_mod.Tape()
+        return t
+
+    def tracer_at(k):
+        state = {"count": 0, "depth": 0}
+
+        def local(frame, event, arg):
+            if event == "line":
+                state["count"] += 1
+                if state["count"] == k:
+                    signal.raise_signal(signal.SIGINT)
+            elif event == "return" and frame.f_code is code:
+                state["depth"] -= 1
+            return local
+
+        def tracer(frame, event, arg):
+            # compact's own lines and those of the tape.py functions it calls
+            # (not its comprehensions: a point inside one is a point of the
+            # statement that holds it)
+            if frame.f_code is code:
+                state["depth"] += 1
+            if (state["depth"] and frame.f_code.co_filename == where
+                    and not frame.f_code.co_name.startswith("<")):
+                return local
+            return None
+        return tracer, state
+
+    monkeypatch.setattr(tape_mod.Tape, "CHECK_RECORDS", 256)   # compact sooner: faster
+    try:
+        t = fresh()
+        ref = _compaction_scenario(t)
+        assert ref["compacted"] and not ref["interrupted"]
+        expected = _compaction_results(ref, t, True)
+        counts = {"before the write-back": 0, "during or after it": 0}
+        k = 0
+        while True:
+            k += 1
+            t = fresh()
+            tracer, state = tracer_at(k)
+            s = _compaction_scenario(t, tracer)
+            if state["count"] < k:       # compact ran to its end: every point tried
+                assert not s["interrupted"]
+                break
+            assert s["interrupted"], k
+            counts["during or after it" if s["compacted"] else "before the write-back"] += 1
+            if not s["compacted"]:
+                assert t.n == s["n_before"]
+            again = k % 8 == 0
+            got = _compaction_results(s, t, again)
+            for a, b in zip(got, expected):
+                if isinstance(a, np.ndarray):
+                    np.testing.assert_array_equal(a, b)
+                elif a is not None:
+                    assert a == b, k
+        assert k > 40 and min(counts.values()) > 10, counts
+    finally:
+        sys.settrace(None)
+        signal.signal(signal.SIGINT, old_handler)
+        tape_mod._local.tape = old_tape
+        if old_tape is None:
+            del tape_mod._local.tape
+
+
+def test_compaction_keeps_graphs_gc_cannot_see():
+    """Compaction finds live tensors with gc.get_referrers, which does not see
+    objects gc.freeze() moved out of its reach; a graph held by such a tensor
+    used to lose its records (a wrong gradient, silently)."""
+    import gc
+
+    def body():
+        x = tg.tensor(np.linspace(0.1, 0.9, 5), requires_grad=True)
+        keep = (tg.sin(x) * 3.0).sum()
+        gc.freeze()
+        try:
+            for i in range(3000):                   # past a compaction
+                y = tg.exp(x * (1 + i * 1e-3)).sum()
+        finally:
+            gc.unfreeze()
+        keep.backward()
+        close(x.grad, 3 * np.cos(np.linspace(0.1, 0.9, 5)))
+        y.backward()
+        _fresh_graph_works()
+    in_fresh_thread(body)
