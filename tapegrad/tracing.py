@@ -426,8 +426,10 @@ class _Replay:
                 wants = [ps[0]] if ("x" in rd or "a" in rd) else []
                 if "b" in rd:
                     wants.append(ps[1])
-                if "y" in rd or need[r - r0]:
-                    wants.append(r)
+                if "y" in rd and internal[r - r0]:
+                    # its own VJP reads its value: recomputed, so before the
+                    # test below (sin -> tanh -> exp had left sin's value stale)
+                    need[r - r0] = True
                 if need[r - r0]:  # recomputed: its operands are needed too
                     wants.extend(ps)
                 for p in wants:

@@ -46,6 +46,14 @@ def tangent_span(T, v, n, p):
     return numba.carray(_voidptr(T[12][v]), (n * p,), np.float64)
 
 
+@inline
+def row(t, i, p):
+    """Element i's p tangents.  Loops over a row view vectorise; the same
+    loop written with flat indices ``i * p + k`` does not (measured: about
+    5x slower), so every rule below works row by row."""
+    return t[i * p:(i + 1) * p]
+
+
 # -- elementwise -----------------------------------------------------------------------
 @inline
 def _unary_d(sub, x, y, d):
@@ -62,9 +70,9 @@ def _scale(d, tx, ty, p):
     else:
         for i in range(d.size):
             di = d[i]
-            o = i * p
-            for k in range(o, o + p):
-                ty[k] = di * tx[k]
+            x, y = row(tx, i, p), row(ty, i, p)
+            for k in range(p):
+                y[k] = di * x[k]
 
 
 @kernel
@@ -135,9 +143,9 @@ def _combine(da, db, ta, tb, ty, p, ka, kb):
     if ka and kb:
         for i in range(n):
             a, b = da[i], db[i]
-            o = i * p
-            for k in range(o, o + p):
-                ty[k] = a * ta[k] + b * tb[k]
+            xa, xb, y = row(ta, i, p), row(tb, i, p), row(ty, i, p)
+            for k in range(p):
+                y[k] = a * xa[k] + b * xb[k]
     elif ka:
         _scale(da, ta, ty, p)
     else:
@@ -146,14 +154,22 @@ def _combine(da, db, ta, tb, ty, p, ka, kb):
 
 @inline
 def _bin_put(ty, ta, tb, i, ia, ib, da, db, p, ka, kb):
-    o, oa, ob = i * p, ia * p, ib * p
-    for k in range(p):
-        v = 0.0
-        if ka:
-            v += da * ta[oa + k]
-        if kb:
-            v += db * tb[ob + k]
-        ty[o + k] = v
+    y = row(ty, i, p)
+    if ka and kb:
+        xa, xb = row(ta, ia, p), row(tb, ib, p)
+        for k in range(p):
+            y[k] = da * xa[k] + db * xb[k]
+    elif ka:
+        xa = row(ta, ia, p)
+        for k in range(p):
+            y[k] = da * xa[k]
+    elif kb:
+        xb = row(tb, ib, p)
+        for k in range(p):
+            y[k] = db * xb[k]
+    else:
+        for k in range(p):
+            y[k] = 0.0
 
 
 @kernel
@@ -225,9 +241,9 @@ def nary_jvp(T, r, sub, p):
 @inline
 def _acc(ty, j, tx, i, w, p):
     """``ty[j, :] += w * tx[i, :]``."""
-    oj, oi = j * p, i * p
+    y, x = row(ty, j, p), row(tx, i, p)
     for k in range(p):
-        ty[oj + k] += w * tx[oi + k]
+        y[k] += w * x[k]
 
 
 @kernel
@@ -250,12 +266,14 @@ def reduce_jvp(T, r, sub, p):
             w = y[i] if sub == C.SOFTMAX else math.exp(y[i])
             _acc(s, om[i], tx, i, w, p)
         for i in range(n):
-            o, oj = i * p, om[i] * p
-            for k in range(p):
-                if sub == C.SOFTMAX:
-                    ty[o + k] = y[i] * (tx[o + k] - s[oj + k])
-                else:
-                    ty[o + k] = tx[o + k] - s[oj + k]
+            yr, xr_, sr = row(ty, i, p), row(tx, i, p), row(s, om[i], p)
+            if sub == C.SOFTMAX:
+                yi = y[i]
+                for k in range(p):
+                    yr[k] = yi * (xr_[k] - sr[k])
+            else:
+                for k in range(p):
+                    yr[k] = xr_[k] - sr[k]
         return
     om = _out_map(ip, b, nd, n, m)
     ty[:] = 0.0
@@ -311,14 +329,14 @@ def gather_jvp(T, r, sub, p):
     tx = tangent(T, parent(T, r, 0), p)
     for k in range(m):
         i = ip[b + 1 + k]
-        o = k * p
+        y = row(ty, k, p)
         if i >= 0:
-            oi = i * p
+            x = row(tx, i, p)
             for q in range(p):
-                ty[o + q] = tx[oi + q]
+                y[q] = x[q]
         else:
             for q in range(p):
-                ty[o + q] = 0.0
+                y[q] = 0.0
 
 
 @kernel
@@ -331,15 +349,14 @@ def concat_jvp(T, r, sub, p):
     ty = tangent(T, r, p)
     for k in range(m):
         src = parent(T, r, ip[b + 1 + k])
-        o = k * p
+        y = row(ty, k, p)
         if reached[src]:
-            tx = tangent(T, src, p)
-            oi = ip[b + 1 + m + k] * p
+            x = row(tangent(T, src, p), ip[b + 1 + m + k], p)
             for q in range(p):
-                ty[o + q] = tx[oi + q]
+                y[q] = x[q]
         else:
             for q in range(p):
-                ty[o + q] = 0.0
+                y[q] = 0.0
 
 
 @kernel
@@ -358,19 +375,19 @@ def scan_jvp(T, r, sub, p):
             base = o * n * inner + i
             for k in range(n):
                 j = base + k * inner
-                oj = j * p
+                yj, xj_ = row(ty, j, p), row(tx, j, p)
                 if k == 0:
                     for q in range(p):
-                        ty[oj + q] = tx[oj + q]
+                        yj[q] = xj_[q]
                     continue
-                ob = (j - inner) * p
+                yb_ = row(ty, j - inner, p)
                 if sub == C.CUMSUM:
                     for q in range(p):
-                        ty[oj + q] = ty[ob + q] + tx[oj + q]
+                        yj[q] = yb_[q] + xj_[q]
                 else:
                     xj, yb = x[j], y[j - inner]
                     for q in range(p):
-                        ty[oj + q] = ty[ob + q] * xj + yb * tx[oj + q]
+                        yj[q] = yb_[q] * xj + yb * xj_[q]
 
 
 # -- user elementwise ops ------------------------------------------------------------------
@@ -388,9 +405,9 @@ def user_jvp(T, r, sub, p):
         x, tx = value(T, xr), tangent(T, xr, p)
         for i in range(n):
             d = call_d2(d0, x[i], y[i])
-            o = i * p
-            for k in range(o, o + p):
-                ty[k] = d * tx[k]
+            yr, xr_ = row(ty, i, p), row(tx, i, p)
+            for k in range(p):
+                yr[k] = d * xr_[k]
         return
     d1 = ip[b + 2]
     reached = T[13]

@@ -318,7 +318,14 @@ def _binary(T, stride, r, sub, tptr, treached, p1, second):
             else:
                 for i in range(n):
                     Gq[k, idx[i]] += G[k, i] * d[i]
-        if second:
+        if second and ma == n and mb == n and treached[ar] and treached[br]:
+            # no broadcasting: rows of the adjoints in the inner loop
+            hs = haa if j == 0 else hab
+            ho = hab if j == 0 else hbb
+            for k in range(p):
+                for i in range(n):
+                    Gq[k + 1, i] += hs[i] * xda[i, k] + ho[i] * xdb[i, k]
+        elif second:
             hs = haa if j == 0 else hab  # multiplies a's tangent
             ho = hab if j == 0 else hbb  # multiplies b's tangent
             for i in range(n):
@@ -363,6 +370,17 @@ def _gather(T, stride, r, treached, p1):
     m = ip[b]
     G = _adj(T, stride, r, p1)
     Gq, _ = _take(T, stride, q, T[2][q], p1, False)
+    j0 = ip[b + 1] if m else 0
+    run = j0 >= 0
+    for i in range(m):
+        if ip[b + 1 + i] != j0 + i:
+            run = False
+            break
+    if run:  # a slice (x[1:], x[:-1]): a shifted add, which vectorises
+        for k in range(p1):
+            for i in range(m):
+                Gq[k, j0 + i] += G[k, i]
+        return
     for k in range(p1):
         for i in range(m):
             j = ip[b + 1 + i]
