@@ -34,6 +34,8 @@ either; ``tg.elementwise`` ops defined without ``second_derivative=``; qr with
 ``mode='complete'`` and more rows than columns) raise ``NotImplementedError``
 naming the op, when the function's Hessian actually reaches them.
 """
+import math
+
 import numpy as np
 
 from . import forward as FW
@@ -958,7 +960,7 @@ def replay_hessian(rep):
     records, so the trace keeps them (an :class:`HvpPlan` with arenas of its
     own) and each call only replays the values and runs the two sweeps.
     """
-    sizes = [int(np.prod(s, dtype=np.int64)) for s in rep.in_shapes]
+    sizes = [math.prod(s) for s in rep.in_shapes]
     n = sum(sizes)
     into = [(np.zeros(m), np.zeros((n, m))) for m in sizes]
     if rep.root is not None and n:

@@ -53,6 +53,7 @@ lstsq) raise ``NotImplementedError`` naming the op when traced; every trace
 is also replayed once at its own inputs and compared record by record with
 the eager values, so an op whose replay would differ fails loudly there.
 """
+import math
 import os
 import pickle
 import sys
@@ -1029,19 +1030,19 @@ class TracedFunction:
         with _LOCK:
             rep, _ = self._run(args, full=True)
             try:
-                if rep.multi or int(np.prod(rep.out_shape)) != 1:
+                if rep.multi or math.prod(rep.out_shape) != 1:
                     raise TypeError(
                         f"hessian: the function must return one number (a scalar); this one "
                         f"returned {'a tuple' if rep.multi else f'shape {rep.out_shape}'}")
                 if rep.root in rep.leaf_rec:  # the output is an input: f is linear
-                    n = sum(int(np.prod(s)) for s in rep.in_shapes)
+                    n = sum(math.prod(s) for s in rep.in_shapes)
                     H = np.zeros((n, n))
                 else:
                     H = second.replay_hessian(rep)
             finally:
                 rep.release()
         shapes = [tuple(s) for s in rep.in_shapes]
-        starts = np.cumsum([0] + [int(np.prod(s)) for s in shapes])
+        starts = np.cumsum([0] + [math.prod(s) for s in shapes])
         rows = []
         for i, (si, di) in enumerate(zip(shapes, rep.in_dtypes)):
             row = []
