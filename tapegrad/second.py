@@ -150,9 +150,14 @@ def _reduce_map(tape, r, n):
     nd = int(tape.ip[b]) if b else 0
     if nd == 0:
         return np.zeros(n, np.int64)
-    shape = tuple(int(s) for s in tape.ip[b + 1:b + 1 + nd])
-    st = tape.ip[b + 1 + nd:b + 1 + 2 * nd]
-    return (st[:, None] * np.indices(shape).reshape(nd, -1)).sum(axis=0)
+    return _strided_map(tape.ip[b + 1:b + 1 + nd], tape.ip[b + 1 + nd:b + 1 + 2 * nd])
+
+
+def _strided_map(shape, strides):
+    """The flat position, under ``strides``, of each element of an array of
+    ``shape`` in C order (the index maps the kernels walk with an odometer)."""
+    pos = np.indices(tuple(int(s) for s in shape)).reshape(len(shape), -1)
+    return (np.asarray(strides)[:, None] * pos).sum(axis=0)
 
 
 def _reduce2(P, r, sub):
@@ -617,8 +622,7 @@ def _user_maps(tape, r, n, ma, mb):
     if nd == 0:  # each operand full-size or one element
         return [np.arange(n) if m == n else np.zeros(n, np.int64) for m in (ma, mb)]
     ip = tape.ip[b + 4:b + 4 + 3 * nd]
-    pos = np.indices(tuple(int(s) for s in ip[:nd])).reshape(nd, -1)
-    return [(ip[nd * (j + 1):nd * (j + 2), None] * pos).sum(axis=0) for j in (0, 1)]
+    return [_strided_map(ip[:nd], ip[nd * (j + 1):nd * (j + 2)]) for j in (0, 1)]
 
 
 def _scatter(t, idx, m):

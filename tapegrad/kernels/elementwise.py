@@ -183,16 +183,13 @@ def _unary_loop(sub, g, x, y, gx, first):
         _put(gx, i, g[i] * d_unary(sub, x[i], y[i]), first)
 
 
+# The VJP loops of each family with the common subs compiled for a constant
+# sub (the switch folds away and the loop vectorises; the rest share one loop
+# with the switch).  One kernel per family, shared by the sweep's VJPs below
+# and by replay's fused segments (kernels/replay.py), which call them block
+# by block.
 @kernel
-def unary_vjp(T, r, sub):
-    xr = parent(T, r, 0)
-    g, gx = adjoint(T, r), adjoint(T, xr)
-    x, y = value(T, xr), value(T, r)
-    if (sub == C.IDENT or sub >= C.VIEW_FIRST) and alias(T, xr, r):
-        return
-    first = claim(T, xr)
-    # the common ops get loops compiled for a constant sub (the switch folds
-    # away and the loop vectorises); the rest share one loop with the switch
+def unary_loops(sub, g, x, y, gx, first):
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
         _unary_loop(C.IDENT, g, x, y, gx, first)
     elif sub == C.NEG:
@@ -209,10 +206,30 @@ def unary_vjp(T, r, sub):
         _unary_loop(sub, g, x, y, gx, first)
 
 
+@kernel
+def unary_vjp(T, r, sub):
+    xr = parent(T, r, 0)
+    g, gx = adjoint(T, r), adjoint(T, xr)
+    x, y = value(T, xr), value(T, r)
+    if (sub == C.IDENT or sub >= C.VIEW_FIRST) and alias(T, xr, r):
+        return
+    unary_loops(sub, g, x, y, gx, claim(T, xr))
+
+
 @inline
 def _scalar_loop(sub, g, x, y, c, gx, first):
     for i in range(g.size):
         _put(gx, i, g[i] * d_scalar(sub, x[i], y[i], c), first)
+
+
+@kernel
+def scalar_loops(sub, g, x, y, c, gx, first):
+    if sub == C.ADDC:
+        _scalar_loop(C.ADDC, g, x, y, c, gx, first)
+    elif sub == C.MULC:
+        _scalar_loop(C.MULC, g, x, y, c, gx, first)
+    else:
+        _scalar_loop(sub, g, x, y, c, gx, first)
 
 
 @kernel
@@ -223,13 +240,7 @@ def scalar_vjp(T, r, sub):
     c = fparam(T, r)
     if sub == C.ADDC and alias(T, xr, r):
         return
-    first = claim(T, xr)
-    if sub == C.ADDC:
-        _scalar_loop(C.ADDC, g, x, y, c, gx, first)
-    elif sub == C.MULC:
-        _scalar_loop(C.MULC, g, x, y, c, gx, first)
-    else:
-        _scalar_loop(sub, g, x, y, c, gx, first)
+    scalar_loops(sub, g, x, y, c, gx, claim(T, xr))
 
 
 @inline
@@ -262,6 +273,36 @@ def _binary_self(sub, g, x, y, gx, first):
     for i in range(g.size):
         da, db = d_binary(sub, x[i], x[i], y[i])
         _put(gx, i, g[i] * (da + db), first)
+
+
+@kernel
+def binary_self_loops(sub, g, x, y, gx, first):
+    if sub == C.MUL:
+        _binary_self(C.MUL, g, x, y, gx, first)
+    else:
+        _binary_self(sub, g, x, y, gx, first)
+
+
+@kernel
+def binary_loops(sub, g, xa, xb, y, ga, gb, first):
+    if sub == C.ADD:
+        _binary_same_shape(C.ADD, g, xa, xb, y, ga, gb, first)
+    elif sub == C.SUB:
+        _binary_same_shape(C.SUB, g, xa, xb, y, ga, gb, first)
+    elif sub == C.MUL:
+        _binary_same_shape(C.MUL, g, xa, xb, y, ga, gb, first)
+    else:
+        _binary_same_shape(sub, g, xa, xb, y, ga, gb, first)
+
+
+@kernel
+def binary_one_side_loops(sub, g, xa, xb, y, gx, first, left):
+    if sub == C.MUL:
+        _binary_one_side(C.MUL, g, xa, xb, y, gx, first, left)
+    elif sub == C.SUB:
+        _binary_one_side(C.SUB, g, xa, xb, y, gx, first, left)
+    else:
+        _binary_one_side(sub, g, xa, xb, y, gx, first, left)
 
 
 @kernel
@@ -303,11 +344,7 @@ def nary_vjp(T, r, sub):
     ga, gb = adjoint(T, ar), adjoint(T, br)
     ma, mb = xa.size, xb.size
     if ma == n and mb == n and ar == br:  # x op x: both partials to one adjoint
-        first = claim(T, ar)
-        if sub == C.MUL:
-            _binary_self(C.MUL, g, xa, y, ga, first)
-        else:
-            _binary_self(sub, g, xa, y, ga, first)
+        binary_self_loops(sub, g, xa, y, ga, claim(T, ar))
         return
     ca, cb = T[0][ar] == _CONST, T[0][br] == _CONST
     if ma == n and mb == n and (sub == C.ADD or sub == C.SUB) and alias(T, ar, r):
@@ -324,14 +361,7 @@ def nary_vjp(T, r, sub):
         if ca and cb:
             return
         xr = br if ca else ar
-        first = claim(T, xr)
-        gx = adjoint(T, xr)
-        if sub == C.MUL:
-            _binary_one_side(C.MUL, g, xa, xb, y, gx, first, cb)
-        elif sub == C.SUB:
-            _binary_one_side(C.SUB, g, xa, xb, y, gx, first, cb)
-        else:
-            _binary_one_side(sub, g, xa, xb, y, gx, first, cb)
+        binary_one_side_loops(sub, g, xa, xb, y, adjoint(T, xr), claim(T, xr), cb)
         return
     if ma == n and mb == n:  # the common case: no broadcasting
         fa, fb = claim(T, ar), claim(T, br)
@@ -341,12 +371,7 @@ def nary_vjp(T, r, sub):
                 ga[:] = 0.0
             else:
                 gb[:] = 0.0
-        if sub == C.ADD:
-            _binary_same_shape(C.ADD, g, xa, xb, y, ga, gb, first)
-        elif sub == C.MUL:
-            _binary_same_shape(C.MUL, g, xa, xb, y, ga, gb, first)
-        else:
-            _binary_same_shape(sub, g, xa, xb, y, ga, gb, first)
+        binary_loops(sub, g, xa, xb, y, ga, gb, first)
         return
     claim_zeroed(T, ar)
     claim_zeroed(T, br)

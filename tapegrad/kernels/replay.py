@@ -21,9 +21,14 @@ from numba.extending import intrinsic
 from . import codes as C
 from ._jit import inline, kernel
 from ._views import _voidptr, advance, odometer, parent, value
-from .elementwise import _binary_one_side, _binary_same_shape, _binary_self
-from .elementwise import _scalar_loop as _scalar_vjp_loop
-from .elementwise import _unary_loop as _unary_vjp_loop
+# the VJP loops of a segment's records: one compiled function per family, a
+# call per block and record (inlined, they made one function too large to
+# compile in reasonable time and memory)
+from .elementwise import binary_loops as _binary_vjp_into
+from .elementwise import binary_one_side_loops as _binary_one_side_into
+from .elementwise import binary_self_loops as _binary_self_into
+from .elementwise import scalar_loops as _scalar_vjp_into
+from .elementwise import unary_loops as _unary_vjp_into
 from .structural import _out_map, _runs, _step
 from .user import call_d2
 
@@ -720,67 +725,6 @@ def _seg_record_fwd(T, r, r0, slot, base, lo, m):
         _scalar_into(sub, x, T[6][r], y)
     else:
         _binary_into(sub, x, _view(_vaddr(T, args[arg0[r] + 1], r0, slot, base, lo), m), y)
-
-
-# The VJP loops of a segment's records, one compiled function per family (a
-# call per block and record; inlined, they made one function too large to
-# compile in reasonable time and memory).
-@kernel
-def _unary_vjp_into(sub, g, x, y, gx, first):
-    if sub == C.IDENT or sub >= C.VIEW_FIRST:
-        _unary_vjp_loop(C.IDENT, g, x, y, gx, first)
-    elif sub == C.NEG:
-        _unary_vjp_loop(C.NEG, g, x, y, gx, first)
-    elif sub == C.EXP:
-        _unary_vjp_loop(C.EXP, g, x, y, gx, first)
-    elif sub == C.LOG:
-        _unary_vjp_loop(C.LOG, g, x, y, gx, first)
-    elif sub == C.SQUARE:
-        _unary_vjp_loop(C.SQUARE, g, x, y, gx, first)
-    elif sub == C.TANH:
-        _unary_vjp_loop(C.TANH, g, x, y, gx, first)
-    else:
-        _unary_vjp_loop(sub, g, x, y, gx, first)
-
-
-@kernel
-def _scalar_vjp_into(sub, g, x, y, c, gx, first):
-    if sub == C.ADDC:
-        _scalar_vjp_loop(C.ADDC, g, x, y, c, gx, first)
-    elif sub == C.MULC:
-        _scalar_vjp_loop(C.MULC, g, x, y, c, gx, first)
-    else:
-        _scalar_vjp_loop(sub, g, x, y, c, gx, first)
-
-
-@kernel
-def _binary_self_into(sub, g, x, y, gx, first):
-    if sub == C.MUL:
-        _binary_self(C.MUL, g, x, y, gx, first)
-    else:
-        _binary_self(sub, g, x, y, gx, first)
-
-
-@kernel
-def _binary_vjp_into(sub, g, xa, xb, y, ga, gb, first):
-    if sub == C.ADD:
-        _binary_same_shape(C.ADD, g, xa, xb, y, ga, gb, first)
-    elif sub == C.SUB:
-        _binary_same_shape(C.SUB, g, xa, xb, y, ga, gb, first)
-    elif sub == C.MUL:
-        _binary_same_shape(C.MUL, g, xa, xb, y, ga, gb, first)
-    else:
-        _binary_same_shape(sub, g, xa, xb, y, ga, gb, first)
-
-
-@kernel
-def _binary_one_side_into(sub, g, xa, xb, y, gx, first, left):
-    if sub == C.MUL:
-        _binary_one_side(C.MUL, g, xa, xb, y, gx, first, left)
-    elif sub == C.SUB:
-        _binary_one_side(C.SUB, g, xa, xb, y, gx, first, left)
-    else:
-        _binary_one_side(sub, g, xa, xb, y, gx, first, left)
 
 
 @kernel

@@ -35,7 +35,9 @@ from . import codes as C
 from ._jit import inline, kernel
 from ._views import _voidptr, advance, claim, odometer, parent, value
 from .elementwise import d_binary, d_scalar, d_unary
+from .forward import fwd_layout
 from .structural import _out_map
+from .sweep import layout
 from .vector import vec_layout
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
@@ -216,39 +218,26 @@ def _scaled(T, stride, r, q, d, tptr, p1, c2):
 
 
 @inline
-def _unary(T, stride, r, sub, tptr, treached, p1, second):
-    q = parent(T, r, 0)
-    if not treached[q]:
-        return
-    n = T[2][r]
-    x, y = value(T, q), value(T, r)
-    d = np.empty(n)
-    for i in range(n):
-        d[i] = d_unary(sub, x[i], y[i])
-    c2 = np.empty(n if second and unary_has_d2(sub) else 0)
-    if c2.size:
-        G = _adj(T, stride, r, p1)
-        for i in range(n):
-            c2[i] = G[0, i] * d2_unary(sub, x[i], y[i])
-    _scaled(T, stride, r, q, d, tptr, p1, c2)
-
-
-@inline
-def _scalar(T, stride, r, sub, tptr, treached, p1, second):
+def _one_operand(T, stride, r, kind, sub, tptr, treached, p1, second):
+    """Elementwise ops of one tensor (K_UNARY, or K_SCALAR with the record's
+    constant)."""
     q = parent(T, r, 0)
     if not treached[q]:
         return
     n = T[2][r]
     x, y = value(T, q), value(T, r)
     c = T[6][r]
+    unary = kind == C.K_UNARY
     d = np.empty(n)
     for i in range(n):
-        d[i] = d_scalar(sub, x[i], y[i], c)
-    c2 = np.empty(n if second and scalar_has_d2(sub) else 0)
+        d[i] = d_unary(sub, x[i], y[i]) if unary else d_scalar(sub, x[i], y[i], c)
+    has_d2 = unary_has_d2(sub) if unary else scalar_has_d2(sub)
+    c2 = np.empty(n if second and has_d2 else 0)
     if c2.size:
         G = _adj(T, stride, r, p1)
         for i in range(n):
-            c2[i] = G[0, i] * d2_scalar(sub, x[i], y[i], c)
+            c2[i] = G[0, i] * (d2_unary(sub, x[i], y[i]) if unary
+                               else d2_scalar(sub, x[i], y[i], c))
     _scaled(T, stride, r, q, d, tptr, p1, c2)
 
 
@@ -423,10 +412,8 @@ def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
             continue  # a leaf: nothing below it
         if T[2][r] == 0:
             return r  # a multi-output op: its outputs' adjoints form one span
-        if kind == C.K_UNARY:
-            _unary(T, stride, r, sub, tptr, treached, p1, second)
-        elif kind == C.K_SCALAR:
-            _scalar(T, stride, r, sub, tptr, treached, p1, second)
+        if kind == C.K_UNARY or kind == C.K_SCALAR:
+            _one_operand(T, stride, r, kind, sub, tptr, treached, p1, second)
         elif kind == C.K_NARY and sub != C.WHERE:
             _binary(T, stride, r, sub, tptr, treached, p1, second)
         elif kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
@@ -441,40 +428,26 @@ def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
 @kernel
 def hvp_layout(op, size, arg0, args, rix, upto, small, seeds, p1):
     """Where everything of a pass over records ``0 .. upto-1`` lives, in one
-    call (the separate layouts cost more in calls and NumPy glue than the
+    call from Python (separate calls and their NumPy glue cost more than the
     Hessian of a small function takes to compute).
 
     Returns ``(voff, treached, toff, total, zsize, aoff, stride, leaf, inner,
-    outer)``: mid-size values' offsets in the value arena (as ``layout``);
-    which records depend on the ``seeds`` records, their tangent offsets and
-    count (as ``fwd_layout``); the room an unreached record's unkept large
-    value needs when a loop loads it through its tangent address; and the
-    adjoint layout for p1 vectors (``vec_layout``).
+    outer)``: mid-size values' offsets (``layout``); which records depend on
+    the ``seeds`` records, their tangent offsets and count (``fwd_layout``);
+    the room an unreached record's unkept large value needs when a loop loads
+    it through its tangent address; and the adjoint layout for p1 vectors
+    (``vec_layout``).
     """
-    voff = np.empty(upto, np.int64)
-    v = 0
-    for r in range(upto):
-        voff[r] = v
-        if 1 < size[r] <= small:
-            v += size[r]
+    voff = layout(op, size, upto, small)[0]
     treached = np.zeros(upto, np.bool_)
     start = upto
     for s in seeds:
         treached[s] = True
         start = min(start, s)
-    toff = np.full(upto, -1, np.int64)
-    total = 0
+    toff, total = fwd_layout(op, arg0, args, size, start, upto, treached)
     zsize = 1
     for r in range(upto):
-        if r >= start and not treached[r]:
-            for j in range(arg0[r], arg0[r + 1]):
-                if treached[args[j]]:
-                    treached[r] = True
-                    break
-        if treached[r]:
-            toff[r] = total
-            total += size[r]
-        elif size[r] > small and rix[r] < 0:
+        if not treached[r] and size[r] > small and rix[r] < 0:
             zsize = max(zsize, size[r])
     aoff, stride, leaf, inner, outer = vec_layout(op, size, arg0, args, upto, p1)
     return voff, treached, toff, total, zsize, aoff, stride, leaf, inner, outer
