@@ -37,7 +37,7 @@ from .tapefile import load
 from .functional import (
     GradcheckError, grad, gradcheck, jacobian, value_and_grad, vjp)
 from .forward import jacfwd, jvp
-from .second import hessian, hvp
+from .second import SparseHessian, hessian, hessian_sparsity, hvp, sparse_hessian
 from . import autograd
 from .ops.linalg import dot, einsum, matmul
 from . import linalg

@@ -361,7 +361,8 @@ def _matmul_jvp(tape, tan, r):
         if da is not None:
             t = np.tensordot(da, b, axes=([a.ndim - 1], [0]))  # a[:-1] + (p,) + b[1:]
             terms.append(np.moveaxis(t, a.ndim - 1, -1))
-        tan.block(r)[...] = _sum_terms(*terms).reshape(-1, p)
+        blk = tan.block(r)
+        blk[...] = _sum_terms(*terms).reshape(blk.shape)  # (-1, p) is ambiguous for p = 0
         return
     # batched operands: promote vectors, align batch axes, p leading
     nb = max(a.ndim, b.ndim, 2) - 2

@@ -35,10 +35,12 @@ either; ``tg.elementwise`` ops defined without ``second_derivative=``; qr with
 naming the op, when the function's Hessian actually reaches them.
 """
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from . import forward as FW
+from . import sparsity as SP
 from .autograd import _freed_error
 from .functional import _Slabs, _argnums, _call, _root_span, _run
 from .kernels import codes as C
@@ -917,16 +919,119 @@ def hvp(f, primals, tangents, batched=None):
     return tuple(gs), tuple(hs)
 
 
-def hessian(f, argnums=0):
+#: ``sparse="auto"``: a Hessian over fewer input elements than this is computed
+#: densely (finding the pattern costs about as much as n directions then)
+SPARSE_MIN = 128
+
+
+class SparseHessian(NamedTuple):
+    """A Hessian as coordinates: ``H[rows[k], cols[k]] = data[k]`` over the
+    flattened inputs (all ``argnums`` inputs' elements in order), both
+    triangles; every position not listed is structurally zero.
+
+    ``colors`` is how many Hessian-vector products computed it.
+    ``scipy.sparse.coo_array((h.data, (h.rows, h.cols)), shape=h.shape)``
+    makes it a SciPy matrix; ``toarray()`` a dense one.
+    """
+    data: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    shape: tuple
+    colors: int
+
+    def toarray(self):
+        H = np.zeros(self.shape, self.data.dtype)
+        H[self.rows, self.cols] = self.data
+        return H
+
+
+def _coloring(tape, root, recs, starts, mode):
+    """``(rows, cols, color, p)`` when the Hessian should come from coloured
+    directions (``mode``: True, or "auto": when it pays), else None."""
+    n = int(starts[-1])
+    if mode == "auto_traced":  # a trace finds its pattern once: worth it from 8 on
+        mode = "auto" if n >= 8 else False
+    elif mode == "auto" and n < SPARSE_MIN:
+        return None
+    if mode is False or n == 0:
+        return None
+    try:
+        # "auto" gives up on patterns that hold over a quarter of H
+        rows, cols = SP.pattern(tape, root, recs, starts,
+                                limit=n * n // 8 if mode == "auto" else None)
+    except SP.TooDense:
+        return None
+    color, p = SP.colors(rows, cols, n)
+    if mode == "auto" and 2 * p > n:
+        return None
+    return rows, cols, color, p
+
+
+def _check_sparse(sparse, who):
+    if sparse not in (True, False, "auto"):
+        raise ValueError(f"{who}: sparse must be True, False or 'auto', not {sparse!r}")
+
+
+def _leaf_recs(leaves, out):
+    """The leaves' records and whether a pass is needed at all (as ``_drive``
+    decides; it raises for freed graphs)."""
+    if not out._requires_grad or out._tok is None:
+        return None
+    tape = current()
+    if out._tok is not tape.tok or tape.freed[out._rec]:
+        return None
+    upto = _root_span(tape, out._rec)
+    return [x._lrec if x._ltok is tape.lkey and x._lrec < upto else None for x in leaves]
+
+
+def _hessian_flat(f, args, nums, sparse, who):
+    """Record f and return ``(leaves, starts, H)``: H an (n, n) array, or a
+    ``SparseHessian`` when ``sparse`` is "coo"."""
+    leaves, out = _scalar_out(f, args, nums, who)
+    n, starts, unit = FW.unit_directions(leaves)
+    recs = _leaf_recs(leaves, out)
+    mode = True if sparse == "coo" else sparse
+    found = None if recs is None else _coloring(current(), out._rec, recs, starts, mode)
+    if sparse == "coo" and (found is None or found[3] == 0):
+        # constant or linear f: nothing to compute (the graph goes with f's tensors)
+        e = np.zeros(0, np.int64)
+        return leaves, starts, SparseHessian(np.zeros(0), e, e, (n, n), 0)
+    if found is not None and found[3] == 0:
+        return leaves, starts, np.zeros((n, n))
+    if found is None:
+        _, hvs = _drive(leaves, out, n, unit, fill=_unit_fill(starts))
+        # hvs[i][k] = H e_k restricted to input i: column k of H's rows for i
+        return leaves, starts, (np.concatenate(hvs, axis=1).T if n else np.zeros((0, 0)))
+    rows, cols, color, p = found
+    S = SP.seeds(color, p)
+    _, hvs = _drive(leaves, out, p, lambda k, lo, hi: S[lo:hi, starts[k]:starts[k + 1]])
+    data = SP.recover(np.concatenate(hvs, axis=1), rows, cols, color)
+    if sparse == "coo":
+        return leaves, starts, SparseHessian(data, rows, cols, (n, n), p)
+    H = np.zeros((n, n))
+    H[rows, cols] = data
+    return leaves, starts, H
+
+
+def hessian(f, argnums=0, *, sparse="auto"):
     """The Hessian of scalar ``f``, shape ``in.shape + in.shape``, as a function.
 
-    Exact, by forward-over-reverse on the tape: all n unit directions of the
+    Exact, by forward-over-reverse on the tape: the unit directions of the
     inputs at ``argnums`` go through one forward tangent sweep and one
     reverse sweep with n + 1 adjoints per record (in chunks of directions
     when they would take more than ``tapegrad.second.HESSIAN_BYTES``).  With
     a tuple ``argnums`` the result is a tuple of tuples, ``H[i][j]`` of shape
     ``in_i.shape + in_j.shape`` (as ``jax.hessian``).  Results have the
     inputs' dtypes.  ``f`` must return one number.
+
+    ``sparse``: with True, the Hessian's structural sparsity pattern is found
+    on the recorded graph and the columns that share no row are pushed
+    through as one direction (``tapegrad.sparsity``) -- a banded Hessian
+    of any size takes a handful of directions instead of n.  "auto" (the
+    default) does so from ``SPARSE_MIN`` input elements on, when it needs
+    at most half as many directions; False always takes all n.  The result
+    is the same dense array either way; ``tg.sparse_hessian`` returns only
+    the nonzeros.
 
     Examples
     --------
@@ -935,13 +1040,11 @@ def hessian(f, argnums=0):
     array([[6., 2.],
            [2., 0.]])
     """
+    _check_sparse(sparse, "hessian")
+
     def hessian_f(*args):
         single, nums = _argnums(argnums, len(args), "hessian")
-        leaves, out = _scalar_out(f, args, nums, "hessian")
-        n, starts, unit = FW.unit_directions(leaves)
-        _, hvs = _drive(leaves, out, n, unit, fill=_unit_fill(starts))
-        # hvs[i][k] = H e_k restricted to input i: column k of H's rows for i
-        H = np.concatenate(hvs, axis=1).T if n else np.zeros((0, 0))  # (n, n)
+        leaves, starts, H = _hessian_flat(f, args, nums, sparse, "hessian")
         res = []
         for i, xi in enumerate(leaves):
             row = []
@@ -955,24 +1058,123 @@ def hessian(f, argnums=0):
     return hessian_f
 
 
-def replay_hessian(rep):
-    """The Hessian of a replayed trace with one output element, as an (n, n)
-    float64 array over all its inputs' elements, after ``rep.forward(xs,
-    full=True)`` (``tracing.TracedFunction.hessian``).
+def sparse_hessian(f, argnums=0):
+    """The Hessian of scalar ``f`` as its nonzeros, a :class:`SparseHessian`,
+    as a function -- for Hessians too large to hold densely.
 
-    The pass's layout, arenas and unit directions depend only on the
-    records, so the trace keeps them (an :class:`HvpPlan` with arenas of its
-    own) and each call only replays the values and runs the two sweeps.
+    The structural pattern found on the recorded graph gives the positions
+    (a superset of the nonzeros at every point: a branch not taken still
+    counts), a colouring of its columns the directions, and one
+    forward-over-reverse pass with that many directions the values
+    (``tapegrad.sparsity``).  Over several ``argnums`` the inputs' elements
+    are numbered one after the other, in order.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> f = lambda x: (100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2).sum()
+    >>> h = tg.sparse_hessian(f)(np.ones(10_000))    # Rosenbrock: tridiagonal
+    >>> h.shape, h.rows.size, h.colors
+    ((10000, 10000), 29998, 3)
+    >>> h.data[:3]                                   # H[0, 0], H[0, 1], H[1, 0]
+    array([ 802., -400., -400.])
+    """
+    def sparse_hessian_f(*args):
+        _, nums = _argnums(argnums, len(args), "sparse_hessian")
+        return _hessian_flat(f, args, nums, "coo", "sparse_hessian")[2]
+    sparse_hessian_f.__name__ = f"sparse_hessian({getattr(f, '__name__', 'f')})"
+    return sparse_hessian_f
+
+
+def hessian_sparsity(f, argnums=0):
+    """Where the Hessian of scalar ``f`` can be nonzero, as a function
+    returning sorted ``(rows, cols)`` over the flattened inputs (both
+    triangles): the structural pattern of ``tapegrad.sparsity``, found from
+    the recorded graph without computing any derivative -- what an
+    optimiser's sparse Hessian structure wants.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> rows, cols = tg.hessian_sparsity(lambda x: (x[:-1] * x[1:]).sum())(np.ones(3))
+    >>> rows, cols                  # x0 x1 + x1 x2: only the off-diagonal pairs
+    (array([0, 1, 1, 2]), array([1, 0, 2, 1]))
+    """
+    def hessian_sparsity_f(*args):
+        _, nums = _argnums(argnums, len(args), "hessian_sparsity")
+        leaves, out = _scalar_out(f, args, nums, "hessian_sparsity")
+        n, starts, _ = FW.unit_directions(leaves)
+        recs = _leaf_recs(leaves, out)
+        if recs is None:
+            e = np.zeros(0, np.int64)
+            return e, e
+        return SP.pattern(current(), out._rec, recs, starts)
+    hessian_sparsity_f.__name__ = f"hessian_sparsity({getattr(f, '__name__', 'f')})"
+    return hessian_sparsity_f
+
+
+def replay_hessian(rep, coo=False):
+    """The Hessian of a replayed trace with one output element, as an (n, n)
+    float64 array over all its inputs' elements (a ``SparseHessian`` with
+    ``coo``), after ``rep.forward(xs, full=True)``
+    (``tracing.TracedFunction.hessian``).
+
+    The pass's layout, arenas and directions depend only on the records, so
+    the trace keeps them (an :class:`HvpPlan` with arenas of its own) and each
+    call only replays the values and runs the two sweeps.  The directions are
+    the coloured ones of ``tapegrad.sparsity`` when they are at most half of
+    the n unit directions (the pattern is found once, with the plan), else
+    the unit directions.
     """
     sizes = [math.prod(s) for s in rep.in_shapes]
     n = sum(sizes)
-    into = [(np.zeros(m), np.zeros((n, m))) for m in sizes]
-    if rep.root is not None and n:
-        plan = rep.__dict__.get("_hessian_plan")
-        if plan is None or plan.tape is not rep:  # a clone inherits its original's
-            plan = HvpPlan(rep, rep.root, list(rep.leaf_rec), n, own=True)
-            fill = _unit_fill(np.cumsum([0] + sizes))
-            plan.seed(fill=lambda k, blk: fill(k, 0, n, blk))
-            rep._hessian_plan = plan
-        plan.run(into)
-    return np.concatenate([hv for _, hv in into], axis=1).T if n else np.zeros((0, 0))
+    plan = rep.__dict__.get("_hessian_plan")
+    if plan is None or plan[0] is not rep:  # a clone inherits its original's
+        plan = rep._hessian_plan = (rep,) + _replay_plan(rep, sizes, n, coo)
+    _, hp, found = plan
+    if found is None and coo and hp is not None:  # made dense by a dense call: colour now
+        plan = rep._hessian_plan = (rep,) + _replay_plan(rep, sizes, n, coo)
+        _, hp, found = plan
+    if hp is None and found is None:  # constant: H = 0
+        e = np.zeros(0, np.int64)
+        return SparseHessian(np.zeros(0), e, e, (n, n), 0) if coo else np.zeros((n, n))
+    p = hp.p if hp is not None else 0
+    into = [(np.zeros(m), np.zeros((p, m))) for m in sizes]
+    if hp is not None:
+        hp.run(into)
+    hv = np.concatenate([h for _, h in into], axis=1) if n else np.zeros((0, 0))
+    if found is None:
+        if coo:  # linear or constant: nothing can be nonzero
+            e = np.zeros(0, np.int64)
+            return SparseHessian(np.zeros(0), e, e, (n, n), 0)
+        return hv.T if n else np.zeros((0, 0))
+    rows, cols, color = found
+    data = SP.recover(hv, rows, cols, color)
+    if coo:
+        return SparseHessian(data, rows, cols, (n, n), p)
+    H = np.zeros((n, n))
+    H[rows, cols] = data
+    return H
+
+
+def _replay_plan(rep, sizes, n, coo):
+    """``(HvpPlan or None, (rows, cols, color) or None)`` for a trace."""
+    if rep.root is None or not n:
+        return None, None
+    starts = np.cumsum([0] + sizes)
+    recs = list(rep.leaf_rec)
+    found = _coloring(rep, rep.root, [r if r is not None and r < _root_span(rep, rep.root)
+                                      else None for r in recs],
+                      starts, True if coo else "auto_traced")
+    if found is None:
+        plan = HvpPlan(rep, rep.root, recs, n, own=True)
+        fill = _unit_fill(starts)
+        plan.seed(fill=lambda k, blk: fill(k, 0, n, blk))
+        return plan, None
+    rows, cols, color, p = found
+    if p == 0:  # nothing can be nonzero: no pass
+        return None, (rows, cols, color)
+    S = SP.seeds(color, p)
+    plan = HvpPlan(rep, rep.root, recs, p, own=True)
+    plan.seed(seeds=lambda k: S[:, starts[k]:starts[k + 1]])
+    return plan, (rows, cols, color)

@@ -1026,6 +1026,36 @@ class TracedFunction:
         array([[6., 2.],
                [2., 0.]])
         """
+        H, shapes, dtypes = self._hessian(args, False)
+        shapes = [tuple(s) for s in shapes]
+        starts = np.cumsum([0] + [math.prod(s) for s in shapes])
+        rows = []
+        for i, (si, di) in enumerate(zip(shapes, dtypes)):
+            row = []
+            for j, (sj, dj) in enumerate(zip(shapes, dtypes)):
+                blk = H[starts[i]:starts[i + 1], starts[j]:starts[j + 1]]
+                row.append(blk.reshape(si + sj).astype(np.result_type(di, dj), copy=False))
+            rows.append(tuple(row))
+        return rows[0][0] if len(rows) == 1 else tuple(rows)
+
+    def sparse_hessian(self, *args):
+        """The Hessian at ``args`` as its nonzeros, a ``tg.SparseHessian``
+        over all float-array arguments' elements in order -- what
+        ``tg.sparse_hessian(f, argnums=...)`` returns, with the structural
+        pattern and its colouring found once, with the trace's plan.
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: (x[:-1] * x[1:] ** 2).sum(), np.ones(4))
+        >>> h = ft.sparse_hessian(np.arange(4.0))
+        >>> h.rows, h.cols, h.colors
+        (array([0, 1, 1, 1, 2, 2, 2, 3, 3]), array([1, 0, 1, 2, 1, 2, 3, 2, 3]), 3)
+        """
+        return self._hessian(args, True)[0]
+
+    def _hessian(self, args, coo):
+        """``(H or SparseHessian, input shapes, input dtypes)``."""
         from . import second
         with _LOCK:
             rep, _ = self._run(args, full=True)
@@ -1036,21 +1066,14 @@ class TracedFunction:
                         f"returned {'a tuple' if rep.multi else f'shape {rep.out_shape}'}")
                 if rep.root in rep.leaf_rec:  # the output is an input: f is linear
                     n = sum(math.prod(s) for s in rep.in_shapes)
-                    H = np.zeros((n, n))
+                    e = np.zeros(0, np.int64)
+                    H = (second.SparseHessian(np.zeros(0), e, e, (n, n), 0) if coo
+                         else np.zeros((n, n)))
                 else:
-                    H = second.replay_hessian(rep)
+                    H = second.replay_hessian(rep, coo)
+                return H, list(rep.in_shapes), list(rep.in_dtypes)
             finally:
                 rep.release()
-        shapes = [tuple(s) for s in rep.in_shapes]
-        starts = np.cumsum([0] + [math.prod(s) for s in shapes])
-        rows = []
-        for i, (si, di) in enumerate(zip(shapes, rep.in_dtypes)):
-            row = []
-            for j, (sj, dj) in enumerate(zip(shapes, rep.in_dtypes)):
-                blk = H[starts[i]:starts[i + 1], starts[j]:starts[j + 1]]
-                row.append(blk.reshape(si + sj).astype(np.result_type(di, dj), copy=False))
-            rows.append(tuple(row))
-        return rows[0][0] if len(rows) == 1 else tuple(rows)
 
     def grad_batch(self, *batches, workers=None):
         """Gradients at a batch of inputs: each argument has one more leading

@@ -1,0 +1,397 @@
+"""Hessian sparsity: which second derivatives can be nonzero, and the Hessian
+from a few coloured directions.
+
+**The pattern.**  One pass over the recorded graph carries, for every element
+of every record, the set of input elements it depends on (the sparsity of its
+Jacobian row), as the rows of a boolean CSR matrix.  An op that is nonlinear
+in what it reads adds, for each output element, the pairs of input elements
+its second derivative couples -- the nonlinear interaction domains of
+Walther's Hessian-pattern algorithm (ADOL-C's ``hess_pat``):
+
+* ``y = f(u)`` couples ``S(u) x S(u)``;
+* ``y = a * b`` couples ``S(a) x S(b)`` only (it is linear in each operand);
+* ``y = a / b`` couples ``S(a) x S(b)`` and ``S(b) x S(b)``;
+* other nonlinear ops of several operands (``power``, ``hypot``, ...), the
+  nonlinear reductions (``prod``, ``logsumexp``, ``softmax``) and everything
+  without a rule here (host and user ops) couple every input element they
+  read with every other -- coarse, but never wrong;
+* matmul couples the elements of its two operands when both depend on the
+  inputs, and nothing when one is constant;
+* linear and piecewise-linear ops (sums, views, indexing, concatenation,
+  ``where``, ``maximum``, ``abs``) couple nothing.
+
+The pattern is *structural*: a superset of the Hessian's nonzeros at every
+point, not only at the recorded one (a branch of ``where`` or ``maximum`` not
+taken here still counts), so it can be reused wherever the function records
+the same graph.
+
+**The colouring.**  Columns j and k of H may share a direction when no row has
+a nonzero in both (a distance-2 colouring of the column intersection graph,
+greedy in column order -- ``kernels/coloring.py``).  With ``s_c`` the sum of
+the unit vectors of colour c, row i of ``H s_c`` is ``H[i, j]`` for the one
+column j of colour c that row i can have, so the whole Hessian comes from as
+many Hessian-vector products as there are colours -- 3 for a tridiagonal
+Hessian of any size, instead of n (the "direct" recovery of Curtis, Powell
+and Reid; ADOL-C's ``sparse_hess`` with ColPack does the same with star
+colourings, which can need fewer colours).
+"""
+import numpy as np
+
+from .kernels import codes as C
+from .kernels.coloring import color_columns
+from .functional import _root_span
+from .ops.registry import OUTPUT
+
+_I64 = np.int64
+
+#: nonlinear interactions of the elementwise ops of several operands
+_CROSS = {C.MUL}                              # S(a) x S(b)
+_QUOTIENT = {C.DIV}                           # S(a) x S(b) + S(b) x S(b)
+_ALL = {C.POW, C.FLOAT_POWER, C.ARCTAN2, C.HYPOT, C.LOGADDEXP, C.LOGADDEXP2}
+_LINEAR_REDUCE = {C.SUM, C.MEAN, C.MAX, C.MIN}
+_ROWWISE = {C.SOFTMAX, C.LOG_SOFTMAX}         # output shaped as the input
+
+
+class TooDense(Exception):
+    """The pattern would hold more pairs than the caller allows."""
+
+
+# -- boolean CSR rows: (ptr, idx), row e's columns idx[ptr[e]:ptr[e + 1]], sorted ----------
+def _identity(start, m):
+    return np.arange(m + 1, dtype=_I64), np.arange(start, start + m, dtype=_I64)
+
+
+def _from_pairs(rows, cols, m, n):
+    """m rows from (row, column) pairs, duplicates dropped."""
+    key = np.unique(rows * n + cols)
+    r = key // n
+    ptr = np.zeros(m + 1, _I64)
+    np.cumsum(np.bincount(r, minlength=m), out=ptr[1:])
+    return ptr, key - r * n
+
+
+def _spread(ptr, idx, pick):
+    """Rows ``pick`` of (ptr, idx) as (row of each entry, column) pairs, -1
+    picking an empty row."""
+    ok = pick >= 0
+    safe = np.where(ok, pick, 0)
+    lo = ptr[safe]
+    cnt = np.where(ok, ptr[safe + 1] - lo, 0)
+    total = int(cnt.sum())
+    rows = np.repeat(np.arange(pick.size, dtype=_I64), cnt)
+    first = np.cumsum(cnt) - cnt
+    pos = np.arange(total, dtype=_I64) + np.repeat(lo - first, cnt)
+    return rows, idx[pos], cnt
+
+
+def _pick(S, pick):
+    """The rows ``pick`` of S (each row stays sorted and unique)."""
+    _, cols, cnt = _spread(S[0], S[1], pick)
+    ptr = np.zeros(pick.size + 1, _I64)
+    np.cumsum(cnt, out=ptr[1:])
+    return ptr, cols
+
+
+def _union(parts, m, n):
+    """Per output element e, the union over parts ``(S, pick)`` of row
+    ``pick[e]`` of S (``pick`` None: row e)."""
+    live = [(S, pick) for S, pick in parts if S is not None]
+    if not live:
+        return None
+    if len(live) == 1:
+        S, pick = live[0]
+        return S if pick is None else _pick(S, pick)
+    rows, cols = [], []
+    for S, pick in live:
+        pick = np.arange(m, dtype=_I64) if pick is None else pick
+        r, c, _ = _spread(S[0], S[1], pick)
+        rows.append(r)
+        cols.append(c)
+    return _from_pairs(np.concatenate(rows), np.concatenate(cols), m, n)
+
+
+def _group(S, owner, m, n):
+    """Row j: the union of the rows i of S with ``owner[i] == j``."""
+    rows, cols, _ = _spread(S[0], S[1], np.arange(owner.size, dtype=_I64))
+    return _from_pairs(owner[rows], cols, m, n)
+
+
+def _broadcast(S, m):
+    """Every one of m rows equal to S's single row."""
+    return _pick(S, np.zeros(m, _I64))
+
+
+class _Pattern:
+    """The pairs found so far, as keys ``i * n + j``, deduplicated in batches."""
+
+    def __init__(self, n, limit):
+        self.n, self.limit = n, limit
+        self.keys, self.pending, self.count = [], 0, 0
+
+    def couple(self, A, B):
+        """Per row e, every pair of ``A[e] x B[e]`` (A, B: rows alike)."""
+        if A is None or B is None:
+            return
+        ca, cb = np.diff(A[0]), np.diff(B[0])
+        per = ca * cb
+        total = int(per.sum())
+        if total == 0:
+            return
+        if self.count + total > 4 * self.limit + 2**22:
+            self._squash()
+            if self.count + total > 4 * self.limit + 2**22:
+                raise TooDense
+        row = np.repeat(np.arange(per.size, dtype=_I64), per)
+        k = np.arange(total, dtype=_I64) - np.repeat(np.cumsum(per) - per, per)
+        cbr = cb[row]
+        i = A[1][A[0][row] + k // cbr]
+        j = B[1][B[0][row] + k % cbr]
+        self.keys.append(np.minimum(i, j) * self.n + np.maximum(i, j))
+        self.count += total
+
+    def _squash(self):
+        if len(self.keys) > 1 or self.count:
+            u = np.unique(np.concatenate(self.keys)) if self.keys else np.zeros(0, _I64)
+            if u.size > self.limit:
+                raise TooDense
+            self.keys, self.count = [u], u.size
+
+    def pairs(self):
+        """The symmetric pattern: sorted (rows, cols), both triangles."""
+        self._squash()
+        u = self.keys[0] if self.keys else np.zeros(0, _I64)
+        i, j = u // self.n, u % self.n
+        off = i != j
+        rows = np.concatenate([i, j[off]])
+        cols = np.concatenate([j, i[off]])
+        order = np.lexsort((cols, rows))
+        return rows[order], cols[order]
+
+
+# -- index maps of the records ------------------------------------------------------------
+def _strided(shape, strides):
+    pos = np.indices(tuple(int(s) for s in shape)).reshape(len(shape), -1)
+    return (np.asarray(strides, _I64)[:, None] * pos).sum(axis=0)
+
+
+def _operand_picks(tape, r, m, sizes, at=0):
+    """Per operand, the element each of the m output elements reads (None
+    for the identity), from a broadcast layout ``[nd, shape, strides...]``
+    at ``ip[ip0[r] + at]``."""
+    b = int(tape.ip0[r]) + at
+    nd = int(tape.ip[b]) if b or at else 0
+    picks = []
+    for j, s in enumerate(sizes):
+        if nd == 0:
+            picks.append(None if s == m else np.zeros(m, _I64))
+        else:
+            st = tape.ip[b + 1 + nd * (j + 1):b + 1 + nd * (j + 2)]
+            mp = _strided(tape.ip[b + 1:b + 1 + nd], st)
+            picks.append(None if s == m and np.array_equal(mp, np.arange(m)) else mp)
+    return picks
+
+
+def _reduce_owner(tape, r, n):
+    b = int(tape.ip0[r])
+    nd = int(tape.ip[b]) if b else 0
+    if nd == 0:
+        return np.zeros(n, _I64)
+    return _strided(tape.ip[b + 1:b + 1 + nd], tape.ip[b + 1 + nd:b + 1 + 2 * nd])
+
+
+def _needed(tape, root, upto, first):
+    """The records from ``first`` on that ``root`` depends on."""
+    need = np.zeros(upto, np.bool_)
+    need[root] = True
+    if tape.op[root] == OUTPUT:  # the op's other outputs are read by its VJP
+        need[root:upto] = True
+    arg0, args = tape.arg0, tape.args
+    for r in range(upto - 1, first - 1, -1):
+        if need[r]:
+            need[args[arg0[r]:arg0[r + 1]]] = True
+    return need
+
+
+# -- the pass -----------------------------------------------------------------------------
+def pattern(tape, root, recs, starts, limit=None):
+    """The structural Hessian pattern of record ``root`` (one element) with
+    respect to the leaf records ``recs`` (None: a leaf root does not depend
+    on), whose elements are numbered from ``starts[k]`` on.
+
+    Returns sorted ``(rows, cols)`` of both triangles.  Raises ``TooDense``
+    when more than ``limit`` pairs (i <= j) can be nonzero.
+    """
+    n = int(starts[-1])
+    limit = n * (n + 1) // 2 if limit is None else limit
+    P = _Pattern(n, limit)
+    upto = _root_span(tape, root)
+    tape.arg0[tape.n] = tape.na  # closes the last record's parents
+    S = {}
+    for k, r in enumerate(recs):
+        if r is not None and r < upto:
+            S[r] = _identity(int(starts[k]), int(starts[k + 1] - starts[k]))
+    first = min(S) if S else upto
+    need = _needed(tape, root, upto, first)
+    # multi-output op -> (its outputs' rows, where the next output starts, or
+    # -1 when every output element reads all of one row)
+    multi = {}
+    arg0, args = tape.arg0, tape.args
+    for r in range(first, upto):
+        if not need[r] or r in S:
+            continue
+        ps = [int(q) for q in args[arg0[r]:arg0[r + 1]]]
+        ins = [S.get(q) for q in ps]
+        code = int(tape.op[r])
+        m = int(tape.size[r])
+        if code == OUTPUT:
+            u = ps[0]
+            if u in multi:
+                rows, at = multi[u]
+                if at < 0:
+                    S[r] = _broadcast(rows, m)
+                else:
+                    multi[u] = (rows, at + m)
+                    S[r] = _pick(rows, np.arange(at, at + m, dtype=_I64))
+            continue
+        if all(s is None for s in ins):
+            continue
+        kind, sub = code >> C.SHIFT, code & C.MASK
+        out = _record(tape, r, kind, sub, m, ps, ins, n, P)
+        if m == 0 and out is not None:  # a multi-output op: its outputs follow
+            multi[r] = (out, 0 if kind == C.K_GATHER else -1)
+        elif out is not None:
+            S[r] = out
+    return P.pairs()
+
+
+def _record(tape, r, kind, sub, m, ps, ins, n, P):
+    """Record r's rows, coupling what its second derivative couples."""
+    sizes = [int(tape.size[q]) for q in ps]
+    if kind == C.K_UNARY:
+        if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:
+            return None  # piecewise constant: no derivatives at all
+        if sub not in (C.IDENT, C.NEG, C.ABS, C.FABS, C.DEG2RAD, C.RAD2DEG) \
+                and sub < C.ZERO_FIRST:
+            P.couple(ins[0], ins[0])
+        return ins[0]
+    if kind == C.K_SCALAR:
+        c = float(tape.fp[r])
+        if sub in (C.RDIVC, C.RPOWC) or (sub == C.POWC and c not in (0.0, 1.0)):
+            P.couple(ins[0], ins[0])
+        return ins[0]
+    if kind == C.K_NARY:
+        if sub >= C.NARY_ZERO_FIRST:
+            return None
+        picks = _operand_picks(tape, r, m, sizes)
+        rows = [None if s is None else (s if k is None else _pick(s, k))
+                for s, k in zip(ins, picks)]
+        if sub in _CROSS or sub in _QUOTIENT:
+            P.couple(rows[0], rows[1])
+            if sub in _QUOTIENT:
+                P.couple(rows[1], rows[1])
+        out = _union([(s, None) for s in rows], m, n)
+        if sub in _ALL:
+            P.couple(out, out)
+        return out
+    if kind == C.K_GATHER:
+        b = int(tape.ip0[r])
+        cnt = int(tape.ip[b])
+        return _pick(ins[0], np.asarray(tape.ip[b + 1:b + 1 + cnt], _I64))
+    if kind == C.K_CONCAT:
+        b = int(tape.ip0[r])
+        src = np.asarray(tape.ip[b + 1:b + 1 + m], _I64)
+        pos = np.asarray(tape.ip[b + 1 + m:b + 1 + 2 * m], _I64)
+        return _union([(s, np.where(src == j, pos, -1)) for j, s in enumerate(ins)], m, n)
+    if kind == C.K_REDUCE:
+        x, size = ins[0], sizes[0]
+        owner = _reduce_owner(tape, r, size) if m > 1 else np.zeros(size, _I64)
+        if sub in _ROWWISE:
+            groups = int(owner.max()) + 1 if size else 0
+            G = _group(x, owner, groups, n)
+            P.couple(G, G)
+            return _pick(G, owner)
+        G = _group(x, owner, m, n)
+        if sub not in _LINEAR_REDUCE:
+            P.couple(G, G)
+        return G
+    if kind == C.K_SCAN:
+        # every element of a scanned line depends on (at most) the whole line
+        b = int(tape.ip0[r])
+        outer, length, inner = (int(v) for v in tape.ip[b:b + 3])
+        line = (np.arange(m) // (length * inner)) * inner + np.arange(m) % inner
+        G = _group(ins[0], line, outer * inner, n)
+        if sub != C.CUMSUM:
+            P.couple(G, G)
+        return _pick(G, line)
+    if kind == C.K_HOST and sub == 0:  # matmul
+        return _matmul(tape, r, m, ins, n, P)
+    if kind == C.K_USER and sub == C.USER_UNARY:
+        P.couple(ins[0], ins[0])
+        return ins[0]
+    if kind == C.K_USER and sub == C.USER_BINARY:
+        picks = _operand_picks(tape, r, m, sizes, at=3)
+        out = _union(list(zip(ins, picks)), m, n)
+        P.couple(out, out)
+        return out
+    # no rule: every output element may depend on, and couple, everything read
+    U = _union([(s, np.arange(sz, dtype=_I64)) for s, sz in zip(ins, sizes)
+                if s is not None], sum(sizes), n)
+    U = _group(U, np.zeros(sum(sizes), _I64), 1, n)
+    P.couple(U, U)
+    return _broadcast(U, m) if m else U  # a multi-output op: its outputs broadcast U
+
+
+def _matmul(tape, r, m, ins, n, P):
+    """``A @ B``: output (i, k) reads row i of A and column k of B; both rows
+    and columns couple only when both operands depend on the inputs."""
+    shape_a, shape_b = (tuple(int(d) for d in s) for s in tape.host[r])
+    sa = (1,) + shape_a if len(shape_a) == 1 else shape_a
+    sb = shape_b + (1,) if len(shape_b) == 1 else shape_b
+    batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+    M, N = sa[-2], sb[-1]
+    # per operand: the rows of A's (batch, i) or B's (batch, k) lines, broadcast
+    out_batch = int(np.prod(batch, dtype=_I64))
+    parts = []
+    for S, s, is_a in ((ins[0], sa, True), (ins[1], sb, False)):
+        if S is None:
+            parts.append(None)
+            continue
+        idx = np.arange(int(np.prod(s, dtype=_I64)), dtype=_I64).reshape(s)
+        idx = np.broadcast_to(idx, batch + s[-2:])
+        # the elements each output line reads: A's row i, B's column k
+        lines = idx if is_a else np.swapaxes(idx, -1, -2)
+        nl = lines.shape[-2]
+        owner = np.repeat(np.arange(out_batch * nl, dtype=_I64), lines.shape[-1])
+        parts.append(_group(_pick(S, lines.reshape(-1)), owner, out_batch * nl, n))
+    # output (b, i, k) reads A's line (b, i) and B's line (b, k)
+    bi = np.arange(out_batch, dtype=_I64)[:, None, None]
+    picks = [bi * M + np.arange(M)[:, None] + 0 * np.arange(N),
+             bi * N + np.arange(N)[None, :] + 0 * np.arange(M)[:, None]]
+    rows = [None if L is None else _pick(L, k.reshape(-1)) for L, k in zip(parts, picks)]
+    if rows[0] is not None and rows[1] is not None:
+        P.couple(rows[0], rows[1])
+    return _union([(s, None) for s in rows], m, n)
+
+
+# -- colouring and recovery ---------------------------------------------------------------
+def colors(rows, cols, n):
+    """``(color, p)``: a colour per column such that no row has nonzeros in
+    two columns of one colour, and the number of colours."""
+    if rows.size == 0:  # H is zero: no direction needed
+        return np.zeros(n, _I64), 0
+    ptr = np.zeros(n + 1, _I64)
+    np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
+    return color_columns(ptr, cols.astype(_I64), n)
+
+
+def seeds(color, p):
+    """The p directions: row c is the sum of the unit vectors of colour c."""
+    S = np.zeros((p, color.size))
+    if p:
+        S[color, np.arange(color.size)] = 1.0
+    return S
+
+
+def recover(hv, rows, cols, color):
+    """The pattern's values from ``hv[c] = H s_c`` (p, n): ``H[i, j] = hv[color[j], i]``."""
+    return hv[color[cols], rows]
