@@ -8,7 +8,11 @@ and the asv suite (``benchmarks/bench_transforms.py``):
   ``(3*a + 2*b*b + log(c)).sum()`` on 1e6-element vectors;
 * ``hessian`` / ``hessian_traced``: the Hessian of the Rosenbrock function,
   n = 100, eager and on a function traced once (``benchmarks/hessian.py``
-  compares both with PyTorch and JAX).
+  compares both with PyTorch and JAX); ``hessian_dense``: eager with
+  ``sparse=False`` (all n unit directions);
+* ``sparse_hessian`` / ``sparse_hessian_traced``: the same Hessian as its
+  nonzeros (``tg.sparse_hessian``, ``ft.sparse_hessian``), n = 10,000,
+  where the dense one would take 800 MB.
 
 Each implementation returns its result as NumPy arrays; ``check`` asserts
 that they agree before anything is timed.
@@ -24,6 +28,7 @@ import workloads as W  # noqa: E402
 
 JAC_N = 200
 HESS_N = 100
+SPARSE_N = 10_000
 
 
 def rosen(x):
@@ -44,6 +49,31 @@ def rosen_hessian(x):
     return H
 
 
+def rosen_hessian_at(x, rows, cols):
+    """The closed form's entries ``H[rows[k], cols[k]]``, without the dense
+    matrix (800 MB at n = 10,000)."""
+    d = np.zeros(x.size)
+    d[:-1] += 1200.0 * x[:-1] ** 2 - 400.0 * x[1:] + 2.0
+    d[1:] += 200.0
+    off = np.append(-400.0 * x[:-1], 0.0)  # H[i, i + 1]; padded so that the index is safe
+    return np.where(rows == cols, d[rows],
+                    np.where(np.abs(rows - cols) == 1, off[np.minimum(rows, cols)], 0.0))
+
+
+def check_sparse_hessian(h, x, rtol=1e-10, atol=1e-8):
+    """A ``tg.SparseHessian`` of Rosenbrock at x: no position twice, every
+    position of the tridiagonal present, every entry the closed form's."""
+    n = x.size
+    assert h.shape == (n, n), h.shape
+    keys = h.rows * n + h.cols
+    assert np.unique(keys).size == keys.size, "a position listed twice"
+    i = np.arange(n)
+    tri = np.concatenate([i * n + i, i[:-1] * n + i[:-1] + 1, (i[:-1] + 1) * n + i[:-1]])
+    assert np.isin(tri, keys).all(), "a tridiagonal position missing"
+    np.testing.assert_allclose(h.data, rosen_hessian_at(x, h.rows, h.cols), rtol=rtol,
+                               atol=atol)
+
+
 def inputs(seed=0):
     rng = np.random.default_rng(seed)
     A = rng.standard_normal((JAC_N, JAC_N)) / np.sqrt(JAC_N)
@@ -51,7 +81,8 @@ def inputs(seed=0):
     return {"jacobian": (A, x),
             "chain": (W.CHAIN_X0,),
             "elementwise": W.elementwise_inputs(),
-            "hessian": (rng.uniform(-1.5, 1.5, HESS_N),)}
+            "hessian": (rng.uniform(-1.5, 1.5, HESS_N),),
+            "sparse_hessian": (rng.uniform(-1.5, 1.5, SPARSE_N),)}
 
 
 def jacobian_exact(A, x):
@@ -79,17 +110,26 @@ def tapegrad_fns(tg):
         W.tg_elementwise(tg, *ts).backward()
         return tuple(t.grad.numpy() for t in ts)
 
-    hessian = tg.hessian(rosen)
     traced = {}
 
+    def traced_once(x):
+        # traced on the first call (asv's setup makes it); one trace per size
+        if x.size not in traced:
+            traced[x.size] = tg.trace(rosen, x)
+        return traced[x.size]
+
     def hessian_traced(x):
-        if "ft" not in traced:  # traced on the first call (asv's setup makes it)
-            traced["ft"] = tg.trace(rosen, x)
-        return traced["ft"].hessian(x)
+        return traced_once(x).hessian(x)
+
+    def sparse_hessian_traced(x):
+        return traced_once(x).sparse_hessian(x)
 
     return {"jacobian": jacobian, "grad_chain": grad_chain, "backward_chain": backward_chain,
             "grad_elementwise": grad_elementwise, "backward_elementwise": backward_elementwise,
-            "hessian": hessian, "hessian_traced": hessian_traced}
+            "hessian": tg.hessian(rosen), "hessian_traced": hessian_traced,
+            "hessian_dense": tg.hessian(rosen, sparse=False),
+            "sparse_hessian": tg.sparse_hessian(rosen),
+            "sparse_hessian_traced": sparse_hessian_traced}
 
 
 def torch_fns(torch):
@@ -124,10 +164,14 @@ def check(fns, data):
     if "jacobian" in fns:
         np.testing.assert_allclose(fns["jacobian"](*data["jacobian"]),
                                    jacobian_exact(*data["jacobian"]), rtol=1e-10, atol=1e-12)
-    for name in ("hessian", "hessian_traced"):
+    for name in ("hessian", "hessian_traced", "hessian_dense"):
         if name in fns:
             x = data["hessian"][0]
             np.testing.assert_allclose(fns[name](x), rosen_hessian(x), rtol=1e-10, atol=1e-8)
+    for name in ("sparse_hessian", "sparse_hessian_traced"):
+        if name in fns:
+            x = data["sparse_hessian"][0]
+            check_sparse_hessian(fns[name](x), x)
     for name in ("chain", "elementwise"):
         g, b = fns.get("grad_" + name), fns.get("backward_" + name)
         if g and b:

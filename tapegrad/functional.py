@@ -7,6 +7,7 @@ through that one sweep together: vector reverse mode, every record carrying
 p adjoints (``kernels/vector.py``).  Gradients are returned as arrays and are
 never accumulated into any tensor's ``.grad``.
 """
+import math
 import threading
 
 import numpy as np
@@ -184,6 +185,47 @@ def _run(tape, adj, T, start, stop, p):
                 adj.reached[vs[:nv]] = saved
                 vjp(tape, adj.slab(k), s)
         start = s - 1
+
+
+def replay_reverse(rep, seeds, p):
+    """Vector reverse mode over a replayed trace (``tracing._Replay``) whose
+    every record holds its value (``forward(..., full=True)``): ``seeds`` has
+    one ``(p, size)`` float64 array (or None: zero) per output; returns one
+    ``(p, size)`` float64 array per input, ``sum_k seeds_k^T d out_k / d
+    input`` for all p vectors from one compiled sweep (in chunks of vectors
+    when their adjoints would take more than ``JACOBIAN_BYTES``) -- what a
+    traced Jacobian or batch of cotangents needs, where a sweep per vector
+    would pay the whole tape p times.
+    """
+    sizes = [math.prod(s) for s in rep.in_shapes]
+    out = [np.zeros((p, m)) for m in sizes]
+    roots = [(int(r), s) for r, s in zip(rep.roots, seeds) if r is not None and s is not None]
+    if not roots or p == 0:
+        return out
+    upto = max(_root_span(rep, r) for r, _ in roots)
+    per_vector = max(int(rep.size[:upto].sum()), 1) * 8
+    chunk = int(max(2, min(p, JACOBIAN_BYTES // per_vector)))
+    for lo in range(0, p, chunk):
+        hi = min(p, lo + chunk)
+        if hi - lo == 1:  # a last single vector: the ordinary sweep
+            gs = rep.backward([None if s is None else s[lo] for s in seeds])
+            for o, g in zip(out, gs):
+                o[lo] = np.ravel(g)
+            continue
+        adj = _Slabs(rep, upto, hi - lo)
+        T = rep.arrays(adj) + (adj.reached,)
+        for r, s in roots:
+            view = adj.block(r)
+            if adj.reached[r]:  # two outputs on one record
+                view += s[lo:hi]
+            else:
+                view[...] = s[lo:hi]
+                adj.reached[r] = True
+        _run(rep, adj, T, upto - 1, -1, hi - lo)
+        for o, r in zip(out, rep.leaf_rec):
+            if r < upto and adj.reached[r]:
+                o[lo:hi] = adj.block(r)
+    return out
 
 
 def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):

@@ -56,23 +56,40 @@ class TooDense(Exception):
     """The pattern would hold more pairs than the caller allows."""
 
 
-# -- boolean CSR rows: (ptr, idx), row e's columns idx[ptr[e]:ptr[e + 1]], sorted ----------
+# -- boolean CSR rows ---------------------------------------------------------------------
+# A record's rows are ``(ptr, idx, w)``: row e's columns are
+# ``idx[ptr[e]:ptr[e + 1]]``, sorted and unique; ``w >= 0`` says every row
+# holds exactly w of them (then ``idx.reshape(-1, w)`` is the rows), the
+# common case -- elementwise chains, slices and their sums -- which takes no
+# index arithmetic per entry; -1 otherwise.
 def _identity(start, m):
-    return np.arange(m + 1, dtype=_I64), np.arange(start, start + m, dtype=_I64)
+    return np.arange(m + 1, dtype=_I64), np.arange(start, start + m, dtype=_I64), 1
+
+
+def _csr(cnt, cols):
+    ptr = np.zeros(cnt.size + 1, _I64)
+    np.cumsum(cnt, out=ptr[1:])
+    w = int(cnt[0]) if cnt.size else 0
+    return ptr, cols, w if (cnt == w).all() else -1
+
+
+def _uniform(w, rows):
+    """(ptr, idx, w) of an (m, w) array of sorted rows."""
+    m = rows.shape[0]
+    return np.arange(m + 1, dtype=_I64) * w, rows.reshape(-1), w
 
 
 def _from_pairs(rows, cols, m, n):
     """m rows from (row, column) pairs, duplicates dropped."""
     key = np.unique(rows * n + cols)
     r = key // n
-    ptr = np.zeros(m + 1, _I64)
-    np.cumsum(np.bincount(r, minlength=m), out=ptr[1:])
-    return ptr, key - r * n
+    return _csr(np.bincount(r, minlength=m), key - r * n)
 
 
-def _spread(ptr, idx, pick):
-    """Rows ``pick`` of (ptr, idx) as (row of each entry, column) pairs, -1
+def _spread(S, pick):
+    """Rows ``pick`` of S as (row of each entry, column, count per row), -1
     picking an empty row."""
+    ptr, idx, _ = S
     ok = pick >= 0
     safe = np.where(ok, pick, 0)
     lo = ptr[safe]
@@ -84,12 +101,23 @@ def _spread(ptr, idx, pick):
     return rows, idx[pos], cnt
 
 
+def _matrix(S, pick):
+    """S's rows ``pick`` (None: all) as an (m, w) array when S's rows are
+    uniform and ``pick`` has no -1, else None."""
+    w = S[2]
+    if w < 0 or (pick is not None and pick.size and pick.min() < 0):
+        return None
+    M = S[1].reshape(-1, w) if w else np.zeros((S[0].size - 1, 0), _I64)
+    return M if pick is None else M[pick]
+
+
 def _pick(S, pick):
-    """The rows ``pick`` of S (each row stays sorted and unique)."""
-    _, cols, cnt = _spread(S[0], S[1], pick)
-    ptr = np.zeros(pick.size + 1, _I64)
-    np.cumsum(cnt, out=ptr[1:])
-    return ptr, cols
+    """The rows ``pick`` of S."""
+    M = _matrix(S, pick)
+    if M is not None:
+        return _uniform(S[2], M)
+    _, cols, cnt = _spread(S, pick)
+    return _csr(cnt, cols)
 
 
 def _union(parts, m, n):
@@ -101,10 +129,18 @@ def _union(parts, m, n):
     if len(live) == 1:
         S, pick = live[0]
         return S if pick is None else _pick(S, pick)
+    mats = [_matrix(S, pick) for S, pick in live]
+    if all(M is not None for M in mats):
+        # a few columns per row: sort each row's, drop repeats
+        s = np.sort(np.concatenate(mats, axis=1), axis=1)
+        keep = np.ones(s.shape, np.bool_)
+        keep[:, 1:] = s[:, 1:] != s[:, :-1]
+        if keep.all():
+            return _uniform(s.shape[1], s)
+        return _csr(keep.sum(axis=1), s[keep])
     rows, cols = [], []
     for S, pick in live:
-        pick = np.arange(m, dtype=_I64) if pick is None else pick
-        r, c, _ = _spread(S[0], S[1], pick)
+        r, c, _ = _spread(S, np.arange(m, dtype=_I64) if pick is None else pick)
         rows.append(r)
         cols.append(c)
     return _from_pairs(np.concatenate(rows), np.concatenate(cols), m, n)
@@ -112,13 +148,26 @@ def _union(parts, m, n):
 
 def _group(S, owner, m, n):
     """Row j: the union of the rows i of S with ``owner[i] == j``."""
-    rows, cols, _ = _spread(S[0], S[1], np.arange(owner.size, dtype=_I64))
+    if m == 1:
+        u = np.unique(S[1])
+        return np.array([0, u.size], _I64), u, u.size
+    rows, cols, _ = _spread(S, np.arange(owner.size, dtype=_I64))
     return _from_pairs(owner[rows], cols, m, n)
 
 
 def _broadcast(S, m):
     """Every one of m rows equal to S's single row."""
-    return _pick(S, np.zeros(m, _I64))
+    k = S[1].size
+    return np.arange(m + 1, dtype=_I64) * k, np.tile(S[1], m), k
+
+
+_TRIU = {}
+
+
+def _triu(w):
+    if w not in _TRIU:
+        _TRIU[w] = np.triu_indices(w)
+    return _TRIU[w]
 
 
 class _Pattern:
@@ -126,28 +175,44 @@ class _Pattern:
 
     def __init__(self, n, limit):
         self.n, self.limit = n, limit
-        self.keys, self.pending, self.count = [], 0, 0
+        self.keys, self.count = [], 0
 
     def couple(self, A, B):
         """Per row e, every pair of ``A[e] x B[e]`` (A, B: rows alike)."""
         if A is None or B is None:
             return
+        wa, wb = A[2], B[2]
+        if wa == 0 or wb == 0:
+            return
+        if wa > 0 and wb > 0:  # rows of equal lengths: one outer product per row
+            a = A[1].reshape(-1, wa, 1)
+            b = B[1].reshape(-1, 1, wb)
+            if A is B and wa > 1:  # each unordered pair once
+                iu = _triu(wa)
+                keys = (a[:, iu[0], 0] * self.n + b[:, 0, iu[1]]).ravel()
+            else:
+                keys = (np.minimum(a, b) * self.n + np.maximum(a, b)).ravel()
+            return self._add(keys)
         ca, cb = np.diff(A[0]), np.diff(B[0])
         per = ca * cb
         total = int(per.sum())
         if total == 0:
             return
-        if self.count + total > 4 * self.limit + 2**22:
-            self._squash()
-            if self.count + total > 4 * self.limit + 2**22:
-                raise TooDense
         row = np.repeat(np.arange(per.size, dtype=_I64), per)
         k = np.arange(total, dtype=_I64) - np.repeat(np.cumsum(per) - per, per)
         cbr = cb[row]
         i = A[1][A[0][row] + k // cbr]
         j = B[1][B[0][row] + k % cbr]
-        self.keys.append(np.minimum(i, j) * self.n + np.maximum(i, j))
-        self.count += total
+        self._add(np.minimum(i, j) * self.n + np.maximum(i, j))
+
+    def _add(self, keys):
+        if self.count + keys.size > 4 * self.limit + 2**22:
+            self._squash()
+            if self.count + keys.size > 4 * self.limit + 2**22:
+                raise TooDense
+        if keys.size:
+            self.keys.append(keys)
+            self.count += keys.size
 
     def _squash(self):
         if len(self.keys) > 1 or self.count:
@@ -157,15 +222,13 @@ class _Pattern:
             self.keys, self.count = [u], u.size
 
     def pairs(self):
-        """The symmetric pattern: sorted (rows, cols), both triangles."""
+        """The symmetric pattern: (rows, cols) in row-major order, both triangles."""
         self._squash()
         u = self.keys[0] if self.keys else np.zeros(0, _I64)
         i, j = u // self.n, u % self.n
         off = i != j
-        rows = np.concatenate([i, j[off]])
-        cols = np.concatenate([j, i[off]])
-        order = np.lexsort((cols, rows))
-        return rows[order], cols[order]
+        key = np.sort(np.concatenate([u, j[off] * self.n + i[off]]))
+        return key // self.n, key % self.n
 
 
 # -- index maps of the records ------------------------------------------------------------
@@ -334,9 +397,8 @@ def _record(tape, r, kind, sub, m, ps, ins, n, P):
         P.couple(out, out)
         return out
     # no rule: every output element may depend on, and couple, everything read
-    U = _union([(s, np.arange(sz, dtype=_I64)) for s, sz in zip(ins, sizes)
-                if s is not None], sum(sizes), n)
-    U = _group(U, np.zeros(sum(sizes), _I64), 1, n)
+    u = np.unique(np.concatenate([s[1] for s in ins if s is not None]))
+    U = np.array([0, u.size], _I64), u, u.size
     P.couple(U, U)
     return _broadcast(U, m) if m else U  # a multi-output op: its outputs broadcast U
 

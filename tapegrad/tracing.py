@@ -825,9 +825,8 @@ class TracedFunction:
         (2.0, array([2., 2.]), array([1., 3.]))
         """
         *args, ct = args_and_cotangent
-        batch = []
 
-        def seeds(rep):
+        def cotangents(rep):
             if rep.multi:
                 if not isinstance(ct, (tuple, list)) or len(ct) != len(rep.roots):
                     raise TypeError(
@@ -838,7 +837,7 @@ class TracedFunction:
             else:
                 cts = [np.asarray(ct, np.float64)]
             if all(c.shape == s for c, s in zip(cts, rep.out_shapes)):
-                return [[c.reshape(-1) for c in cts]]
+                return [c.reshape(1, -1) for c in cts], None
             ks = {c.shape[0] if c.ndim else None for c in cts}
             if (len(ks) != 1 or None in ks
                     or any(c.shape[1:] != s for c, s in zip(cts, rep.out_shapes))):
@@ -847,18 +846,27 @@ class TracedFunction:
                     f"; the output has shape "
                     f"{rep.out_shapes if rep.multi else rep.out_shape} (a batch of "
                     "cotangents adds the same leading axis to each)")
-            batch.append(True)
-            return [[c[i].reshape(-1) for c in cts] for i in range(ks.pop())]
+            p = ks.pop()
+            return [c.reshape(p, -1) for c in cts], p
 
-        v, gs = self._locked(args, seeds)
-        if not batch:
-            return v, self._unpack(gs[0])
-        return v, self._unpack([np.stack([g[i] for g in gs]) for i in range(len(gs[0]))]
-                               if gs else [])
+        batch = []
+
+        def seeds(rep):
+            cts, p = cotangents(rep)
+            batch.append(p)
+            return cts, 1 if p is None else p
+
+        v, rep, gs = self._vector(args, seeds)
+        p = batch[0]
+        return v, self._unpack([
+            g.reshape((1 if p is None else p,) + tuple(s)).astype(d, copy=False)[
+                0 if p is None else slice(None)]
+            for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)])
 
     def jacobian(self, *args):
-        """∂f/∂x for every input x: shape ``f.shape + x.shape`` (one reverse
-        sweep per output element, one forward).  For a function that returns
+        """∂f/∂x for every input x: shape ``f.shape + x.shape``, from one
+        forward and one vector reverse sweep that carries all the output's
+        unit seeds (``functional.replay_reverse``, as ``tg.jacobian``).  For a function that returns
         a tuple: a tuple with one such result per output.
 
         Examples
@@ -869,28 +877,45 @@ class TracedFunction:
         array([[2., 0.],
                [0., 4.]])
         """
-        info = []
-
         def seeds(rep):
-            info[:] = [rep]
-            out = []
-            for k, shape in enumerate(rep.out_shapes):
-                for row in np.eye(int(np.prod(shape))):
-                    out.append([row if j == k else None for j in range(len(rep.roots))])
-            return out
+            sizes = [math.prod(s) for s in rep.out_shapes]
+            p, at, out = sum(sizes), 0, []
+            for m in sizes:
+                s = np.zeros((p, m))
+                s[at + np.arange(m), np.arange(m)] = 1.0
+                out.append(s)
+                at += m
+            return out, p
 
-        _, gs = self._locked(args, seeds)
-        rep = info[0]
+        _, rep, gs = self._vector(args, seeds)
         res, at = [], 0
         for shape in rep.out_shapes:
-            m = int(np.prod(shape))
-            rows = gs[at:at + m]
-            at += m
+            m = math.prod(shape)
             res.append(self._unpack([
-                np.stack([g[i] for g in rows]).reshape(shape + rep.in_shapes[i]) if rows
-                else np.zeros(shape + rep.in_shapes[i], rep.in_dtypes[i])
-                for i in range(len(rep.in_shapes))]))
+                g[at:at + m].reshape(shape + tuple(s)).astype(d, copy=False)
+                for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)]))
+            at += m
         return tuple(res) if rep.multi else res[0]
+
+    def _vector(self, args, seeds):
+        """``(value, replay, grads)`` for the p cotangents ``seeds(replay)``
+        returns (``(per output a (p, size) array or None, p)``): all p
+        through one compiled vector reverse sweep
+        (``functional.replay_reverse``); grads holds one (p, size) float64
+        array per input."""
+        from .functional import replay_reverse
+        with _LOCK:
+            rep, _ = self._run(args)
+            try:
+                value = rep.value()
+                cts, p = seeds(rep)
+                if rep.segs and p > 1:
+                    # fused segments keep their intermediates in scratch; the
+                    # vector sweep reads every record's value
+                    rep.forward(None, True)
+                return value, rep, replay_reverse(rep, cts, p)
+            finally:
+                rep.release()
 
     def _tangents(self, rep, args_and_t, who):
         """The tangent argument of jvp/hvp checked against the inputs, as

@@ -357,3 +357,55 @@ def test_traced_hessian_follows_guards():
     ft = tg.trace(f, np.ones(3))
     for x in (np.array([0.5, 1.0, 2.0]), np.array([-1.0, -0.5, 0.2])):
         np.testing.assert_allclose(ft.hessian(x), tg.hessian(f)(x), rtol=1e-12)
+
+
+# -- vector reverse mode on a trace (functional.replay_reverse) ---------------------------
+def test_traced_jacobian_and_cotangent_batch_take_one_vector_sweep(monkeypatch):
+    rng = np.random.default_rng(11)
+    A = rng.standard_normal((30, 30)) / 6.0
+    f = lambda x: tg.tanh(A @ x) * x  # noqa: E731
+    x = rng.standard_normal(30)
+    ft = tg.trace(f, x)
+    # one sweep for all 30 rows: Replay.backward (a sweep per vector) is not used
+    monkeypatch.setattr(tracing._Replay, "backward", None)
+    J = ft.jacobian(x)
+    np.testing.assert_allclose(J, tg.jacobian(f)(x), rtol=1e-13, atol=1e-15)
+    cts = rng.standard_normal((5, 30))
+    _, g = ft.vjp(x, cts)
+    np.testing.assert_allclose(g, cts @ J, rtol=1e-12, atol=1e-14)
+    monkeypatch.undo()
+    # chunks of vectors give the same rows (a last chunk of one takes the plain sweep)
+    from tapegrad import functional
+    monkeypatch.setattr(functional, "JACOBIAN_BYTES", 8 * 7 * 100)
+    np.testing.assert_allclose(ft.jacobian(x), J, rtol=1e-13, atol=1e-15)
+
+
+def test_traced_jacobian_over_fused_segments_equals_eager():
+    # same-size elementwise runs fuse (their intermediates stay in scratch):
+    # the vector sweep must replay every value first
+    rng = np.random.default_rng(12)
+    f = lambda x: (tg.tanh(x) * x + tg.sin(x) ** 2).reshape(4, -1).sum(axis=1)  # noqa: E731
+    x = rng.standard_normal(4 * (N // 4))
+    ft = tg.trace(f, x)
+    assert _replay(ft).segs
+    x2 = rng.standard_normal(x.size)
+    np.testing.assert_allclose(ft.jacobian(x2), tg.jacobian(f)(x2), rtol=1e-13, atol=1e-15)
+    ct = rng.standard_normal((3, 4))
+    np.testing.assert_allclose(ft.vjp(x2, ct)[1], ct @ tg.jacobian(f)(x2), rtol=1e-12)
+
+
+@pytest.mark.parametrize("c", [2.0, 3.0, 2.5])
+def test_squares_and_cubes_are_exact_in_every_sweep(c):
+    # x ** 2 and x ** 3 skip pow() per element: the same numbers as NumPy's
+    x = np.random.default_rng(13).uniform(-2.0, 2.0, N)
+    if c == 2.5:
+        x = np.abs(x)
+    f = lambda x: (x ** c).sum()  # noqa: E731
+    ft = tg.trace(f, x)
+    np.testing.assert_allclose(ft(x), np.sum(x ** c), rtol=1e-12)
+    expect = c * x ** (c - 1.0)
+    check = np.testing.assert_array_equal if c != 2.5 else np.testing.assert_allclose
+    check(ft.grad(x), expect)
+    check(tg.grad(f)(x), expect)
+    h = tg.hvp(f, (x[:50],), (np.ones(50),))[1][0]
+    np.testing.assert_allclose(h, c * (c - 1.0) * x[:50] ** (c - 2.0), rtol=1e-14)

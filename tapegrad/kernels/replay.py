@@ -148,7 +148,7 @@ def f_scalar(sub, x, c):
     if sub == C.RDIVC:
         return c / x
     if sub == C.POWC:
-        return np.power(x, c)
+        return x * x if c == 2.0 else np.power(x, c)  # a square: no pow() per element
     return np.power(c, x)  # C.RPOWC
 
 

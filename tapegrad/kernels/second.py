@@ -119,6 +119,10 @@ def d2_scalar(sub, x, y, c):
     if sub == C.POWC:  # x ** c
         if c == 0.0 or c == 1.0:
             return 0.0
+        if c == 2.0:  # squares and cubes without a pow() per element
+            return 2.0
+        if c == 3.0:
+            return 6.0 * x
         return c * (c - 1.0) * x ** (c - 2.0)
     if sub == C.RPOWC:  # c ** x
         if c == 0.0:

@@ -6,6 +6,7 @@ operands' gradients into the adjoint arena with NumPy, and the sweep resumes.
 import numpy as np
 
 from ..kernels import codes as C
+from ..kernels.blocks import sparse_products
 from ..tape import current
 from ..tensor import Tensor, _plain, _result
 from .elementwise import _operand, multiply
@@ -92,9 +93,9 @@ def _matmul_vjp_batched(tape, adj, r):
 
 
 #: a block of adjoint vectors with at most this share of nonzeros takes the
-#: sparse product in ``_sparse_block_products`` (a GEMM does a multiply-add
-#: about ten times faster than NumPy's gathers, so the sparse form must
-#: skip more than nine in ten of them to win)
+#: sparse product in ``_sparse_block_products`` (a GEMM does its
+#: multiply-adds several times faster than the row-by-row sums, so the sparse
+#: form must skip most of them to win; kept where NumPy's gathers needed it)
 SPARSE_SHARE = 1 / 16
 
 
@@ -106,37 +107,19 @@ def _sparse_block_products(g, a, b, need_a, need_b):
     Jacobians seed unit vectors, and elementwise ops keep them sparse: the
     block reaching ``tanh(A @ x) * x``'s matmul holds one nonzero per vector.
     Then each product is a sum of scaled rows of an operand, one per nonzero,
-    instead of a dense GEMM over all p vectors (which costs p times a VJP).
+    instead of a dense GEMM over all p vectors (which costs p times a VJP);
+    ``kernels/blocks.py`` finds the nonzeros and sums the rows.
     """
-    p, m, k = g.shape
-    flat = g.reshape(-1)
-    # count first: np.flatnonzero on a dense block costs more than counting
-    nnz = np.count_nonzero(flat)
-    if nnz > SPARSE_SHARE * flat.size:
+    a = np.ascontiguousarray(a, np.float64)
+    bt = np.ascontiguousarray(b.T, np.float64) if need_a else _NO_ROWS
+    ok, ga, gbt = sparse_products(np.ascontiguousarray(g, np.float64), a, bt, bool(need_a),
+                                  bool(need_b), SPARSE_SHARE)
+    if not ok:
         return None
-    at = np.flatnonzero(flat)
-    v = flat[at]
-    row, j = np.divmod(at, k)        # row = vector * m + i
-    vec, i = np.divmod(row, m)
-    ga = gb = None
-    if need_a:  # ga[vec, i, :] += v * b[:, j]
-        ga = np.zeros((p * m, a.shape[1]))
-        _add_rows(ga, row, v[:, None] * b.T[j])
-        ga = ga.reshape(p, m, a.shape[1])
-    if need_b:  # gb[vec, :, j] += v * a[i, :], built as (p, k, n) rows
-        n = a.shape[1]
-        gbt = np.zeros((p * k, n))
-        _add_rows(gbt, vec * k + j, v[:, None] * a[i])
-        gb = np.swapaxes(gbt.reshape(p, k, n), -1, -2)
-    return ga, gb
+    return (ga if need_a else None), (np.swapaxes(gbt, -1, -2) if need_b else None)
 
 
-def _add_rows(out, rows, vals):
-    """``out[rows[t]] += vals[t]`` for every t, repeated rows included."""
-    if rows.size < 2 or (np.diff(rows) > 0).all():  # distinct (flatnonzero sorts them)
-        out[rows] += vals
-    else:
-        np.add.at(out, rows, vals)
+_NO_ROWS = np.zeros((0, 0))
 
 
 def _unbroadcast_rows(g, shape):
