@@ -35,6 +35,7 @@ either; ``tg.elementwise`` ops defined without ``second_derivative=``; qr with
 naming the op, when the function's Hessian actually reaches them.
 """
 import math
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -920,7 +921,8 @@ def hvp(f, primals, tangents, batched=None):
 
 
 #: ``sparse="auto"``: a Hessian over fewer input elements than this is computed
-#: densely (finding the pattern costs about as much as n directions then)
+#: densely unless f recorded the same graph on the previous call (finding the
+#: pattern costs about as much as n directions then)
 SPARSE_MIN = 128
 
 
@@ -945,26 +947,52 @@ class SparseHessian(NamedTuple):
         return H
 
 
-def _coloring(tape, root, recs, starts, mode):
+def _coloring(tape, root, recs, starts, mode, memo=None):
     """``(rows, cols, color, p)`` when the Hessian should come from coloured
-    directions (``mode``: True, or "auto": when it pays), else None."""
+    directions (``mode``: True, or "auto": when it pays), else None.
+
+    ``memo`` (a dict an eager ``tg.hessian(f)`` keeps) remembers the answer
+    for the last graph f recorded (``sparsity.signature``): a function called
+    again with the same graph pays for its pattern once.  Then "auto" colours
+    below ``SPARSE_MIN`` too, from the second call on, where the pattern
+    would cost more than it saves if found on every call.
+    """
     n = int(starts[-1])
-    if mode == "auto_traced":  # a trace finds its pattern once: worth it from 8 on
-        mode = "auto" if n >= 8 else False
-    elif mode == "auto" and n < SPARSE_MIN:
-        return None
     if mode is False or n == 0:
         return None
+    if mode == "auto_traced":  # a trace finds its pattern once: worth it from 8 on
+        if n < 8:
+            return None
+        mode, memo, small = "auto", None, False
+    else:
+        small = mode == "auto" and n < SPARSE_MIN
+    sig = None
+    if memo is not None:
+        sig = SP.signature(tape, root, recs, starts)
+        if sig is not None and memo.get("sig") == sig and (mode, "found") in memo:
+            return memo[(mode, "found")]
+        if small and memo.get("sig") != sig:
+            memo.clear()
+            memo["sig"] = sig  # seen once: dense now, the pattern if it comes again
+            return None
+    elif small:
+        return None
+    found = None
     try:
         # "auto" gives up on patterns that hold over a quarter of H
         rows, cols = SP.pattern(tape, root, recs, starts,
                                 limit=n * n // 8 if mode == "auto" else None)
+        color, p = SP.colors(rows, cols, n)
+        if mode is True or 2 * p <= n:
+            found = rows, cols, color, p
     except SP.TooDense:
-        return None
-    color, p = SP.colors(rows, cols, n)
-    if mode == "auto" and 2 * p > n:
-        return None
-    return rows, cols, color, p
+        pass
+    if memo is not None and sig is not None:
+        if memo.get("sig") != sig:
+            memo.clear()
+            memo["sig"] = sig
+        memo[(mode, "found")] = found
+    return found
 
 
 def _check_sparse(sparse, who):
@@ -984,14 +1012,14 @@ def _leaf_recs(leaves, out):
     return [x._lrec if x._ltok is tape.lkey and x._lrec < upto else None for x in leaves]
 
 
-def _hessian_flat(f, args, nums, sparse, who):
+def _hessian_flat(f, args, nums, sparse, who, memo=None):
     """Record f and return ``(leaves, starts, H)``: H an (n, n) array, or a
-    ``SparseHessian`` when ``sparse`` is "coo"."""
+    ``SparseHessian`` when ``sparse`` is "coo"; ``memo`` as for ``_coloring``."""
     leaves, out = _scalar_out(f, args, nums, who)
     n, starts, unit = FW.unit_directions(leaves)
     recs = _leaf_recs(leaves, out)
     mode = True if sparse == "coo" else sparse
-    found = None if recs is None else _coloring(current(), out._rec, recs, starts, mode)
+    found = None if recs is None else _coloring(current(), out._rec, recs, starts, mode, memo)
     if sparse == "coo" and (found is None or found[3] == 0):
         # constant or linear f: nothing to compute (the graph goes with f's tensors)
         e = np.zeros(0, np.int64)
@@ -1041,10 +1069,11 @@ def hessian(f, argnums=0, *, sparse="auto"):
            [2., 0.]])
     """
     _check_sparse(sparse, "hessian")
+    memo = threading.local()  # tapes are per thread, and so is the graph f recorded
 
     def hessian_f(*args):
         single, nums = _argnums(argnums, len(args), "hessian")
-        leaves, starts, H = _hessian_flat(f, args, nums, sparse, "hessian")
+        leaves, starts, H = _hessian_flat(f, args, nums, sparse, "hessian", memo.__dict__)
         res = []
         for i, xi in enumerate(leaves):
             row = []
@@ -1079,9 +1108,11 @@ def sparse_hessian(f, argnums=0):
     >>> h.data[:3]                                   # H[0, 0], H[0, 1], H[1, 0]
     array([ 802., -400., -400.])
     """
+    memo = threading.local()
+
     def sparse_hessian_f(*args):
         _, nums = _argnums(argnums, len(args), "sparse_hessian")
-        return _hessian_flat(f, args, nums, "coo", "sparse_hessian")[2]
+        return _hessian_flat(f, args, nums, "coo", "sparse_hessian", memo.__dict__)[2]
     sparse_hessian_f.__name__ = f"sparse_hessian({getattr(f, '__name__', 'f')})"
     return sparse_hessian_f
 

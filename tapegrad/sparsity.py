@@ -79,9 +79,18 @@ def _uniform(w, rows):
     return np.arange(m + 1, dtype=_I64) * w, rows.reshape(-1), w
 
 
+def _unique(a):
+    """Sorted distinct values of an int array (a sort and a mask: NumPy's
+    ``unique`` hashes first and took 20 times as long here)."""
+    a = np.sort(a)
+    if a.size > 1:
+        a = a[np.concatenate(([True], a[1:] != a[:-1]))]
+    return a
+
+
 def _from_pairs(rows, cols, m, n):
     """m rows from (row, column) pairs, duplicates dropped."""
-    key = np.unique(rows * n + cols)
+    key = _unique(rows * n + cols)
     r = key // n
     return _csr(np.bincount(r, minlength=m), key - r * n)
 
@@ -149,7 +158,7 @@ def _union(parts, m, n):
 def _group(S, owner, m, n):
     """Row j: the union of the rows i of S with ``owner[i] == j``."""
     if m == 1:
-        u = np.unique(S[1])
+        u = _unique(S[1])
         return np.array([0, u.size], _I64), u, u.size
     rows, cols, _ = _spread(S, np.arange(owner.size, dtype=_I64))
     return _from_pairs(owner[rows], cols, m, n)
@@ -216,7 +225,7 @@ class _Pattern:
 
     def _squash(self):
         if len(self.keys) > 1 or self.count:
-            u = np.unique(np.concatenate(self.keys)) if self.keys else np.zeros(0, _I64)
+            u = _unique(np.concatenate(self.keys)) if self.keys else np.zeros(0, _I64)
             if u.size > self.limit:
                 raise TooDense
             self.keys, self.count = [u], u.size
@@ -273,6 +282,37 @@ def _needed(tape, root, upto, first):
         if need[r]:
             need[args[arg0[r]:arg0[r + 1]]] = True
     return need
+
+
+# -- the graph's structure ---------------------------------------------------------------
+_MATMUL_CODE = C.code(C.K_HOST, 0)
+
+
+def signature(tape, root, recs, starts):
+    """What the pattern of ``pattern(tape, root, recs, starts)`` depends on,
+    as a hashable value: the records' op codes, sizes, parents, float and
+    integer parameters and matmul shapes, relative to the first leaf.  Two
+    recordings with equal signatures have the same pattern, so an eager
+    ``tg.hessian`` can keep its colouring from one call to the next; None
+    when no leaf is reached."""
+    live = [r for r in recs if r is not None]
+    if not live:
+        return None
+    first, upto = min(live), _root_span(tape, root)
+    tape.arg0[tape.n] = tape.na
+    a0 = int(tape.arg0[first])
+    ip0 = tape.ip0[first:upto]
+    used = ip0[ip0 > 0]
+    lo = int(used.min()) if used.size else 0
+    mm = np.flatnonzero(tape.op[first:upto] == _MATMUL_CODE) + first
+    return (upto - first, root - first, tuple(-1 if r is None else r - first for r in recs),
+            tuple(int(v) for v in starts),
+            tape.op[first:upto].tobytes(), tape.size[first:upto].tobytes(),
+            (tape.arg0[first:upto + 1] - a0).tobytes(),
+            (tape.args[a0:int(tape.arg0[upto])] - first).tobytes(),
+            tape.fp[first:upto].tobytes(), np.where(ip0 > 0, ip0 - lo, -1).tobytes(),
+            tape.ip[lo:tape.ni].tobytes() if used.size else b"",
+            tuple(tuple(tuple(int(d) for d in sh) for sh in tape.host[int(r)]) for r in mm))
 
 
 # -- the pass -----------------------------------------------------------------------------
@@ -397,7 +437,7 @@ def _record(tape, r, kind, sub, m, ps, ins, n, P):
         P.couple(out, out)
         return out
     # no rule: every output element may depend on, and couple, everything read
-    u = np.unique(np.concatenate([s[1] for s in ins if s is not None]))
+    u = _unique(np.concatenate([s[1] for s in ins if s is not None]))
     U = np.array([0, u.size], _I64), u, u.size
     P.couple(U, U)
     return _broadcast(U, m) if m else U  # a multi-output op: its outputs broadcast U

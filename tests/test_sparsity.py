@@ -294,3 +294,76 @@ def test_traced_sparse_hessian_of_small_and_dense_functions():
     # the output is an input: nothing is nonzero
     g = tg.trace(lambda x: x[0], np.ones(1))
     assert g.sparse_hessian(np.ones(1)).rows.size == 0
+
+
+# -- eager: the colouring kept while f records the same graph ----------------------------------
+def _count_patterns(monkeypatch):
+    calls = []
+    real = SP.pattern
+
+    def spy(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(SP, "pattern", spy)
+    return calls
+
+
+def test_same_graph_finds_its_pattern_once(monkeypatch):
+    calls = _count_patterns(monkeypatch)
+    rng = np.random.default_rng(5)
+    h = tg.hessian(rosen)
+    big = tg.hessian(rosen)
+    for k in range(4):
+        x = rng.uniform(-1.0, 1.5, 40)
+        np.testing.assert_allclose(h(x), rosen_hessian(x), rtol=1e-12, atol=1e-9)
+    # below SPARSE_MIN: dense on the first call, the pattern on the second, kept after
+    assert len(calls) == 1
+    for k in range(3):
+        x = rng.uniform(-1.0, 1.5, S.SPARSE_MIN)
+        np.testing.assert_allclose(big(x), rosen_hessian(x), rtol=1e-12, atol=1e-9)
+    # a new input size is a new graph: from SPARSE_MIN on, its pattern at once
+    assert len(calls) == 2
+
+
+def test_a_changed_graph_gets_a_new_pattern(monkeypatch):
+    calls = _count_patterns(monkeypatch)
+
+    def f(x):
+        # the branch decides the graph: a chain, or one coupling of all pairs
+        if float(x[0]) > 0:
+            return (x[:-1] * x[1:]).sum()
+        return tg.exp(0.1 * x.sum())
+
+    h = tg.hessian(f, sparse=True)
+    x = np.linspace(0.1, 1.0, 30)
+    for sign in (1, 1, -1, -1, 1):
+        xs = sign * x
+        np.testing.assert_allclose(h(xs), tg.hessian(f, sparse=False)(xs), rtol=1e-12,
+                                   atol=1e-15)
+    assert len(calls) == 3  # each change of graph, and only those
+    # a constant of the graph that changes its structure (x ** c, c = 1 is linear)
+    c = [2.0]
+    g = tg.hessian(lambda x: (x ** c[0]).sum(), sparse=True)
+    np.testing.assert_allclose(g(x), 2.0 * np.eye(30))
+    c[0] = 1.0
+    np.testing.assert_allclose(g(x), np.zeros((30, 30)))
+
+
+def test_threads_keep_their_own_patterns():
+    import threading
+    h = tg.hessian(rosen)
+    errors = []
+
+    def work(n):
+        try:
+            for k in range(5):
+                x = np.linspace(-1.0, 1.0, n) + 0.01 * k
+                np.testing.assert_allclose(h(x), rosen_hessian(x), rtol=1e-12, atol=1e-9)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+    ts = [threading.Thread(target=work, args=(n,)) for n in (20, 150, 33)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
