@@ -4,8 +4,9 @@ ms; each result is checked against the closed form before it is timed.
 
 n = 100 (``--size``): ``tg.hessian`` (forward-over-reverse; eager, with the
 default ``sparse="auto"``, which below ``tapegrad.second.SPARSE_MIN`` = 128
-inputs takes all n unit directions, and with ``sparse=False`` / ``True``
-forced), ``ft.hessian`` on a function traced once (the counterpart of JAX's
+inputs takes all n unit directions on the first call and the coloured ones
+from the second call of the same graph on -- the steady state timed here --
+and with ``sparse=False`` / ``True`` forced), ``ft.hessian`` on a function traced once (the counterpart of JAX's
 ``jit``; a trace colours from 8 inputs on, so 3 directions here), against
 PyTorch's ``torch.autograd.functional.hessian(vectorize=True)`` and
 ``jax.jit(jax.hessian(f))`` (steady state), where installed.  There is no
@@ -127,7 +128,8 @@ def small(tg, torch, jax, n, repeat):
     x = np.random.default_rng(0).uniform(-1.5, 1.5, n)
     expect = rosen_hessian(x)
     p = tg.sparse_hessian(rosen)(x).colors
-    auto = f"{p} coloured directions" if n >= SPARSE_MIN else f"{n} unit directions"
+    auto = (f"{p} coloured directions" if n >= SPARSE_MIN
+            else f"{p} coloured directions from the 2nd call of one graph")
     ft = tg.trace(rosen, x)
     rows = [(f"tapegrad `tg.hessian` (eager, records f each call; auto: {auto})",
              tg.hessian(rosen), (x,)),
@@ -144,7 +146,8 @@ def small(tg, torch, jax, n, repeat):
     for label, fn, a in rows:
         _check(label, fn, a, x, expect, False)
     _table(f"Hessian of Rosenbrock, n = {n}; median of {repeat}, one thread; "
-           f"`sparse=\"auto\"` colours eager Hessians from {SPARSE_MIN} inputs on",
+           f"`sparse=\"auto\"` colours eager Hessians from {SPARSE_MIN} inputs on, and "
+           "below that once f has recorded the same graph twice",
            [r + (None,) for r in rows], repeat)
 
 

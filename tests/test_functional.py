@@ -178,6 +178,42 @@ def test_vector_mode_equals_one_seed_at_a_time(name):
     run()
 
 
+CONSTANT_CASES = {
+    # a constant operand's adjoints are never read (all p vectors share one
+    # row of them, kernels/vector.py); every VJP that writes or skips them
+    "binary": lambda x, c: x * c + (c - x) / (1.0 + c ** 2),
+    "where": lambda x, c: tg.where(c > 0, x, c) * x,
+    "concat": lambda x, c: tg.concatenate([c, x, c]) ** 2,
+    "stack": lambda x, c: tg.stack([x, c, x * c]).sum(axis=0),
+    "matmul": lambda x, c: tg.tanh(np.outer(c, c) @ x) * x + x @ np.outer(c, c),
+    "einsum": lambda x, c: tg.einsum("i,j->ij", c, x ** 2).ravel(),
+    "solve": lambda x, c: tg.linalg.solve(np.eye(x.size) * 3.0 + np.outer(c, c), x ** 2),
+    "maximum": lambda x, c: tg.maximum(x, c) + tg.minimum(c, x ** 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONSTANT_CASES))
+def test_vector_mode_with_constant_operands(name):
+    rng = np.random.default_rng(21)
+    c = rng.standard_normal(6)
+    x = rng.standard_normal(6)
+    f = lambda x: CONSTANT_CASES[name](x, c)  # noqa: E731
+    J = tg.jacobian(f, mode="reverse")(x)
+    out = np.asarray(f(x))
+    for k in range(out.size):  # one cotangent at a time: the plain sweep
+        e = np.zeros(out.size)
+        e[k] = 1.0
+        _, vjp_fn = tg.vjp(f, x)
+        np.testing.assert_allclose(J.reshape(out.size, -1)[k], vjp_fn(e.reshape(out.shape))[0],
+                                   rtol=1e-12, atol=1e-13)
+    # and second order (p + 1 vectors share the constants' rows too)
+    g = lambda x: (CONSTANT_CASES[name](x, c) ** 2).sum()  # noqa: E731
+    H = tg.hessian(g, sparse=False)(x)
+    fd = np.array([(tg.grad(g)(x + 1e-6 * e) - tg.grad(g)(x - 1e-6 * e)) / 2e-6
+                   for e in np.eye(6)])
+    np.testing.assert_allclose(H, fd, rtol=1e-5, atol=1e-6)
+
+
 # -- tg.autograd.grad and backward(inputs=) -------------------------------------------------
 def test_autograd_grad_like_pytorch():
     x, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])

@@ -28,6 +28,7 @@ from ._jit import kernel
 from .sweep import apply_vjp
 
 _LEAF = C.code(C.K_NONE, C.LEAF)
+_CONST = C.code(C.K_NONE, C.CONST)
 _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
 
 
@@ -67,6 +68,13 @@ def vec_layout(op, size, arg0, args, n, p):
         if is_leaf:
             aoff[r] = outer
             outer += s * p
+        elif op[r] == _CONST:
+            # nothing reads a constant's adjoints (some VJPs write them rather
+            # than test): all p vectors share one row, so a large constant
+            # (the matrix of A @ x) does not cost p copies of itself
+            aoff[r] = inner
+            stride[r] = 0
+            inner += s
         else:
             aoff[r] = inner
             inner += s * p
