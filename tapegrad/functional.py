@@ -18,7 +18,7 @@ from .kernels._views import SMALL
 from .kernels.second import sweep_block
 from .kernels.sweep import layout, sweep
 from .kernels.vector import sweep_vec, touched, vec_layout
-from .ops.registry import LEAF, OUTPUT, REGISTRY
+from .ops.registry import CONST, LEAF, OUTPUT, REGISTRY
 from .tape import current
 from .tensor import Tensor, _plain, tensor
 
@@ -35,6 +35,14 @@ _arenas = threading.local()
 _KEEP = 4 * 2**20
 #: the block sweep in first-order mode reads no tangents
 _NO_TANGENTS = np.zeros(1, np.int64)
+
+
+def _vector_bytes(tape, upto):
+    """Bytes one more adjoint vector takes over records ``0 .. upto-1``:
+    constants keep one row for all vectors (``kernels/vector.py``), so they
+    do not count."""
+    sizes = tape.size[:upto]
+    return max(int(sizes[tape.op[:upto] != CONST].sum()), 1) * 8
 
 
 def _scratch(name, n):
@@ -203,8 +211,7 @@ def replay_reverse(rep, seeds, p):
     if not roots or p == 0:
         return out
     upto = max(_root_span(rep, r) for r, _ in roots)
-    per_vector = max(int(rep.size[:upto].sum()), 1) * 8
-    chunk = int(max(2, min(p, JACOBIAN_BYTES // per_vector)))
+    chunk = int(max(2, min(p, JACOBIAN_BYTES // _vector_bytes(rep, upto))))
     for lo in range(0, p, chunk):
         hi = min(p, lo + chunk)
         if hi - lo == 1:  # a last single vector: the ordinary sweep
@@ -505,7 +512,7 @@ def jacobian(f, argnums=0, *, mode="auto"):
             gs = [None] * len(leaves)
         else:
             tape = current()
-            per_vector = max(int(tape.size[:out._rec + 1].sum()), 1) * 8 if out._tok else 8
+            per_vector = _vector_bytes(tape, out._rec + 1) if out._tok else 8
             chunk = int(max(1, min(m, JACOBIAN_BYTES // per_vector)))
             eye = np.eye(m)
             parts = []
