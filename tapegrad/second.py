@@ -1060,11 +1060,13 @@ def hessian(f, argnums=0, *, sparse="auto"):
     ``sparse``: with True, the Hessian's structural sparsity pattern is found
     on the recorded graph and the columns that share no row are pushed
     through as one direction (``tapegrad.sparsity``) -- a banded Hessian
-    of any size takes a handful of directions instead of n.  "auto" (the
-    default) does so from ``SPARSE_MIN`` input elements on, when it needs
-    at most half as many directions; False always takes all n.  The result
-    is the same dense array either way; ``tg.sparse_hessian`` returns only
-    the nonzeros.
+    of any size takes a handful of directions instead of n.  The function
+    keeps its colouring while f records the same graph (per thread), so
+    the pattern is found once.  "auto" (the default) colours from
+    ``SPARSE_MIN`` input elements on, and below that from the second call
+    that records the same graph, when it needs at most half as many
+    directions; False always takes all n.  The result is the same dense
+    array either way; ``tg.sparse_hessian`` returns only the nonzeros.
 
     Examples
     --------

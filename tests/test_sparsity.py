@@ -197,7 +197,7 @@ def test_hessian_sparse_modes_agree_with_the_closed_form(n):
                                atol=1e-9)
 
 
-def test_auto_skips_small_inputs_and_dense_patterns(monkeypatch):
+def _count_patterns(monkeypatch):
     calls = []
     real = SP.pattern
 
@@ -205,6 +205,11 @@ def test_auto_skips_small_inputs_and_dense_patterns(monkeypatch):
         calls.append(1)
         return real(*a, **k)
     monkeypatch.setattr(SP, "pattern", spy)
+    return calls
+
+
+def test_auto_skips_small_inputs_and_dense_patterns(monkeypatch):
+    calls = _count_patterns(monkeypatch)
     x = np.linspace(0.1, 1.0, S.SPARSE_MIN - 1)
     tg.hessian(rosen)(x)
     assert not calls  # below SPARSE_MIN: never looked for
@@ -297,17 +302,6 @@ def test_traced_sparse_hessian_of_small_and_dense_functions():
 
 
 # -- eager: the colouring kept while f records the same graph ----------------------------------
-def _count_patterns(monkeypatch):
-    calls = []
-    real = SP.pattern
-
-    def spy(*a, **k):
-        calls.append(1)
-        return real(*a, **k)
-    monkeypatch.setattr(SP, "pattern", spy)
-    return calls
-
-
 def test_same_graph_finds_its_pattern_once(monkeypatch):
     calls = _count_patterns(monkeypatch)
     rng = np.random.default_rng(5)
