@@ -24,7 +24,9 @@ hand and the nonzeros gathered inside the jit, is the sparse counterpart:
 it shows what the colouring costs when the pattern is known in advance.
 
 Then a Hessian with no zeros, ``logsumexp(tanh(A @ x) * x)`` with a constant
-A, n = 300: the dense forward-over-reverse pass against PyTorch and JAX.
+A, n = 300: the dense forward-over-reverse pass against PyTorch and JAX; and
+an arrowhead Hessian (a shared parameter coupled with every input), n =
+1,000, which the star colouring covers with 2 directions.
 
 Run: ``OPENBLAS_NUM_THREADS=1 python benchmarks/hessian.py [-n REPEAT] [--size N] [--large]``.
 """
@@ -249,6 +251,46 @@ def dense(tg, torch, jax, n, repeat):
            "one thread", [r + (None,) for r in rows], repeat)
 
 
+def arrowhead(tg, torch, jax, n, repeat):
+    """A shared parameter: ``sum((x[0] * x[1:] - y) ** 2) + 0.1 sum(x[1:] ** 4)``.
+    Its Hessian is an arrowhead -- row 0 is full -- so every pair of columns
+    shares a row and a distance-2 colouring needs n colours; the star
+    colouring needs 2."""
+    rng = np.random.default_rng(3)
+    y = rng.standard_normal(n - 1)
+    x = rng.uniform(0.5, 1.5, n)
+
+    def f(x):
+        yy = y if isinstance(x, (np.ndarray, tg.Tensor)) else (
+            torch.from_numpy(y) if torch is not None and isinstance(x, torch.Tensor)
+            else __import__("jax.numpy").numpy.asarray(y))
+        return ((x[0] * x[1:] - yy) ** 2).sum() + 0.1 * (x[1:] ** 4).sum()
+
+    p = tg.sparse_hessian(f)(x).colors
+    ft = tg.trace(f, x)
+    rows = [(f"tapegrad `tg.hessian` (eager; {p} star colours)", tg.hessian(f), (x,)),
+            (f"tapegrad `tg.hessian(sparse=False)` (eager, {n} unit directions)",
+             tg.hessian(f, sparse=False), (x,)),
+            ("tapegrad `tg.trace(f).hessian` (traced once)", ft.hessian, (x,))]
+    if torch is not None:
+        rows.append(("PyTorch `hessian(vectorize=True)`",
+                     lambda t: torch.autograd.functional.hessian(f, t, vectorize=True),
+                     (torch.tensor(x),)))
+    if jax is not None:
+        jh = jax.jit(jax.hessian(f))
+        rows.append(("JAX `jit(hessian)`", lambda a: jh(a).block_until_ready(),
+                     (jax.numpy.asarray(x),)))
+    # closed form: H00 = 2 sum(x_i^2), H0i = Hi0 = 4 x0 x_i - 2 y_i,
+    # Hii = 2 x0^2 + 1.2 x_i^2
+    H = np.diag(np.concatenate(([2 * (x[1:] ** 2).sum()], 2 * x[0] ** 2 + 1.2 * x[1:] ** 2)))
+    H[0, 1:] = H[1:, 0] = 4 * x[0] * x[1:] - 2 * y
+    for label, fn, a in rows:
+        np.testing.assert_allclose(np.asarray(fn(*a)), H, rtol=1e-10, atol=1e-10,
+                                   err_msg=label)
+    _table(f"Arrowhead Hessian (a shared parameter), n = {n}; median of {repeat}, one thread",
+           [r + (None,) for r in rows], repeat)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -268,6 +310,7 @@ def main():
     torch, jax = _setup_libs()
     small(tg, torch, jax, args.size, args.repeat)
     dense(tg, torch, jax, 300, min(args.repeat, 21))
+    arrowhead(tg, torch, jax, 1000, min(args.repeat, 21))
     if args.large:
         for n in LARGE:
             large(tg, torch, jax, n, args.repeat, args.torch_limit)

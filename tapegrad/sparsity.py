@@ -32,13 +32,18 @@ the unit vectors of colour c, row i of ``H s_c`` is ``H[i, j]`` for the one
 column j of colour c that row i can have, so the whole Hessian comes from as
 many Hessian-vector products as there are colours -- 3 for a tridiagonal
 Hessian of any size, instead of n (the "direct" recovery of Curtis, Powell
-and Reid; ADOL-C's ``sparse_hess`` with ColPack does the same with star
-colourings, which can need fewer colours).
+and Reid).  Symmetry allows fewer: a star colouring (no path on four
+columns in two colours) lets every entry be read either at row i of column
+j's colour or at row j of column i's, so an arrowhead -- one input, a
+shared parameter, coupled with all the others -- takes 2 colours where a
+distance-2 colouring needs n (Gebremedhin, Manne and Pothen; ADOL-C's
+``sparse_hess`` with ColPack recovers the same way).  ``colors`` takes the
+fewer of the two.
 """
 import numpy as np
 
 from .kernels import codes as C
-from .kernels.coloring import color_columns
+from .kernels.coloring import color_columns, star_color
 from .functional import _root_span
 from .ops.registry import OUTPUT
 
@@ -476,14 +481,32 @@ def _matmul(tape, r, m, ins, n, P):
 
 
 # -- colouring and recovery ---------------------------------------------------------------
+#: the star colouring looks three steps around each column: it runs only when
+#: that walk (estimated from the degrees) stays below this many steps
+STAR_STEPS = 2 * 10**7
+
+
 def colors(rows, cols, n):
-    """``(color, p)``: a colour per column such that no row has nonzeros in
-    two columns of one colour, and the number of colours."""
+    """``(color, p)``: a colour per column such that every nonzero ``H[i, j]``
+    can be recovered from the products ``H s_c`` (``recover``), and the
+    number of colours -- the fewer of a distance-2 colouring (no row has two
+    columns of one colour) and, when affordable, a star colouring (which
+    also reads entries across the diagonal; ``kernels/coloring.py``)."""
     if rows.size == 0:  # H is zero: no direction needed
         return np.zeros(n, _I64), 0
     ptr = np.zeros(n + 1, _I64)
     np.cumsum(np.bincount(rows, minlength=n), out=ptr[1:])
-    return color_columns(ptr, cols.astype(_I64), n)
+    cols = cols.astype(_I64)
+    best = color_columns(ptr, cols, n)
+    deg = np.diff(ptr)
+    # steps of the star colouring's walk: sum over w of deg(w) * sum of its
+    # neighbours' degrees
+    if best[1] > 2 and float(deg @ np.bincount(rows, weights=deg[cols], minlength=n)) \
+            <= STAR_STEPS:
+        star = star_color(ptr, cols, n)
+        if star[1] < best[1]:
+            best = star
+    return best
 
 
 def seeds(color, p):
@@ -495,5 +518,23 @@ def seeds(color, p):
 
 
 def recover(hv, rows, cols, color):
-    """The pattern's values from ``hv[c] = H s_c`` (p, n): ``H[i, j] = hv[color[j], i]``."""
-    return hv[color[cols], rows]
+    """The pattern's values from ``hv[c] = H s_c`` (p, n).
+
+    ``H[i, j] = hv[color[j], i]`` when column j is the only one of its colour
+    in row i (always so for a distance-2 colouring); else, by symmetry,
+    ``hv[color[i], j]`` (a star colouring guarantees that i is then the
+    only one of its colour in row j).
+    """
+    p = int(hv.shape[0])
+    if p == 0 or rows.size == 0:
+        return np.zeros(rows.size)
+    # how many columns of row i have column j's colour
+    key = rows * p + color[cols]
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    start = np.concatenate(([True], sk[1:] != sk[:-1]))
+    runs = np.diff(np.concatenate((np.flatnonzero(start), [sk.size])))
+    count = np.empty(rows.size, _I64)
+    count[order] = np.repeat(runs, runs)
+    alone = count == 1
+    return np.where(alone, hv[color[cols], rows], hv[color[rows], cols])

@@ -141,26 +141,69 @@ def test_multi_output_ops_and_host_ops():
 
 
 # -- the colouring ----------------------------------------------------------------------------
-@settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 40), density=st.floats(0.0, 0.5), seed=st.integers(0, 2**32 - 1))
-def test_colouring_never_puts_two_columns_of_one_row_together(n, density, seed):
+def _random_pattern(n, density, hubs, seed):
+    """A random symmetric pattern, plus ``hubs`` columns coupled with all."""
     rng = np.random.default_rng(seed)
     M = rng.random((n, n)) < density
+    M[rng.permutation(n)[:hubs]] = True
     M = M | M.T
+    return M, rng
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 40), density=st.floats(0.0, 0.5), hubs=st.integers(0, 2),
+       seed=st.integers(0, 2**32 - 1))
+def test_colouring_recovers_every_symmetric_matrix_exactly(n, density, hubs, seed):
+    M, rng = _random_pattern(n, density, hubs, seed)
     rows, cols = np.nonzero(M)
     color, p = SP.colors(rows, cols, n)
     assert color.shape == (n,) and color.min(initial=0) >= 0
     assert color.max(initial=-1) < p if rows.size else p == 0
-    for i in range(n):
-        c = color[cols[rows == i]]
-        assert np.unique(c).size == c.size
-    # and a random symmetric H is recovered exactly from p products
+    # a random symmetric H with this pattern is recovered exactly from p products
     H = np.where(M, rng.standard_normal((n, n)), 0.0)
     H = H + H.T
     hv = SP.seeds(color, p) @ H  # row c: (H s_c)^T (H symmetric)
     got = np.zeros((n, n))
     got[rows, cols] = SP.recover(hv, rows, cols, color)
     np.testing.assert_array_equal(got, H)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 30), density=st.floats(0.0, 0.5), hubs=st.integers(0, 2),
+       seed=st.integers(0, 2**32 - 1))
+def test_distance2_and_star_colourings_hold_their_properties(n, density, hubs, seed):
+    from tapegrad.kernels.coloring import color_columns, star_color
+    M, _ = _random_pattern(n, density, hubs, seed)
+    rows, cols = np.nonzero(M)
+    ptr = np.concatenate(([0], np.cumsum(M.sum(axis=1))))
+    color, p = color_columns(ptr, cols.astype(np.int64), n)
+    for i in range(n):  # distance 2: no row holds two columns of one colour
+        c = color[cols[rows == i]]
+        assert np.unique(c).size == c.size
+    color, p = star_color(ptr, cols.astype(np.int64), n)
+    A = M & ~np.eye(n, dtype=bool)
+    assert not (A & (color[:, None] == color[None, :])).any()  # a proper colouring
+    # no path on four vertices in two colours
+    for v in range(n):
+        for w in np.flatnonzero(A[v]):
+            for x in np.flatnonzero(A[w]):
+                if x == v or color[x] != color[v]:
+                    continue
+                for y in np.flatnonzero(A[x]):
+                    assert y in (v, w) or color[y] != color[w], (v, w, x, y)
+
+
+def test_an_arrowhead_takes_two_colours():
+    # one input coupled with all the others (a shared parameter): every pair of
+    # columns shares row 0, so a distance-2 colouring needs n colours
+    f = lambda x: (x[0] * x[1:] ** 2).sum() + tg.sin(x).sum()  # noqa: E731
+    x = np.random.default_rng(4).uniform(0.5, 1.5, 300)
+    h = tg.sparse_hessian(f)(x)
+    assert h.colors == 2
+    np.testing.assert_allclose(h.toarray(), tg.hessian(f, sparse=False)(x), rtol=1e-13,
+                               atol=1e-13)
+    np.testing.assert_allclose(tg.hessian(f)(x), tg.hessian(f, sparse=False)(x), rtol=1e-13,
+                               atol=1e-13)
 
 
 @pytest.mark.parametrize("b", [1, 2, 5])

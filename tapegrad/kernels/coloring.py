@@ -34,3 +34,51 @@ def color_columns(ptr, idx, n):
         if c == p:
             p += 1
     return color, p
+
+
+@kernel
+def star_color(ptr, idx, n):
+    """``(color, p)``: a star colouring of the symmetric pattern's adjacency
+    graph (columns are vertices, off-diagonal nonzeros edges): adjacent
+    columns differ and no path on four vertices takes only two colours.
+    Then each nonzero ``H[i, j]`` can be read from a product, at row i of
+    colour j's or at row j of colour i's (symmetry), even where two columns
+    of one colour share a row -- an arrowhead (one input coupled with all
+    the others) takes 2 colours instead of n.
+
+    Greedy in column order (Gebremedhin, Manne and Pothen, "What color is
+    your Jacobian?", SIAM Review 2005): a column avoids its neighbours'
+    colours; the colours two steps away through a neighbour not coloured yet
+    (so that two neighbours of one column never share a colour); and the
+    colour of x on a path ``v - w - x - y`` whose w and y already share one.
+    """
+    color = np.full(n, -1, np.int64)
+    taken = np.full(n + 1, -1, np.int64)
+    p = 0
+    for v in range(n):
+        for a in range(ptr[v], ptr[v + 1]):
+            w = idx[a]
+            if w == v:
+                continue
+            cw = color[w]
+            if cw >= 0:
+                taken[cw] = v
+            for b in range(ptr[w], ptr[w + 1]):
+                x = idx[b]
+                if x == w or x == v or color[x] < 0:
+                    continue
+                if cw < 0:
+                    taken[color[x]] = v
+                    continue
+                for c in range(ptr[x], ptr[x + 1]):
+                    y = idx[c]
+                    if y != x and y != w and color[y] == cw:
+                        taken[color[x]] = v
+                        break
+        c = 0
+        while taken[c] == v:
+            c += 1
+        color[v] = c
+        if c == p:
+            p += 1
+    return color, p
