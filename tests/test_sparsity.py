@@ -150,9 +150,13 @@ def _random_pattern(n, density, hubs, seed):
     return M, rng
 
 
+#: random symmetric patterns: size, density, columns coupled with all, seed
+PATTERNS = dict(n=st.integers(1, 40), density=st.floats(0.0, 0.5), hubs=st.integers(0, 2),
+                seed=st.integers(0, 2**32 - 1))
+
+
 @settings(max_examples=80, deadline=None)
-@given(n=st.integers(1, 40), density=st.floats(0.0, 0.5), hubs=st.integers(0, 2),
-       seed=st.integers(0, 2**32 - 1))
+@given(**PATTERNS)
 def test_colouring_recovers_every_symmetric_matrix_exactly(n, density, hubs, seed):
     M, rng = _random_pattern(n, density, hubs, seed)
     rows, cols = np.nonzero(M)
@@ -169,8 +173,7 @@ def test_colouring_recovers_every_symmetric_matrix_exactly(n, density, hubs, see
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 30), density=st.floats(0.0, 0.5), hubs=st.integers(0, 2),
-       seed=st.integers(0, 2**32 - 1))
+@given(**PATTERNS)
 def test_distance2_and_star_colourings_hold_their_properties(n, density, hubs, seed):
     from tapegrad.kernels.coloring import color_columns, star_color
     M, _ = _random_pattern(n, density, hubs, seed)

@@ -9,7 +9,18 @@ apart: a banded matrix of bandwidth b gets 2b + 1 colours, whatever its size.
 """
 import numpy as np
 
-from ._jit import kernel
+from ._jit import inline, kernel
+
+
+@inline
+def _assign(color, taken, v, p):
+    """Give column v the smallest colour not marked ``taken[c] == v``;
+    returns the number of colours in use."""
+    c = 0
+    while taken[c] == v:
+        c += 1
+    color[v] = c
+    return max(p, c + 1)
 
 
 @kernel
@@ -27,12 +38,7 @@ def color_columns(ptr, idx, n):
                 c = color[idx[b]]  # ... and in column idx[b]
                 if c >= 0:
                     taken[c] = j
-        c = 0
-        while taken[c] == j:
-            c += 1
-        color[j] = c
-        if c == p:
-            p += 1
+        p = _assign(color, taken, j, p)
     return color, p
 
 
@@ -75,10 +81,5 @@ def star_color(ptr, idx, n):
                     if y != x and y != w and color[y] == cw:
                         taken[color[x]] = v
                         break
-        c = 0
-        while taken[c] == v:
-            c += 1
-        color[v] = c
-        if c == p:
-            p += 1
+        p = _assign(color, taken, v, p)
     return color, p
