@@ -44,6 +44,7 @@ from . import forward as FW
 from . import sparsity as SP
 from .autograd import _freed_error
 from .functional import _Slabs, _argnums, _call, _root_span, _run, _vector_bytes
+from .index_maps import operand_maps, reduce_map
 from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.second import hvp_layout, sweep_block
@@ -149,23 +150,6 @@ class _Pass:
         return [int(q) for q in tape.args[tape.arg0[r]:tape.arg0[r + 1]]]
 
 
-def _reduce_map(tape, r, n):
-    """The output element of each of the n input elements (``ip`` as for
-    reductions: ``[nd, in_shape, out_strides]``, nothing for a full one)."""
-    b = int(tape.ip0[r])
-    nd = int(tape.ip[b]) if b else 0
-    if nd == 0:
-        return np.zeros(n, np.int64)
-    return _strided_map(tape.ip[b + 1:b + 1 + nd], tape.ip[b + 1 + nd:b + 1 + 2 * nd])
-
-
-def _strided_map(shape, strides):
-    """The flat position, under ``strides``, of each element of an array of
-    ``shape`` in C order (the index maps the kernels walk with an odometer)."""
-    pos = np.indices(tuple(int(s) for s in shape)).reshape(len(shape), -1)
-    return (np.asarray(strides)[:, None] * pos).sum(axis=0)
-
-
 def _reduce2(P, r, sub):
     (q,) = P.parents(r)
     xd = P.dot(q)
@@ -173,7 +157,7 @@ def _reduce2(P, r, sub):
         return
     tape = P.tape
     n, m = int(tape.size[q]), int(tape.size[r])
-    om = _reduce_map(tape, r, n) if m > 1 or sub in (C.SOFTMAX, C.LOG_SOFTMAX) else \
+    om = reduce_map(tape, r, n) if m > 1 or sub in (C.SOFTMAX, C.LOG_SOFTMAX) else \
         np.zeros(n, np.int64)
     g, y, yd = P.ybar(r), P.val(r), P.dot(r)  # yd: the output's tangents
     if sub == C.SOFTMAX:
@@ -625,12 +609,8 @@ def _user_maps(tape, r, n, ma, mb):
     """The element of each operand that each of the n output elements reads
     (``ip`` as ``kernels/user.py`` documents: ``[id, d0, d1, nd, shape,
     strides of a, strides of b]``)."""
-    b = int(tape.ip0[r])
-    nd = int(tape.ip[b + 3])
-    if nd == 0:  # each operand full-size or one element
-        return [np.arange(n) if m == n else np.zeros(n, np.int64) for m in (ma, mb)]
-    ip = tape.ip[b + 4:b + 4 + 3 * nd]
-    return [_strided_map(ip[:nd], ip[nd * (j + 1):nd * (j + 2)]) for j in (0, 1)]
+    maps = operand_maps(tape, r, n, (ma, mb), at=3)
+    return [np.arange(n) if mp is None else mp for mp in maps]
 
 
 def _scatter(t, idx, m):
@@ -853,7 +833,7 @@ def _drive(leaves, out, p, seeds, fill=None):
     if out._tok is not tape.tok or tape.freed[out._rec]:
         raise _freed_error()
     upto = _root_span(tape, out._rec)
-    recs = [x._lrec if x._ltok is tape.lkey and x._lrec < upto else None for x in leaves]
+    recs = _recs_below(tape, leaves, upto)
     per_dir = _vector_bytes(tape, upto) * 2  # an adjoint and a tangent per direction
     chunk = int(max(1, min(p, HESSIAN_BYTES // per_dir))) if p else 1
     grads = [np.zeros(x.size) for x in leaves]
@@ -946,14 +926,52 @@ class SparseHessian(NamedTuple):
     shape: tuple
     colors: int
 
+    @classmethod
+    def zero(cls, n):
+        """The Hessian of a constant or linear function of n inputs."""
+        e = np.zeros(0, np.int64)
+        return cls(np.zeros(0), e, e, (n, n), 0)
+
     def toarray(self):
         H = np.zeros(self.shape, self.data.dtype)
         H[self.rows, self.cols] = self.data
         return H
 
 
+class _Colouring(NamedTuple):
+    """A Hessian's pattern (``rows``, ``cols``), its p colours and where each
+    nonzero sits in the products of the coloured directions
+    (``sparsity.recovery``)."""
+    rows: np.ndarray
+    cols: np.ndarray
+    color: np.ndarray
+    p: int
+    take: np.ndarray
+
+    def hessian(self, hv, n, coo):
+        """From the products ``hv`` (p, n): dense, or a ``SparseHessian``."""
+        h = SparseHessian(hv.reshape(-1)[self.take], self.rows, self.cols, (n, n), self.p)
+        return h if coo else h.toarray()
+
+
+def split_blocks(H, shapes, dtypes):
+    """The (n, n) Hessian over several inputs' elements as a tuple of tuples
+    ``H[i][j]`` of shape ``shapes[i] + shapes[j]``, in the inputs' result
+    dtypes -- ``jax.hessian``'s layout."""
+    shapes = [tuple(s) for s in shapes]
+    starts = np.cumsum([0] + [math.prod(s) for s in shapes])
+    res = []
+    for i, (si, di) in enumerate(zip(shapes, dtypes)):
+        row = []
+        for j, (sj, dj) in enumerate(zip(shapes, dtypes)):
+            blk = H[starts[i]:starts[i + 1], starts[j]:starts[j + 1]]
+            row.append(blk.reshape(si + sj).astype(np.result_type(di, dj), copy=False))
+        res.append(tuple(row))
+    return tuple(res)
+
+
 def _coloring(tape, root, recs, starts, mode, memo=None):
-    """``(rows, cols, color, p)`` when the Hessian should come from coloured
+    """A ``_Colouring`` when the Hessian should come from coloured
     directions (``mode``: True, or "auto": when it pays), else None.
 
     ``memo`` (a dict an eager ``tg.hessian(f)`` keeps) remembers the answer
@@ -989,7 +1007,7 @@ def _coloring(tape, root, recs, starts, mode, memo=None):
                                 limit=n * n // 8 if mode == "auto" else None)
         color, p = SP.colors(rows, cols, n)
         if mode is True or 2 * p <= n:
-            found = rows, cols, color, p
+            found = _Colouring(rows, cols, color, p, SP.recovery(rows, cols, color, p, n))
     except SP.TooDense:
         pass
     if memo is not None and sig is not None:
@@ -1006,44 +1024,43 @@ def _check_sparse(sparse, who):
 
 
 def _leaf_recs(leaves, out):
-    """The leaves' records and whether a pass is needed at all (as ``_drive``
-    decides; it raises for freed graphs)."""
+    """The leaves' records below out's span, or None when no pass is needed
+    (f is constant or its output is an input; ``_drive`` handles those) or
+    possible (a freed graph: ``_drive`` raises)."""
     if not out._requires_grad or out._tok is None:
         return None
     tape = current()
     if out._tok is not tape.tok or tape.freed[out._rec]:
         return None
-    upto = _root_span(tape, out._rec)
+    return _recs_below(tape, leaves, _root_span(tape, out._rec))
+
+
+def _recs_below(tape, leaves, upto):
+    """Each leaf's record, None for one recorded after ``upto`` (it cannot
+    reach the root) or in another epoch."""
     return [x._lrec if x._ltok is tape.lkey and x._lrec < upto else None for x in leaves]
 
 
 def _hessian_flat(f, args, nums, sparse, who, memo=None):
-    """Record f and return ``(leaves, starts, H)``: H an (n, n) array, or a
-    ``SparseHessian`` when ``sparse`` is "coo"; ``memo`` as for ``_coloring``."""
+    """Record f and return ``(leaves, H)``: H an (n, n) array over all the
+    leaves' elements, or a ``SparseHessian`` when ``sparse`` is "coo";
+    ``memo`` as for ``_coloring``."""
     leaves, out = _scalar_out(f, args, nums, who)
     n, starts, unit = FW.unit_directions(leaves)
     recs = _leaf_recs(leaves, out)
-    mode = True if sparse == "coo" else sparse
-    found = None if recs is None else _coloring(current(), out._rec, recs, starts, mode, memo)
-    if sparse == "coo" and (found is None or found[3] == 0):
+    coo = sparse == "coo"
+    found = None if recs is None else _coloring(current(), out._rec, recs, starts,
+                                                True if coo else sparse, memo)
+    if (coo and found is None) or (found is not None and found.p == 0):
         # constant or linear f: nothing to compute (the graph goes with f's tensors)
-        e = np.zeros(0, np.int64)
-        return leaves, starts, SparseHessian(np.zeros(0), e, e, (n, n), 0)
-    if found is not None and found[3] == 0:
-        return leaves, starts, np.zeros((n, n))
+        return leaves, SparseHessian.zero(n) if coo else np.zeros((n, n))
     if found is None:
         _, hvs = _drive(leaves, out, n, unit, fill=_unit_fill(starts))
         # hvs[i][k] = H e_k restricted to input i: column k of H's rows for i
-        return leaves, starts, (np.concatenate(hvs, axis=1).T if n else np.zeros((0, 0)))
-    rows, cols, color, p = found
-    S = SP.seeds(color, p)
-    _, hvs = _drive(leaves, out, p, lambda k, lo, hi: S[lo:hi, starts[k]:starts[k + 1]])
-    data = SP.recover(np.concatenate(hvs, axis=1), rows, cols, color)
-    if sparse == "coo":
-        return leaves, starts, SparseHessian(data, rows, cols, (n, n), p)
-    H = np.zeros((n, n))
-    H[rows, cols] = data
-    return leaves, starts, H
+        return leaves, (np.concatenate(hvs, axis=1).T if n else np.zeros((0, 0)))
+    S = SP.seeds(found.color, found.p)
+    _, hvs = _drive(leaves, out, found.p, lambda k, lo, hi: S[lo:hi, starts[k]:starts[k + 1]])
+    return leaves, found.hessian(np.concatenate(hvs, axis=1), n, coo)
 
 
 def hessian(f, argnums=0, *, sparse="auto"):
@@ -1080,16 +1097,9 @@ def hessian(f, argnums=0, *, sparse="auto"):
 
     def hessian_f(*args):
         single, nums = _argnums(argnums, len(args), "hessian")
-        leaves, starts, H = _hessian_flat(f, args, nums, sparse, "hessian", memo.__dict__)
-        res = []
-        for i, xi in enumerate(leaves):
-            row = []
-            for j, xj in enumerate(leaves):
-                blk = H[starts[i]:starts[i + 1], starts[j]:starts[j + 1]]
-                dt = np.result_type(xi.dtype, xj.dtype)
-                row.append(blk.reshape(xi.shape + xj.shape).astype(dt, copy=False))
-            res.append(tuple(row))
-        return res[0][0] if single else tuple(res)
+        leaves, H = _hessian_flat(f, args, nums, sparse, "hessian", memo.__dict__)
+        res = split_blocks(H, [x.shape for x in leaves], [x.dtype for x in leaves])
+        return res[0][0] if single else res
     hessian_f.__name__ = f"hessian({getattr(f, '__name__', 'f')})"
     return hessian_f
 
@@ -1119,7 +1129,7 @@ def sparse_hessian(f, argnums=0):
 
     def sparse_hessian_f(*args):
         _, nums = _argnums(argnums, len(args), "sparse_hessian")
-        return _hessian_flat(f, args, nums, "coo", "sparse_hessian", memo.__dict__)[2]
+        return _hessian_flat(f, args, nums, "coo", "sparse_hessian", memo.__dict__)[1]
     sparse_hessian_f.__name__ = f"sparse_hessian({getattr(f, '__name__', 'f')})"
     return sparse_hessian_f
 
@@ -1167,52 +1177,36 @@ def replay_hessian(rep, coo=False):
     sizes = [math.prod(s) for s in rep.in_shapes]
     n = sum(sizes)
     plan = rep.__dict__.get("_hessian_plan")
-    if plan is None or plan[0] is not rep:  # a clone inherits its original's
+    if plan is None or plan[0] is not rep or (coo and plan[1] is not None and plan[2] is None):
+        # a clone inherits its original's; a dense plan gets its colouring
+        # when the nonzeros are asked for
         plan = rep._hessian_plan = (rep,) + _replay_plan(rep, sizes, n, coo)
     _, hp, found = plan
-    if found is None and coo and hp is not None:  # made dense by a dense call: colour now
-        plan = rep._hessian_plan = (rep,) + _replay_plan(rep, sizes, n, coo)
-        _, hp, found = plan
-    if hp is None and found is None:  # constant: H = 0
-        e = np.zeros(0, np.int64)
-        return SparseHessian(np.zeros(0), e, e, (n, n), 0) if coo else np.zeros((n, n))
-    p = hp.p if hp is not None else 0
-    into = [(np.zeros(m), np.zeros((p, m))) for m in sizes]
-    if hp is not None:
-        hp.run(into)
-    hv = np.concatenate([h for _, h in into], axis=1) if n else np.zeros((0, 0))
-    if found is None:
-        if coo:  # linear or constant: nothing can be nonzero
-            e = np.zeros(0, np.int64)
-            return SparseHessian(np.zeros(0), e, e, (n, n), 0)
-        return hv.T if n else np.zeros((0, 0))
-    rows, cols, color = found
-    data = SP.recover(hv, rows, cols, color)
-    if coo:
-        return SparseHessian(data, rows, cols, (n, n), p)
-    H = np.zeros((n, n))
-    H[rows, cols] = data
-    return H
+    if hp is None:  # constant, or nothing can be nonzero: no pass
+        return SparseHessian.zero(n) if coo else np.zeros((n, n))
+    into = [(np.zeros(m), np.zeros((hp.p, m))) for m in sizes]
+    hp.run(into)
+    hv = np.concatenate([h for _, h in into], axis=1)
+    if found is None:  # unit directions
+        return hv.T
+    return found.hessian(hv, n, coo)
 
 
 def _replay_plan(rep, sizes, n, coo):
-    """``(HvpPlan or None, (rows, cols, color) or None)`` for a trace."""
+    """``(HvpPlan or None, _Colouring or None)`` for a trace."""
     if rep.root is None or not n:
         return None, None
     starts = np.cumsum([0] + sizes)
     recs = list(rep.leaf_rec)
-    found = _coloring(rep, rep.root, [r if r is not None and r < _root_span(rep, rep.root)
-                                      else None for r in recs],
-                      starts, True if coo else "auto_traced")
+    found = _coloring(rep, rep.root, recs, starts, True if coo else "auto_traced")
     if found is None:
         plan = HvpPlan(rep, rep.root, recs, n, own=True)
         fill = _unit_fill(starts)
         plan.seed(fill=lambda k, blk: fill(k, 0, n, blk))
         return plan, None
-    rows, cols, color, p = found
-    if p == 0:  # nothing can be nonzero: no pass
-        return None, (rows, cols, color)
-    S = SP.seeds(color, p)
-    plan = HvpPlan(rep, rep.root, recs, p, own=True)
+    if found.p == 0:  # nothing can be nonzero: no pass
+        return None, found
+    S = SP.seeds(found.color, found.p)
+    plan = HvpPlan(rep, rep.root, recs, found.p, own=True)
     plan.seed(seeds=lambda k: S[:, starts[k]:starts[k + 1]])
-    return plan, (rows, cols, color)
+    return plan, found

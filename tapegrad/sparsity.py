@@ -42,9 +42,10 @@ fewer of the two.
 """
 import numpy as np
 
+from .functional import _root_span
+from .index_maps import operand_maps, reduce_map
 from .kernels import codes as C
 from .kernels.coloring import color_columns, star_color
-from .functional import _root_span
 from .ops.registry import OUTPUT
 
 _I64 = np.int64
@@ -245,37 +246,7 @@ class _Pattern:
         return key // self.n, key % self.n
 
 
-# -- index maps of the records ------------------------------------------------------------
-def _strided(shape, strides):
-    pos = np.indices(tuple(int(s) for s in shape)).reshape(len(shape), -1)
-    return (np.asarray(strides, _I64)[:, None] * pos).sum(axis=0)
-
-
-def _operand_picks(tape, r, m, sizes, at=0):
-    """Per operand, the element each of the m output elements reads (None
-    for the identity), from a broadcast layout ``[nd, shape, strides...]``
-    at ``ip[ip0[r] + at]``."""
-    b = int(tape.ip0[r]) + at
-    nd = int(tape.ip[b]) if b or at else 0
-    picks = []
-    for j, s in enumerate(sizes):
-        if nd == 0:
-            picks.append(None if s == m else np.zeros(m, _I64))
-        else:
-            st = tape.ip[b + 1 + nd * (j + 1):b + 1 + nd * (j + 2)]
-            mp = _strided(tape.ip[b + 1:b + 1 + nd], st)
-            picks.append(None if s == m and np.array_equal(mp, np.arange(m)) else mp)
-    return picks
-
-
-def _reduce_owner(tape, r, n):
-    b = int(tape.ip0[r])
-    nd = int(tape.ip[b]) if b else 0
-    if nd == 0:
-        return np.zeros(n, _I64)
-    return _strided(tape.ip[b + 1:b + 1 + nd], tape.ip[b + 1 + nd:b + 1 + 2 * nd])
-
-
+# -- which records matter ---------------------------------------------------------------
 def _needed(tape, root, upto, first):
     """The records from ``first`` on that ``root`` depends on."""
     need = np.zeros(upto, np.bool_)
@@ -390,7 +361,7 @@ def _record(tape, r, kind, sub, m, ps, ins, n, P):
     if kind == C.K_NARY:
         if sub >= C.NARY_ZERO_FIRST:
             return None
-        picks = _operand_picks(tape, r, m, sizes)
+        picks = operand_maps(tape, r, m, sizes)
         rows = [None if s is None else (s if k is None else _pick(s, k))
                 for s, k in zip(ins, picks)]
         if sub in _CROSS or sub in _QUOTIENT:
@@ -412,7 +383,7 @@ def _record(tape, r, kind, sub, m, ps, ins, n, P):
         return _union([(s, np.where(src == j, pos, -1)) for j, s in enumerate(ins)], m, n)
     if kind == C.K_REDUCE:
         x, size = ins[0], sizes[0]
-        owner = _reduce_owner(tape, r, size) if m > 1 else np.zeros(size, _I64)
+        owner = reduce_map(tape, r, size) if m > 1 else np.zeros(size, _I64)
         if sub in _ROWWISE:
             groups = int(owner.max()) + 1 if size else 0
             G = _group(x, owner, groups, n)
@@ -437,7 +408,7 @@ def _record(tape, r, kind, sub, m, ps, ins, n, P):
         P.couple(ins[0], ins[0])
         return ins[0]
     if kind == C.K_USER and sub == C.USER_BINARY:
-        picks = _operand_picks(tape, r, m, sizes, at=3)
+        picks = operand_maps(tape, r, m, sizes, at=3)
         out = _union(list(zip(ins, picks)), m, n)
         P.couple(out, out)
         return out
@@ -472,8 +443,8 @@ def _matmul(tape, r, m, ins, n, P):
         parts.append(_group(_pick(S, lines.reshape(-1)), owner, out_batch * nl, n))
     # output (b, i, k) reads A's line (b, i) and B's line (b, k)
     bi = np.arange(out_batch, dtype=_I64)[:, None, None]
-    picks = [bi * M + np.arange(M)[:, None] + 0 * np.arange(N),
-             bi * N + np.arange(N)[None, :] + 0 * np.arange(M)[:, None]]
+    picks = [np.broadcast_to(bi * M + np.arange(M)[:, None], (out_batch, M, N)),
+             np.broadcast_to(bi * N + np.arange(N), (out_batch, M, N))]
     rows = [None if L is None else _pick(L, k.reshape(-1)) for L, k in zip(parts, picks)]
     if rows[0] is not None and rows[1] is not None:
         P.couple(rows[0], rows[1])
@@ -517,17 +488,16 @@ def seeds(color, p):
     return S
 
 
-def recover(hv, rows, cols, color):
-    """The pattern's values from ``hv[c] = H s_c`` (p, n).
-
-    ``H[i, j] = hv[color[j], i]`` when column j is the only one of its colour
-    in row i (always so for a distance-2 colouring); else, by symmetry,
-    ``hv[color[i], j]`` (a star colouring guarantees that i is then the
-    only one of its colour in row j).
+def recovery(rows, cols, color, p, n):
+    """Where each nonzero of the pattern sits in the flattened products
+    ``hv[c] = H s_c`` (p, n): ``H[i, j] = hv[color[j], i]`` when column j is
+    the only one of its colour in row i (always so for a distance-2
+    colouring); else, by symmetry, ``hv[color[i], j]`` (a star colouring
+    guarantees that i is then the only one of its colour in row j).  It
+    depends on the pattern and colours alone, so it is found once with them.
     """
-    p = int(hv.shape[0])
     if p == 0 or rows.size == 0:
-        return np.zeros(rows.size)
+        return np.zeros(rows.size, _I64)
     # how many columns of row i have column j's colour
     key = rows * p + color[cols]
     order = np.argsort(key, kind="stable")
@@ -536,5 +506,10 @@ def recover(hv, rows, cols, color):
     runs = np.diff(np.concatenate((np.flatnonzero(start), [sk.size])))
     count = np.empty(rows.size, _I64)
     count[order] = np.repeat(runs, runs)
-    alone = count == 1
-    return np.where(alone, hv[color[cols], rows], hv[color[rows], cols])
+    return np.where(count == 1, color[cols] * n + rows, color[rows] * n + cols)
+
+
+def recover(hv, rows, cols, color):
+    """The pattern's values from the products ``hv[c] = H s_c`` (p, n)."""
+    p, n = hv.shape
+    return hv.reshape(-1)[recovery(rows, cols, color, p, n)]

@@ -755,7 +755,8 @@ class TracedFunction:
 
     def _locked(self, args, seeds=None, scalar=False):
         """Value and, for each cotangent list (one entry per output) in
-        ``seeds`` or ``seeds(replay)``, the gradients, under the lock."""
+        ``seeds``, the gradients, under the lock (many cotangents at once go
+        through ``_vector`` instead)."""
         with _LOCK:
             rep, xs = self._run(args)
             try:
@@ -768,8 +769,6 @@ class TracedFunction:
                     raise RuntimeError(
                         f"grad needs a function with one output element; this one returns "
                         f"{what}: use ft.vjp(*args, cotangent)")
-                if callable(seeds):
-                    seeds = seeds(rep)
                 return value, [rep.backward(s) for s in seeds]
             finally:
                 rep.release()
@@ -837,7 +836,8 @@ class TracedFunction:
             else:
                 cts = [np.asarray(ct, np.float64)]
             if all(c.shape == s for c, s in zip(cts, rep.out_shapes)):
-                return [c.reshape(1, -1) for c in cts], None
+                batch.append(False)
+                return [c.reshape(1, -1) for c in cts], 1
             ks = {c.shape[0] if c.ndim else None for c in cts}
             if (len(ks) != 1 or None in ks
                     or any(c.shape[1:] != s for c, s in zip(cts, rep.out_shapes))):
@@ -847,21 +847,14 @@ class TracedFunction:
                     f"{rep.out_shapes if rep.multi else rep.out_shape} (a batch of "
                     "cotangents adds the same leading axis to each)")
             p = ks.pop()
+            batch.append(True)
             return [c.reshape(p, -1) for c in cts], p
 
         batch = []
-
-        def seeds(rep):
-            cts, p = cotangents(rep)
-            batch.append(p)
-            return cts, 1 if p is None else p
-
-        v, rep, gs = self._vector(args, seeds)
-        p = batch[0]
-        return v, self._unpack([
-            g.reshape((1 if p is None else p,) + tuple(s)).astype(d, copy=False)[
-                0 if p is None else slice(None)]
-            for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)])
+        v, rep, gs = self._vector(args, cotangents)
+        gs = [g.reshape(g.shape[:1] + tuple(s)).astype(d, copy=False)
+              for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)]
+        return v, self._unpack(gs if batch[0] else [g[0] for g in gs])
 
     def jacobian(self, *args):
         """∂f/∂x for every input x: shape ``f.shape + x.shape``, from one
@@ -1051,17 +1044,10 @@ class TracedFunction:
         array([[6., 2.],
                [2., 0.]])
         """
+        from .second import split_blocks
         H, shapes, dtypes = self._hessian(args, False)
-        shapes = [tuple(s) for s in shapes]
-        starts = np.cumsum([0] + [math.prod(s) for s in shapes])
-        rows = []
-        for i, (si, di) in enumerate(zip(shapes, dtypes)):
-            row = []
-            for j, (sj, dj) in enumerate(zip(shapes, dtypes)):
-                blk = H[starts[i]:starts[i + 1], starts[j]:starts[j + 1]]
-                row.append(blk.reshape(si + sj).astype(np.result_type(di, dj), copy=False))
-            rows.append(tuple(row))
-        return rows[0][0] if len(rows) == 1 else tuple(rows)
+        rows = split_blocks(H, shapes, dtypes)
+        return rows[0][0] if len(rows) == 1 else rows
 
     def sparse_hessian(self, *args):
         """The Hessian at ``args`` as its nonzeros, a ``tg.SparseHessian``
@@ -1091,9 +1077,7 @@ class TracedFunction:
                         f"returned {'a tuple' if rep.multi else f'shape {rep.out_shape}'}")
                 if rep.root in rep.leaf_rec:  # the output is an input: f is linear
                     n = sum(math.prod(s) for s in rep.in_shapes)
-                    e = np.zeros(0, np.int64)
-                    H = (second.SparseHessian(np.zeros(0), e, e, (n, n), 0) if coo
-                         else np.zeros((n, n)))
+                    H = second.SparseHessian.zero(n) if coo else np.zeros((n, n))
                 else:
                     H = second.replay_hessian(rep, coo)
                 return H, list(rep.in_shapes), list(rep.in_dtypes)
