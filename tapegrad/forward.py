@@ -94,7 +94,8 @@ class _Tangents:
 
     def put(self, r, t):
         view = self.block(r)
-        view[...] = np.reshape(t, (self.p, -1)).T
+        # the size spelled out: with no directions or no elements, -1 is ambiguous
+        view[...] = np.reshape(t, (self.p, view.shape[0])).T
 
 
 # recorded values are found the same way as for host VJPs (needs only voff)
@@ -115,8 +116,9 @@ def _sweep(tape, tan, T):
         code = int(tape.op[s])
         rule = HOST_JVP.get(code)
         if rule is None:
+            name = REGISTRY[code].name if code in REGISTRY else f"with code {code}"
             raise NotImplementedError(
-                f"jvp: the op {REGISTRY[code].name} has no forward-mode rule; use "
+                f"jvp: the op {name} has no forward-mode rule; use "
                 "reverse mode (tg.vjp, tg.jacobian) for functions that use it")
         rule(tape, tan, s)
         start = s + 1

@@ -73,13 +73,18 @@ def _classify(code):
     if kind in (C.K_NONE, C.K_UNARY, C.K_SCALAR, C.K_NARY, C.K_GATHER, C.K_CONCAT):
         return _LINEAR
     if kind == C.K_REDUCE:
-        return _LINEAR if sub in (C.SUM, C.MEAN, C.MAX, C.MIN) else _RULE
+        if sub in (C.SUM, C.MEAN, C.MAX, C.MIN):
+            return _LINEAR
+        return _RULE if sub in (C.PROD, C.LOGSUMEXP, C.SOFTMAX, C.LOG_SOFTMAX) else _MISSING
     if kind == C.K_SCAN:
-        return _LINEAR if sub == C.CUMSUM else _RULE
+        if sub == C.CUMSUM:
+            return _LINEAR
+        return _RULE if sub == C.CUMPROD else _MISSING
     if kind == C.K_HOST:
         return _RULE if code in HOST_RULES else _MISSING
     if kind == C.K_USER:
-        return _RULE  # its rule raises when the op was defined without second_derivative=
+        # its rule raises when the op was defined without second_derivative=
+        return _RULE if sub in (C.USER_UNARY, C.USER_BINARY) else _MISSING
     return _MISSING
 
 
@@ -189,7 +194,7 @@ def _reduce2(P, r, sub):
                 "yet (the first-order one handles zeros)")
         P.add(q, g[om] * (yd[:, om] / x - y[om] * xd / (x * x)))
         return
-    raise AssertionError(sub)
+    raise _missing_error(int(tape.op[r]))
 
 
 def _scan2(P, r, sub):

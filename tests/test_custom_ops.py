@@ -157,3 +157,67 @@ def test_gradients_on_another_thread():
         return x.grad.numpy()
 
     close(in_fresh_thread(run), [_gelu_tanh_derivative(0.3, 0), _gelu_tanh_derivative(-0.7, 0)])
+
+
+# -- a derivative that divides by zero or raises: IEEE values or NaN, never 0 ----------------
+def _over_x(x, y):
+    return 1.0 / x
+
+
+def _raises_above_one(x, y):
+    if x > 1.0:
+        raise ValueError("no derivative here")
+    return 2.0
+
+
+def _binary_over_a(a, b, y):
+    return b / a, a / b
+
+
+recip_d = tg.elementwise(lambda x: math.log(abs(x)) if x != 0.0 else -math.inf, _over_x,
+                         name="logabs")
+raising_d = tg.elementwise(lambda x: 2.0 * x, _raises_above_one, name="raising")
+ratio_d = tg.elementwise(lambda a, b: a * b, _binary_over_a, name="ratio")
+
+
+def test_derivative_dividing_by_zero_gives_ieee_inf_as_builtins_do(capfd):
+    x = leaf([0.0, 2.0, -0.0])
+    recip_d(x).sum().backward()
+    b = leaf([0.0, 2.0, -0.0])
+    with np.errstate(divide="ignore"):
+        tg.log(b).sum().backward()  # the built-in op's convention at 0: inf
+    close(x.grad, [np.inf, 0.5, -np.inf])
+    close(b.grad, [np.inf, 0.5, -np.inf])
+    a, c = leaf([0.0, 1.0]), leaf([0.0, 4.0])
+    ratio_d(a, c).sum().backward()
+    assert np.isnan(a.grad.numpy()[0]) and np.isnan(c.grad.numpy()[0])  # 0 / 0
+    close(a.grad.numpy()[1:], [4.0])
+    close(c.grad.numpy()[1:], [0.25])
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_derivative_that_raises_gives_nan_and_anomaly_mode_names_the_op(capfd):
+    x = leaf([0.5, 2.0])
+    raising_d(x).sum().backward()
+    g = x.grad.numpy()
+    assert g[0] == 2.0 and np.isnan(g[1])  # never the 0.0 of an ignored exception
+    x = leaf([0.5, 2.0])
+    with pytest.raises(RuntimeError, match="raisingBackward.*nan"):
+        with tg.detect_anomaly():
+            raising_d(x).sum().backward()
+    # forward mode calls the same compiled derivative
+    _, t = tg.jvp(lambda x: raising_d(x), (np.array([0.5, 2.0]),), (np.ones(2),))
+    assert t[0] == 2.0 and np.isnan(t[1])
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_second_derivative_that_raises_gives_nan():
+    def d2(x, y):
+        if x > 1.0:
+            raise ValueError("no second derivative here")
+        return 6.0 * x
+
+    op = tg.elementwise(lambda x: x * x * x, lambda x: 3.0 * x * x, second_derivative=d2,
+                        name="cube2")
+    _, hv = tg.hvp(lambda x: op(x).sum(), (np.array([0.5, 2.0]),), (np.ones(2),))
+    assert hv[0][0] == pytest.approx(3.0) and np.isnan(hv[0][1])

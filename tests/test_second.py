@@ -517,3 +517,31 @@ def test_second_derivative_arity_and_compile_errors():
     gc.collect()
     tg.tensor([1.0], requires_grad=True) * 2.0
     assert seen[0]() is None
+
+
+# -- zero-size batch axes ------------------------------------------------------------------
+@pytest.mark.parametrize("shapes", [((0, 2, 3), (0, 3, 4)), ((1, 2, 3), (0, 3, 4)),
+                                    ((0, 2, 3), (1, 3, 4))])
+@pytest.mark.parametrize("how", ["einsum", "ellipsis", "matmul", "at"])
+def test_products_with_empty_batch_axes_give_empty_results(shapes, how):
+    prod = {"einsum": lambda a, b: np.einsum("bij,bjk->bik", a, b),
+            "ellipsis": lambda a, b: np.einsum("...ij,...jk->...ik", a, b),
+            "matmul": np.matmul, "at": lambda a, b: a @ b}[how]
+
+    def f(a, b):
+        return (tg.sin(prod(a, b)) ** 2).sum()
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    ta, tb = rng.standard_normal(shapes[0]), rng.standard_normal(shapes[1])
+    assert f(a, b) == 0.0  # plain NumPy: an empty product, an empty sum
+    # f is 0 everywhere near (a, b): its gradient and Hessian are zero
+    g, hv = tg.hvp(f, (a, b), (ta, tb))
+    for got, x in zip(g + hv, (a, b, a, b)):
+        assert got.shape == x.shape
+        np.testing.assert_array_equal(got, np.zeros(x.shape))
+    ga, gb = tg.grad(f, argnums=(0, 1))(a, b)
+    np.testing.assert_array_equal(ga, np.zeros(a.shape))
+    np.testing.assert_array_equal(gb, np.zeros(b.shape))
+    H = tg.hessian(f, argnums=(0, 1))(a, b)
+    assert H[0][1].shape == a.shape + b.shape and not np.any(H[0][1])

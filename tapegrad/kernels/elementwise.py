@@ -20,6 +20,7 @@ from . import codes as C
 from ._jit import inline, kernel
 from ._views import (adjoint, advance, alias, claim, claim_zeroed, fparam, odometer,
                      parent, value)
+from .unhandled import unhandled
 
 
 @inline
@@ -81,7 +82,9 @@ def d_unary(sub, x, y):
         return math.pi / 180.0
     if sub == C.RAD2DEG:
         return 180.0 / math.pi
-    return 0.0  # C.ZERO and ZERO_FIRST..: piecewise-constant ops
+    if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:  # piecewise constant
+        return 0.0
+    return unhandled(sub)
 
 
 @inline
@@ -106,8 +109,9 @@ def d_scalar(sub, x, y, c):
         if c == 3.0:
             return 3.0 * (x * x)
         return c * x ** (c - 1.0) if c != 0.0 else 0.0
-    # C.RPOWC: d c**x = c**x log c; the limit for c == 0 is 0
-    return y * math.log(c) if c != 0.0 else 0.0
+    if sub == C.RPOWC:  # d c**x = c**x log c; the limit for c == 0 is 0
+        return y * math.log(c) if c != 0.0 else 0.0
+    return unhandled(sub)
 
 
 @inline
@@ -149,7 +153,7 @@ def d_binary(sub, a, b, y):
         if a == b:
             return 0.5, 0.5
         return (1.0, 0.0) if (a > b) == (sub == C.FMAX) else (0.0, 1.0)
-    if sub >= C.NARY_ZERO_FIRST:
+    if sub >= C.NARY_ZERO_FIRST:  # piecewise constant (floor_divide, heaviside)
         return 0.0, 0.0
     if sub == C.MAXIMUM:
         if a > b:
@@ -159,14 +163,15 @@ def d_binary(sub, a, b, y):
         if a == b:
             return 0.5, 0.5
         return (1.0, 0.0) if a != a else (0.0, 1.0)  # NaN wins, as in NumPy
-    # C.MINIMUM
-    if a < b:
-        return 1.0, 0.0
-    if a > b:
-        return 0.0, 1.0
-    if a == b:
-        return 0.5, 0.5
-    return (1.0, 0.0) if a != a else (0.0, 1.0)
+    if sub == C.MINIMUM:
+        if a < b:
+            return 1.0, 0.0
+        if a > b:
+            return 0.0, 1.0
+        if a == b:
+            return 0.5, 0.5
+        return (1.0, 0.0) if a != a else (0.0, 1.0)
+    return unhandled(sub), unhandled(sub)
 
 
 # -- array kernels ---------------------------------------------------------------

@@ -314,6 +314,8 @@ def reduce_jvp(T, r, sub, p):
         for i in range(n):
             j = om[i] if m > 1 else 0
             _acc(ty, j, tx, i, math.exp(x[i] - y[j]), p)
+    else:  # a sub code with no rule here: NaN, never a silent zero
+        ty[:] = np.nan
 
 
 # -- selections, joins, scans ---------------------------------------------------------------
@@ -368,6 +370,9 @@ def scan_jvp(T, r, sub, p):
     outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
     xr = parent(T, r, 0)
     tx, ty = tangent(T, xr, p), tangent(T, r, p)
+    if sub != C.CUMSUM and sub != C.CUMPROD:  # no rule here: NaN, never a silent zero
+        ty[:] = np.nan
+        return
     x = value(T, xr)
     y = value(T, r)
     for o in range(outer):
@@ -408,6 +413,9 @@ def user_jvp(T, r, sub, p):
             yr, xr_ = row(ty, i, p), row(tx, i, p)
             for k in range(p):
                 yr[k] = d * xr_[k]
+        return
+    if sub != C.USER_BINARY:  # no rule here: NaN, never a silent zero
+        ty[:] = np.nan
         return
     d1 = ip[b + 2]
     reached = T[13]
@@ -458,8 +466,9 @@ def fwd_layout(op, arg0, args, size, start, upto, reached):
 def sweep_fwd(T, start, stop, p):
     """Apply the tangent rules of reached records ``start .. stop-1``.
 
-    Returns -1 when done, ``r >= 0`` at a host record (Python applies its
-    rule and resumes at ``r + 1``), and ``-2 - q`` when a value record q's
+    Returns -1 when done, ``r >= 0`` at a host record or one of a kind no
+    kernel here handles (Python applies its rule or raises, and resumes at
+    ``r + 1``), and ``-2 - q`` when a value record q's
     rule needs was released (a backward inside the function freed it).
     """
     op, arg0, args, reached = T[0], T[1], T[4], T[13]
@@ -494,4 +503,6 @@ def sweep_fwd(T, start, stop, p):
             scan_jvp(T, r, sub, p)
         elif kind == C.K_USER:
             user_jvp(T, r, sub, p)
+        else:  # no kernel for this kind: Python's host path raises, naming the op
+            return r
     return -1

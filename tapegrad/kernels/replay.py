@@ -30,6 +30,7 @@ from .elementwise import binary_self_loops as _binary_self_into
 from .elementwise import scalar_loops as _scalar_vjp_into
 from .elementwise import unary_loops as _unary_vjp_into
 from .structural import _out_map, _runs, _step
+from .unhandled import unhandled
 from .user import call_d2
 
 #: K_NONE subs of comparison records (recorded only while tracing).  Their
@@ -130,8 +131,10 @@ def f_unary(sub, x):
         return np.ceil(x)
     if sub == C.ZERO_FIRST + 2:
         return np.trunc(x)
-    # rint, and round with decimals=0 (trace checks that no other was used)
-    return np.rint(x)
+    if sub == C.ZERO_FIRST + 3 or sub == C.ZERO_FIRST + 4:
+        # rint, and round with decimals=0 (trace checks that no other was used)
+        return np.rint(x)
+    return unhandled(sub)
 
 
 @inline
@@ -149,7 +152,9 @@ def f_scalar(sub, x, c):
         return c / x
     if sub == C.POWC:
         return x * x if c == 2.0 else np.power(x, c)  # a square: no pow() per element
-    return np.power(c, x)  # C.RPOWC
+    if sub == C.RPOWC:
+        return np.power(c, x)
+    return unhandled(sub)
 
 
 @inline
@@ -211,12 +216,13 @@ def f_binary(sub, a, b):
         return _fmod_floor(a, b)[1]
     if sub == C.NARY_ZERO_FIRST:  # floor_divide
         return _fmod_floor(a, b)[0]
-    # heaviside(a, b): b at a == 0
-    if a != a:
-        return a
-    if a == 0.0:
-        return b
-    return 1.0 if a > 0.0 else 0.0
+    if sub == C.NARY_ZERO_FIRST + 1:  # heaviside(a, b): b at a == 0
+        if a != a:
+            return a
+        if a == 0.0:
+            return b
+        return 1.0 if a > 0.0 else 0.0
+    return unhandled(sub)
 
 
 @inline
@@ -231,8 +237,10 @@ def f_compare(sub, a, b):
         t = a >= b
     elif sub == EQUAL:
         t = a == b
-    else:
+    elif sub == NOT_EQUAL:
         t = a != b
+    else:
+        return unhandled(sub)
     return 1.0 if t else 0.0
 
 
@@ -451,6 +459,10 @@ def reduce_fwd(T, r, sub):
     b = T[3][r]
     x, y = value(T, parent(T, r, 0)), value(T, r)
     n, m = x.size, y.size
+    if not (sub == C.SUM or sub == C.MEAN or sub == C.PROD or sub == C.MAX or sub == C.MIN
+            or sub == C.LOGSUMEXP or sub == C.SOFTMAX or sub == C.LOG_SOFTMAX):
+        y[:] = np.nan  # no rule here: NaN, never some other reduction's value
+        return
     if m == 1 and (sub == C.SUM or sub == C.MEAN):
         # a full sum: NumPy's order exactly (eager sums with np.sum)
         y[0] = 0.0 + _pairwise(x, 0, n) if n > 0 else 0.0
@@ -576,6 +588,9 @@ def scan_fwd(T, r, sub):
     b = T[3][r]
     outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
     x, y = value(T, parent(T, r, 0)), value(T, r)
+    if sub != C.CUMSUM and sub != C.CUMPROD:  # no rule here: NaN
+        y[:] = np.nan
+        return
     for o in range(outer):
         for i in range(inner):
             base = o * n * inner + i
@@ -599,6 +614,9 @@ def user_fwd(T, r, sub, addr):
         x = value(T, parent(T, r, 0))
         for i in range(n):
             y[i] = call_d1(addr, x[i])
+        return
+    if sub != C.USER_BINARY:  # no rule here: NaN
+        y[:] = np.nan
         return
     ip = T[5]
     b = T[3][r]
@@ -672,6 +690,8 @@ def replay(T, faddr, guard, goff, gvals, start, stop):
             scan_fwd(T, r, sub)
         elif kind == C.K_USER:
             user_fwd(T, r, sub, faddr[r])
+        else:  # no kernel for this kind: Python's host path raises, naming the op
+            return r
         g = guard[r]
         if g != 0 and not _guard_holds(T, r, g, gvals[goff[r]:]):
             return -2 - r
@@ -723,8 +743,10 @@ def _seg_record_fwd(T, r, r0, slot, base, lo, m):
         _unary_into(sub, x, y)
     elif kind == C.K_SCALAR:
         _scalar_into(sub, x, T[6][r], y)
-    else:
+    elif kind == C.K_NARY:
         _binary_into(sub, x, _view(_vaddr(T, args[arg0[r] + 1], r0, slot, base, lo), m), y)
+    else:  # segments hold elementwise records only
+        y[:] = np.nan
 
 
 @kernel
@@ -830,6 +852,9 @@ def seg_backward(T, r0, r1, start, n, slot, need, reach, write, assign, vs, gs):
             if kind == C.K_SCALAR:
                 if wa:
                     _scalar_vjp_into(sub, g, xa, y, fp[r], ga, fa)
+                continue
+            if kind != C.K_NARY:  # segments hold elementwise records only
+                ga[:] = np.nan
                 continue
             pb = args[a0 + 1]
             xb = _view(_vaddr(T, pb, r0, slot, vb, lo), m)

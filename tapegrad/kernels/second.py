@@ -38,6 +38,7 @@ from .elementwise import d_binary, d_scalar, d_unary
 from .forward import fwd_layout
 from .structural import _out_map
 from .sweep import layout
+from .unhandled import unhandled
 from .vector import vec_layout
 
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
@@ -47,6 +48,9 @@ _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
 
 # -- second derivatives, per sub code -----------------------------------------------------
 # Each reads only the values the tape keeps for the op's VJP (codes.READS_*).
+# The *_has_d2 predicates list the subs whose second derivative is zero
+# (almost everywhere); every other sub must have a branch in its d2_*
+# function, whose last branch is ``unhandled`` (NaN), not a zero.
 @inline
 def unary_has_d2(sub):
     return not (sub == C.IDENT or sub == C.NEG or sub == C.ZERO or sub == C.ABS
@@ -57,6 +61,8 @@ def unary_has_d2(sub):
 @inline
 def d2_unary(sub, x, y):
     """d^2y/dx^2 of ``y = f(x)`` at one element (0 for the linear subs)."""
+    if not unary_has_d2(sub):
+        return 0.0
     if sub == C.EXP:
         return y
     if sub == C.LOG:
@@ -103,17 +109,19 @@ def d2_unary(sub, x, y):
         return -x / (x * x - 1.0) ** 1.5
     if sub == C.ARCTANH:
         return 2.0 * x / ((1.0 - x * x) * (1.0 - x * x))
-    return 0.0
+    return unhandled(sub)
 
 
 @inline
 def scalar_has_d2(sub):
-    return sub == C.RDIVC or sub == C.POWC or sub == C.RPOWC
+    return not (sub == C.ADDC or sub == C.MULC or sub == C.DIVC or sub == C.RSUBC)
 
 
 @inline
 def d2_scalar(sub, x, y, c):
     """d^2y/dx^2 of ``y = x op c`` or ``c op x`` (0 for the linear subs)."""
+    if not scalar_has_d2(sub):
+        return 0.0
     if sub == C.RDIVC:  # c / x
         return 2.0 * y / (x * x)
     if sub == C.POWC:  # x ** c
@@ -129,19 +137,22 @@ def d2_scalar(sub, x, y, c):
             return 0.0
         lc = math.log(c)
         return y * lc * lc
-    return 0.0
+    return unhandled(sub)
 
 
 @inline
 def nary_has_d2(sub):
-    return (sub == C.MUL or sub == C.DIV or sub == C.POW or sub == C.FLOAT_POWER
-            or sub == C.ARCTAN2 or sub == C.HYPOT or sub == C.LOGADDEXP
-            or sub == C.LOGADDEXP2)
+    # piecewise linear (max/min, copysign, fmod, remainder) or constant
+    return not (sub == C.ADD or sub == C.SUB or sub == C.MAXIMUM or sub == C.MINIMUM
+                or sub == C.FMAX or sub == C.FMIN or sub == C.COPYSIGN or sub == C.FMOD
+                or sub == C.REMAINDER or sub == C.WHERE or sub >= C.NARY_ZERO_FIRST)
 
 
 @inline
 def d2_binary(sub, a, b, y):
     """(d2/da2, d2/da db, d2/db2) of ``y = a op b`` at one element."""
+    if not nary_has_d2(sub):
+        return 0.0, 0.0, 0.0
     if sub == C.MUL:
         return 0.0, 1.0, 0.0
     if sub == C.DIV:
@@ -165,7 +176,7 @@ def d2_binary(sub, a, b, y):
     if sub == C.LOGADDEXP2:
         s = 2.0 ** (a - y) * 2.0 ** (b - y) * _LN2
         return s, -s, s
-    return 0.0, 0.0, 0.0
+    return unhandled(sub), unhandled(sub), unhandled(sub)
 
 
 # -- views ----------------------------------------------------------------------------------

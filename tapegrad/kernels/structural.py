@@ -177,6 +177,8 @@ def reduce_vjp(T, r, sub):
             gx[i] += g[j] * math.exp(x[i] - y[j])
             if R != 0:
                 a, q, c = _step(a, q, c, R, Cn)
+    else:  # a sub code with no rule here: NaN, never a silent zero
+        gx[:] = np.nan
 
 
 @kernel
@@ -236,6 +238,9 @@ def scan_vjp(T, r, sub):
     g = adjoint(T, r)
     first = claim(T, xr)
     gx = adjoint(T, xr)
+    if sub != C.CUMSUM and sub != C.CUMPROD:  # no rule here: NaN, never a silent zero
+        gx[:] = np.nan
+        return
     x = value(T, xr)
     y = value(T, r)
     for o in range(outer):

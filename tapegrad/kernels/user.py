@@ -15,6 +15,7 @@ are the addresses of the partial derivatives (``d1`` is 0 for unary ops)
 and the rest is the broadcast layout of :func:`broadcast_params` (``nd`` is 0
 when no operand is broadcast beyond one element).
 """
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
@@ -86,6 +87,10 @@ def user_vjp(T, r, sub):
     claim_zeroed(T, ar)
     claim_zeroed(T, br)
     ga, gb = adjoint(T, ar), adjoint(T, br)
+    if sub != C.USER_BINARY:  # no rule here: NaN, never a silent zero
+        ga[:] = np.nan
+        gb[:] = np.nan
+        return
     # a constant operand needs no partial: skip the user's code for it
     ka, kb = T[0][ar] != _CONST, T[0][br] != _CONST
     nd = ip[b + 3]

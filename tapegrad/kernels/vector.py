@@ -131,7 +131,7 @@ def sweep_vec(T, freed, start, stop, p, stride):
         code = op[r]
         kind = code >> C.SHIFT
         sub = code & C.MASK
-        if kind == C.K_HOST:
+        if kind == C.K_HOST or kind > C.K_USER:  # as in ``sweep``
             return r
         if kind == C.K_NONE:  # an OUTPUT record hands over to its op record
             for j in range(arg0[r], arg0[r + 1]):

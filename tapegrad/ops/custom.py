@@ -6,13 +6,16 @@ inside the compiled reverse sweep: the derivative is compiled to a C-callable
 ``cfunc`` and each record carries its address (see kernels/user.py).  A backward
 through a user op therefore makes no Python call, unlike ``tg.Function``.
 """
+import gc
 import inspect
+import math
 import threading
 
 import numba
 import numpy as np
 
 from ..kernels import codes as C
+from ..kernels._jit import compile_lock
 from ..tape import current
 from ..tensor import Tensor, _plain, _result
 from .elementwise import _operand, broadcast_params
@@ -30,6 +33,10 @@ _lock = threading.Lock()
 _F64 = numba.types.float64
 
 
+def _cfunc(sig, fn):
+    return numba.cfunc(sig, error_model="numpy")(fn)
+
+
 def _arity(fn, what):
     try:
         params = inspect.signature(getattr(fn, "py_func", fn)).parameters.values()
@@ -40,6 +47,27 @@ def _arity(fn, what):
         raise TypeError(f"tapegrad.elementwise: the {what} must take its scalars as plain "
                         "positional parameters (no *args, **kwargs or keyword-only ones)")
     return len(params)
+
+
+def _locked(build):
+    """``build()`` under Numba's compiler lock, with the cyclic garbage
+    collector paused until it is done and then run under the lock.
+
+    The lock keeps this build from overlapping any other compilation; the
+    pause keeps a collection on another thread (a first kernel call there)
+    from freeing LLVM objects while this thread is inside LLVM with the GIL
+    released (LLVM is not thread-safe; that shows as a crash in llvmlite's
+    ``ObjectRef._dispose``).  Collecting before the lock is released frees
+    the build's own LLVM garbage while no other thread can be in LLVM."""
+    with compile_lock:
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return build()
+        finally:
+            if paused:
+                gc.enable()
+            gc.collect()
 
 
 def _apart(build):
@@ -55,15 +83,18 @@ def _apart(build):
 
     def run():
         try:
-            got.append((build(), None))
+            got.append((_locked(build), None))
         except numba.core.errors.NumbaError as e:
             got.append((None, str(e)))
         except BaseException as e:  # anything else, re-raised on the caller's thread
             got.append((None, e))
 
-    t = threading.Thread(target=run, name="tapegrad-compile")
-    t.start()
-    t.join()
+    if compile_lock.is_locked():   # inside a compilation already: the helper
+        run()                      # would wait for this thread forever
+    else:
+        t = threading.Thread(target=run, name="tapegrad-compile")
+        t.start()
+        t.join()
     result, err = got[0]
     if isinstance(err, BaseException):
         raise err
@@ -119,23 +150,40 @@ class ElementwiseOp:
 
             def build():
                 ufunc = numba.vectorize(sigs)(self.forward)
-                d = numba.njit(self.derivative)
+                # IEEE arithmetic, as the built-in ops' kernels: 1 / 0 is inf,
+                # not a ZeroDivisionError.  A C callback cannot raise into the
+                # sweep (Numba would print "Exception ignored" and return 0.0),
+                # so any other exception the derivative raises makes its value
+                # NaN, which propagates and which detect_anomaly reports
+                d = numba.njit(error_model="numpy")(self.derivative)
                 if self.nin == 1:
                     if _arity(self.derivative, "derivative") == 1:
                         def dx(x, y):
-                            return d(x)
+                            try:
+                                return float(d(x))
+                            except Exception:
+                                return math.nan
                     else:
                         def dx(x, y):
-                            return d(x, y)
-                    return ufunc, (numba.cfunc(_F64(_F64, _F64))(dx),)
+                            try:
+                                return float(d(x, y))
+                            except Exception:
+                                return math.nan
+                    return ufunc, (_cfunc(_F64(_F64, _F64), dx),)
 
                 def da(a, b, y):
-                    return d(a, b, y)[0]
+                    try:
+                        return float(d(a, b, y)[0])
+                    except Exception:
+                        return math.nan
 
                 def db(a, b, y):
-                    return d(a, b, y)[1]
+                    try:
+                        return float(d(a, b, y)[1])
+                    except Exception:
+                        return math.nan
                 sig = _F64(_F64, _F64, _F64)
-                return ufunc, (numba.cfunc(sig)(da), numba.cfunc(sig)(db))
+                return ufunc, (_cfunc(sig, da), _cfunc(sig, db))
 
             built, err = _apart(build)
             if err is not None:
@@ -167,26 +215,42 @@ class ElementwiseOp:
                 "float64(float64, float64, float64)"
 
             def build():
-                d2 = numba.njit(self.second_derivative)
+                # IEEE arithmetic, as for the derivative (see _compile)
+                d2 = numba.njit(error_model="numpy")(self.second_derivative)
                 if self.nin == 1:
                     if _arity(self.second_derivative, "second derivative") == 1:
                         def dxx(x, y):
-                            return d2(x)
+                            try:
+                                return float(d2(x))
+                            except Exception:
+                                return math.nan
                     else:
                         def dxx(x, y):
-                            return d2(x, y)
+                            try:
+                                return float(d2(x, y))
+                            except Exception:
+                                return math.nan
                     fns = (dxx,)
                 else:
                     # one ufunc per entry of the returned triple (a ufunc
                     # returns one number)
                     def daa(a, b, y):
-                        return d2(a, b, y)[0]
+                        try:
+                            return float(d2(a, b, y)[0])
+                        except Exception:
+                            return math.nan
 
                     def dab(a, b, y):
-                        return d2(a, b, y)[1]
+                        try:
+                            return float(d2(a, b, y)[1])
+                        except Exception:
+                            return math.nan
 
                     def dbb(a, b, y):
-                        return d2(a, b, y)[2]
+                        try:
+                            return float(d2(a, b, y)[2])
+                        except Exception:
+                            return math.nan
                     fns = (daa, dab, dbb)
                 return tuple(numba.vectorize([sig])(f) for f in fns)
 
@@ -207,7 +271,7 @@ class ElementwiseOp:
             cf = self.__dict__.get("_forward_cfunc")
             if cf is None:
                 sig = _F64(*([_F64] * self.nin))
-                cf = self._forward_cfunc = numba.cfunc(sig)(self.forward)
+                cf = self._forward_cfunc = _locked(lambda: numba.cfunc(sig)(self.forward))
             return cf.address
 
     @property
@@ -254,6 +318,11 @@ def elementwise(forward=None, derivative=None, *, second_derivative=None, name=N
     Python call.  Binary ops broadcast as NumPy does.  Use it as a decorator
     with ``derivative=`` or call it with both functions.  Both are compiled on
     the op's first call (about a second).
+
+    The derivatives follow IEEE arithmetic, as the built-in ops do: a
+    division by zero gives inf or NaN.  A derivative that raises (an explicit
+    ``raise``, say) cannot stop the compiled sweep; its value is NaN there,
+    and ``tg.detect_anomaly()`` names the op.
 
     ``second_derivative`` (optional) makes the op usable in ``tg.hessian``
     and ``tg.hvp``: ``second_derivative(x, y)`` (or ``(x)``) returns

@@ -332,10 +332,11 @@ def _einsum_vjp(tape, adj, r):
     parents = [tape.args[a0 + k] for k in range(len(ins))]
     values = [adj.value(tape, p, s) for p, s in zip(parents, shapes)]
     g = adj[r].reshape(out_shape)
-    size = {}  # each index's extent after broadcasting
+    size = {}  # each index's extent after broadcasting (1 gives way, even to 0)
     for s, shp in zip(ins, shapes):
         for c, n in zip(s, shp):
-            size[c] = max(size.get(c, 1), n)
+            if size.get(c, 1) == 1:
+                size[c] = n
     for k, p in enumerate(parents):
         if tape.op[p] == CONST:
             continue

@@ -2,13 +2,15 @@
 
 An entry names the op (``grad_fn.name()`` is the name plus ``Backward``),
 fixes its op code (the kernel family and sub code the sweep dispatches on),
-and says how its forward is computed.  Host ops (VJP in Python with NumPy,
+and says how its forward is computed.  A code that some kernel switch has
+no branch for is refused here (``kernels/unhandled.py``).  Host ops (VJP in Python with NumPy,
 for BLAS-bound work) carry their VJP function here as well.  The test suite
 checks that every entry has a gradient test.
 """
 from typing import Callable, NamedTuple, Optional
 
 from ..kernels import codes as C
+from ..kernels.unhandled import check as _check_handled
 
 
 class OpDef(NamedTuple):
@@ -32,6 +34,9 @@ def register(name, kind, sub, forward=None, host_vjp=None, batched_vjp=None):
         raise ValueError(f"op {name!r} (code {code}) is registered twice")
     if (kind == C.K_HOST) != (host_vjp is not None):
         raise ValueError(f"op {name!r}: host_vjp is required exactly for host ops")
+    # a code that some kernel switch lacks would reach its NaN fallback: refuse
+    # it now rather than give NaN (or worse) at the first sweep
+    _check_handled(code)
     d = OpDef(name, code, forward, host_vjp, batched_vjp)
     REGISTRY[code] = d
     BY_NAME[name] = d
