@@ -48,7 +48,7 @@ class FunctionCtx:
 
 
 def _function_vjp(tape, adj, r):
-    cls, ctx, tensor_args, out_shapes = tape.host[r]
+    cls, ctx, tensor_args, out_shapes, nargs = tape.host[r]
     if len(out_shapes) == 1 and tape.size[r] == int(np.prod(out_shapes[0])) \
             and tape.op[r + 1 if r + 1 < tape.n else r] != OUTPUT:
         grads_out = (adj[r].reshape(out_shapes[0]).copy(),)
@@ -59,12 +59,20 @@ def _function_vjp(tape, adj, r):
     grads = cls.backward(ctx, *grads_out)
     if not isinstance(grads, tuple):
         grads = (grads,)
+    # PyTorch's rule: one gradient per input of forward, trailing Nones past
+    # the inputs ignored; anything else is an error, never a silent drop
+    if len(grads) > nargs and all(g is None for g in grads[nargs:]):
+        grads = grads[:nargs]
+    if len(grads) != nargs:
+        raise RuntimeError(
+            f"{cls.__name__}.backward returned an incorrect number of gradients (expected "
+            f"{nargs}, got {len(grads)}): it must return one per input of forward (None "
+            "for inputs without gradient)")
+    # every gradient is checked before any is added: an error leaves the
+    # adjoints as they were
+    adds = []
     a0 = tape.arg0[r]
     for j, (position, shape) in enumerate(tensor_args):
-        if position >= len(grads):
-            raise RuntimeError(
-                f"{cls.__name__}.backward returned {len(grads)} gradients; it must "
-                "return one per input of forward (None for inputs without gradient)")
         g = grads[position]
         p = tape.args[a0 + j]
         if g is None or tape.op[p] == CONST:
@@ -74,6 +82,8 @@ def _function_vjp(tape, adj, r):
             raise RuntimeError(
                 f"{cls.__name__}.backward returned a gradient of shape {g.shape} for "
                 f"input {position}, whose shape is {shape}")
+        adds.append((p, g))
+    for p, g in adds:
         adj.add(p, g)
 
 
@@ -111,10 +121,10 @@ class Function:
         shapes = tuple(o.shape for o in outs)
         if single:
             r = tape.record(_FUNCTION, parents, outs[0])
-            tape.host[r] = (cls, ctx, tensor_args, shapes)
+            tape.host[r] = (cls, ctx, tensor_args, shapes, len(args))
             return _result(tape, r, outs[0] if outs[0].ndim else outs[0][()])
         u = tape.record(_FUNCTION, parents, np.zeros(0))
-        tape.host[u] = (cls, ctx, tensor_args, shapes)
+        tape.host[u] = (cls, ctx, tensor_args, shapes, len(args))
         results = []
         for s, o in enumerate(outs):
             rr = tape.record(OUTPUT, (u,), o, (s,))

@@ -22,20 +22,27 @@ tensors (``ft.vjp`` then takes a tuple of cotangents).
 What a trace fixes
 ------------------
 * Shapes and dtypes: a call with different ones traces again (one cache
-  entry per signature).  Python ints, bools, strings and tuples among the
-  arguments are static: part of the signature, baked into the trace.
-* Arrays and detached tensors that ``f`` closes over (or builds from the
-  inputs behind tapegrad's back: ``x.numpy()``, ``x.detach()``, integer
-  indices computed from values) are constants of the trace, read at trace
-  time.
-* Python control flow that reads a traced value -- ``bool()``, ``float()``,
-  ``int()``, ``.item()`` of a tensor, an ``if`` on a comparison -- becomes a
-  guard: a replay whose guard no longer holds traces again transparently
-  (``ft.retraces`` counts these; a warning is issued past
-  ``RETRACE_WARNING``).  Comparisons of traced tensors are records, so a
-  ``where`` mask or a ``x * (x > 0)`` is recomputed by the replay; a
-  comparison whose result no record consumes (it went to NumPy or Python)
-  is guarded as a whole.
+  entry per signature).  Python ints, bools, strings, tuples and other
+  hashable objects among the arguments are static: part of the signature
+  by type and value (``(1,)`` and ``(True,)`` are two signatures; an
+  object hashed by identity is keyed on its attributes too, so a config
+  object changed between calls traces again).
+* Arrays and tensors that ``f`` closes over are constants of the trace,
+  read at trace time.
+* A traced value that leaves the tape is guarded: a replay whose guard no
+  longer holds traces again transparently (``ft.retraces`` counts these; a
+  warning is issued past ``RETRACE_WARNING``).  That covers Python control
+  flow (``bool()``, ``float()``, ``int()``, ``.item()``, an ``if`` on a
+  comparison: the truth or the exact value is checked), NumPy functions
+  with plain results (``np.argmax``, ``np.argsort``, ``np.searchsorted``,
+  ``np.nonzero``, ``np.isnan``, ``np.allclose``, ...: the function runs
+  again on the replayed values and its result must not change), the
+  indices behind ``np.sort`` and ``np.unique``, and a detached traced value
+  (``x.detach()``) used as an operand (its exact value is checked).
+  Comparisons of traced tensors are records, so a ``where`` mask, a
+  ``x * (x > 0)`` or the NaN masks of ``nansum`` are recomputed by the
+  replay without a guard; a comparison whose result no record consumes (it
+  went to NumPy or Python) is guarded as a whole.
 * Replay computes in float64 (the tape's precision); a float32 function's
   results are cast back to float32.
 
@@ -48,7 +55,10 @@ Traced functions pickle through the same arrays (with ``f`` when ``f``
 pickles), so ``multiprocessing`` workers can run them.  ``ft.grad_batch(X)``
 splits a batch among threads, each replaying its own copy of the trace.
 
-Ops that cannot be replayed (``sort``, ``tg.Function``, eigh, qr, svd,
+A trace that guards a NumPy call runs Python at every replay and cannot be
+saved (``ft.save`` raises; a pickle keeps its other traces).
+
+Ops that cannot be replayed (``tg.sort``, ``tg.Function``, eigh, qr, svd,
 lstsq) raise ``NotImplementedError`` naming the op when traced; every trace
 is also replayed once at its own inputs and compared record by record with
 the eager values, so an op whose replay would differ fails loudly there.
@@ -70,6 +80,7 @@ from .kernels import replay as RK
 from .kernels._views import SMALL
 from .kernels.sweep import layout, sweep
 from .ops.elementwise import broadcast_params
+from .ops import registry as R
 from .ops.registry import REGISTRY, register
 from .tape import Tape, _local, _writeable
 from .tensor import Tensor, _node, _plain
@@ -171,6 +182,18 @@ class TraceTape(Tape):
         self.check_at = 1 << 62       # ... nor compacts (record ids must stay)
         self.derived = {}             # id(comparison result) -> (record, array)
         self.guards = {}              # record -> (kind, expected value)
+        self.recorded = {}            # id(recorded value) -> (record, value)
+        self.calls = []               # NumPy calls on traced values (see ``call``)
+
+    def record(self, op, parents, value, ints=None, const=0.0, inputs=None):
+        r = Tape.record(self, op, parents, value, ints, const, inputs)
+        self.recorded[id(value)] = (r, value)
+        return r
+
+    def record1(self, op, parent, value, const=0.0, inputs=None):
+        r = Tape.record1(self, op, parent, value, const, inputs)
+        self.recorded[id(value)] = (r, value)
+        return r
 
     def _value(self, r, value, inputs=None):
         Tape._value(self, r, value, inputs)
@@ -190,9 +213,76 @@ class TraceTape(Tape):
             return d[0]
         return None
 
+    def source(self, x):
+        """Record whose replayed value ``x`` is -- a traced value, or one that
+        shares a traced record's data without its gradient (``detach()``,
+        ``.data``, ``.numpy()`` of a traced tensor) -- else None.  Constants
+        are not sources: a replay does not change them."""
+        r = self.traced(x)
+        if r is not None:
+            return r
+        d = x._data if isinstance(x, Tensor) else x
+        hit = self.recorded.get(id(d))
+        if hit is None or hit[1] is not d or int(self.op[hit[0]]) == R.CONST:
+            return None
+        return hit[0]
+
+    def leave(self, x):
+        """``x``'s value leaves the tape for Python or NumPy (``.numpy()``,
+        ``.tolist()``, an index): a replay must see the same exact value."""
+        r = self.source(x)
+        if r is not None:
+            self.guards[r] = (RK.G_VALUE, None)
+
     def constant(self, value):
         r = self.traced(value)
-        return r if r is not None else Tape.constant(self, value)
+        if r is not None:
+            return r
+        src = self.source(value)
+        if src is not None:
+            # a traced value back as a constant (detached): no gradient flows,
+            # and the replay must see the same value
+            self.guards[src] = (RK.G_VALUE, None)
+        return Tape.constant(self, value)
+
+    def call(self, fn, args, kwargs, exact=False):
+        """``fn(*args, **kwargs)`` on plain values (tensors become arrays).
+
+        A traced value among the arguments (tensors, items of list or tuple
+        arguments, keyword values) makes the call a guard: every replay runs
+        ``fn`` again on the replayed values and traces again if the result
+        differs, so an index, a count or a mask computed from traced values is
+        never a stale constant.  ``exact=True`` guards the traced arguments'
+        exact values instead (for calls with side effects, ``np.copyto``).
+        """
+        slots = []
+
+        def plain(x):
+            r = self.source(x)
+            d = np.asarray(x._data) if isinstance(x, Tensor) else x
+            if r is None:
+                return d, (np.array(d) if isinstance(d, np.ndarray) else d)
+            slots.append(r)
+            return d, _Slot(r, np.shape(d), np.asarray(d).dtype)
+
+        def conv(x):
+            if isinstance(x, (list, tuple)):
+                pairs = [plain(v) for v in x]
+                return type(x)(p[0] for p in pairs), _Seq(type(x), [p[1] for p in pairs])
+            return plain(x)
+
+        cargs = [conv(a) for a in args]
+        ckw = {k: conv(v) for k, v in kwargs.items()}
+        result = fn(*[c[0] for c in cargs], **{k: c[0] for k, c in ckw.items()})
+        if slots:
+            if exact:
+                for r in slots:
+                    self.guards[r] = (RK.G_VALUE, None)
+            else:
+                name = getattr(fn, "__name__", repr(fn))
+                self.calls.append(_Call(name, fn, [c[1] for c in cargs],
+                                        {k: c[1] for k, c in ckw.items()}, _snapshot(result)))
+        return result
 
     def compare(self, fn, a, b, data):
         ra, rb = self.traced(a), self.traced(b)
@@ -219,9 +309,97 @@ class TraceTape(Tape):
             self.guards[r] = (RK.G_VALUE, None)  # the replay's own value, set later
 
 
+class _Slot:
+    """A traced value among a guarded call's arguments: which record, as what."""
+
+    __slots__ = ("rec", "shape", "dtype")
+
+    def __init__(self, rec, shape, dtype):
+        self.rec, self.shape, self.dtype = rec, shape, dtype
+
+
+class _Seq:
+    """A list or tuple argument of a guarded call, item by item."""
+
+    __slots__ = ("kind", "items")
+
+    def __init__(self, kind, items):
+        self.kind, self.items = kind, items
+
+
+class _Call:
+    """A guarded NumPy call (``TraceTape.call``): ``fn``, its arguments with
+    ``_Slot`` for traced values, and the result it gave when traced."""
+
+    __slots__ = ("name", "fn", "args", "kwargs", "expect")
+
+    def __init__(self, name, fn, args, kwargs, expect):
+        self.name, self.fn, self.args, self.kwargs, self.expect = name, fn, args, kwargs, expect
+
+    def records(self):
+        """The records the call reads."""
+        out = []
+        for a in list(self.args) + list(self.kwargs.values()):
+            items = a.items if isinstance(a, _Seq) else [a]
+            out.extend(v.rec for v in items if isinstance(v, _Slot))
+        return out
+
+    def holds(self, view):
+        """Whether ``fn`` gives the traced result on the values ``view(r)``."""
+        def fill(v):
+            if isinstance(v, _Slot):
+                flat = view(v.rec)
+                x = flat != 0 if v.dtype == np.bool_ else flat.astype(v.dtype)
+                return x.reshape(v.shape)
+            return np.array(v) if isinstance(v, np.ndarray) else v  # fn may write
+
+        def arg(a):
+            return a.kind(fill(v) for v in a.items) if isinstance(a, _Seq) else fill(a)
+
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = self.fn(*[arg(a) for a in self.args],
+                              **{k: arg(v) for k, v in self.kwargs.items()})
+        except Exception:
+            return False  # tracing again lets the eager call raise to the caller
+        return _same(got, self.expect)
+
+
+def _snapshot(v):
+    """A copy of a call's result that later writes cannot change."""
+    if isinstance(v, (tuple, list)):
+        return type(v)(_snapshot(x) for x in v) if type(v) in (tuple, list) else \
+            type(v)(*[_snapshot(x) for x in v])
+    if isinstance(v, np.ndarray):
+        return v.copy()
+    return v
+
+
+def _same(a, b):
+    """Exact equality of two call results: types, shapes, dtypes, values (NaN
+    equal to NaN)."""
+    if isinstance(a, (tuple, list)):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(_same(x, y) for x, y in zip(a, b)))
+    if isinstance(a, (np.ndarray, np.generic)):
+        if type(a) is not type(b):
+            return False
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+    if type(a) is not type(b):
+        return False
+    return bool(a == b) or (isinstance(a, float) and a != a and b != b)
+
+
 def _is_input(a):
     if isinstance(a, Tensor):
-        return a.dtype.kind == "f"
+        if a.dtype.kind == "f":
+            return True
+        raise TypeError(f"tapegrad.trace: tensor arguments must be floating point, got "
+                        f"dtype {a.dtype}; close over integer and boolean tensors instead")
     if isinstance(a, (float, np.floating)):
         return True
     if isinstance(a, np.ndarray):
@@ -248,8 +426,65 @@ def _signature(args):
             except TypeError:
                 raise TypeError(f"tapegrad.trace: argument {i} ({type(a).__name__}) is "
                                 "neither a float array nor hashable; close over it") from None
-            key.append(("static", type(a), a))
+            v = _typed(a, i, 0)
+            if isinstance(v, _State):  # the object itself stays the third entry
+                key.append(("static", type(a), a, v))
+            else:
+                key.append(("static", type(a), v))
     return tuple(key), pos, xs
+
+
+#: objects a static argument may be that are keyed by identity alone
+_BY_IDENTITY = (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                types.ModuleType, type)
+#: how deep a static argument's attributes are followed
+_STATE_DEPTH = 4
+
+
+class _State:
+    """A static argument hashed by identity, keyed on its attributes too (a
+    config object changed between calls must not reuse a trace)."""
+
+    __slots__ = ("obj", "attrs")
+
+    def __init__(self, obj, attrs):
+        self.obj, self.attrs = obj, attrs
+
+    def __eq__(self, other):
+        return (isinstance(other, _State) and self.obj is other.obj
+                and self.attrs == other.attrs)
+
+    def __hash__(self):
+        return hash((id(self.obj), self.attrs))
+
+
+def _typed(a, i, depth):
+    """Static argument ``a`` as a hashable key whose equality implies equal
+    types all the way down (``1 == True`` but they are two signatures)."""
+    if type(a) in (tuple, frozenset) or isinstance(a, tuple):
+        items = [(type(x), _typed(x, i, depth + 1)) for x in a]
+        return type(a)(items) if type(a) in (tuple, frozenset) else tuple(items)
+    if (type(a).__hash__ is not object.__hash__ or isinstance(a, _BY_IDENTITY)
+            or not hasattr(a, "__dict__")):
+        return a
+    if depth >= _STATE_DEPTH:
+        raise TypeError(
+            f"tapegrad.trace: static argument {i} nests objects hashed by identity more "
+            f"than {_STATE_DEPTH} deep ({type(a).__name__}); pass the values it holds as "
+            "arguments, or close over it (a constant of the trace)")
+    attrs = []
+    for name, v in sorted(vars(a).items()):
+        try:
+            hash(v)
+        except TypeError:
+            raise TypeError(
+                f"tapegrad.trace: static argument {i} ({type(a).__name__}) is hashed by "
+                f"identity and its attribute {name!r} is a {type(v).__name__}, which is "
+                "not hashable, so a change to it could not be seen; pass the values as "
+                "arguments (float arrays are traced inputs) or close over the object "
+                "(a constant of the trace)") from None
+        attrs.append((name, type(v), _typed(v, i, depth + 1)))
+    return _State(a, tuple(attrs))
 
 
 class _Replay:
@@ -292,6 +527,7 @@ class _Replay:
         self.out_shapes = [o.shape for o in outs]
         self.out_dtypes = [o._data.dtype if o._data.dtype.kind == "f" else np.dtype(np.float64)
                            for o in outs]
+        self.calls = list(tape.calls)
         self.roots = [tape.traced(o) for o in outs]
         self.const_outs = [None if r is not None else np.array(o._data, np.float64)
                            for r, o in zip(self.roots, outs)]
@@ -414,6 +650,8 @@ class _Replay:
         for r in self.roots:
             if r is not None:
                 outside[r] = True
+        for c in self.calls:  # guarded calls read these after the replay
+            outside[c.records()] = True
         for r0, r1, m in runs:
             k = r1 - r0
             internal = fusable[r0:r1] & ~outside[r0:r1]
@@ -457,6 +695,7 @@ class _Replay:
         self.const_out = (None if self.root is not None
                           else np.array(t["const_out"], np.float64).reshape(self.out_shape))
         self.multi = False  # tape files hold single-output traces
+        self.calls = []     # ... and no guarded Python calls (save refuses them)
         self.roots, self.out_shapes = [self.root], [self.out_shape]
         self.out_dtypes, self.const_outs = [self.out_dtype], [self.const_out]
         self.n = int(t["op"].size)
@@ -540,6 +779,12 @@ class _Replay:
         if gvals:
             self.gvals = np.concatenate(gvals)
         self.n_guards = len(gvals)
+        for c in self.calls:
+            if not c.holds(self.view):
+                raise NotImplementedError(
+                    f"tapegrad.trace: numpy.{c.name} gives another result on the replayed "
+                    "values than on the eager ones (float32 rounding?); call the function "
+                    "eagerly")
 
     def _traced_value(self, r, v1, vals, big):
         n = self.size[r]
@@ -599,7 +844,8 @@ class _Replay:
             s = RK.replay(self.T, self.faddr, guard, self.goff, self.gvals, start, stop)
             if s == -1:
                 if i == len(segs):
-                    return True
+                    # guarded NumPy calls: their results must not change
+                    return xs is None or all(c.holds(self.view) for c in self.calls)
                 r0, r1, m, slot, _ = segs[i]
                 _split(lambda w, lo, hi: RK.seg_forward(self.T, r0, r1, lo, hi, slot,
                                                         self.seg_v[w]), m, self.threads)
@@ -1176,21 +1422,41 @@ class TracedFunction:
         from . import tapefile
         with _LOCK:
             self._check_single("saved")
+            calls = sorted({c.name for reps in self.cache.values() for rep in reps
+                            for c in rep.calls})
+            if calls:
+                raise ValueError(
+                    f"tapegrad: {self.__name__} cannot be saved: a trace guards "
+                    f"{', '.join('numpy.' + n for n in calls)} on traced values, which runs "
+                    "Python at every replay; compute such indices outside the function and "
+                    "pass them in, or keep the Python function (pickle it) instead")
             tapefile.save(self, path)
 
     def __reduce__(self):
-        # the traces travel as the same arrays a file holds; the Python
-        # function too when it pickles (so the copy can still retrace)
+        # the traces travel as the bytes of a tape file, read back by the
+        # file loader with all its checks; the Python function too when it
+        # pickles (so the copy can still retrace).  Unpickling runs whatever
+        # a pickle names, as any pickle: untrusted traces go through tg.load.
         from . import tapefile
-        with _LOCK:
-            self._check_single("pickled")
-            arrays = tapefile.function_state(self, user_ops=False)
         f = getattr(self, "f", None)
         try:
             pickle.dumps(f)
         except Exception:
             f = None
-        return tapefile.from_arrays, (arrays, f, "pickled traced function")
+        with _LOCK:
+            self._check_single("pickled")
+            # a trace that guards a Python call travels as the function, which
+            # the copy traces again when called
+            portable = {k: [r for r in reps if not r.calls] for k, reps in self.cache.items()}
+            portable = {k: reps for k, reps in portable.items() if reps}
+            if f is None and portable != self.cache:
+                raise TypeError(
+                    f"tapegrad: {self.__name__} cannot be pickled: a trace guards a NumPy "
+                    "call on traced values (Python at every replay) and the function itself "
+                    "does not pickle; define it at module level")
+            stand_in = types.SimpleNamespace(cache=portable, __name__=self.__name__)
+            data = tapefile._npz_bytes(tapefile.function_state(stand_in, user_ops=False))
+        return tapefile.from_bytes, (data, f)
 
     def _check_single(self, how):
         if any(rep.multi for reps in self.cache.values() for rep in reps):

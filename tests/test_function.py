@@ -75,3 +75,46 @@ def test_bad_backward_is_reported_and_leaves_grads_intact():
     with pytest.raises(RuntimeError, match=r"shape \(5,\) for input 0"):
         Wrong.apply(x).sum().backward()
     close(x.grad, [3.0, 3.0])
+
+
+@pytest.mark.parametrize("returned, ok", [
+    ("g, g", False),             # more gradients than inputs
+    ("g, None, None", True),     # trailing Nones past the inputs are ignored (PyTorch)
+    ("(g,)", True),
+    ("()", False),               # fewer
+])
+def test_backward_must_return_one_gradient_per_input(returned, ok):
+    class Twice(tg.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return eval(returned)   # noqa: S307  (the table's expressions)
+
+    x = leaf([1.0, 2.0])
+    (x * 3.0).sum().backward()
+    if ok:
+        Twice.apply(x).sum().backward()
+        close(x.grad, [4.0, 4.0])       # backward's g (ones) added once
+        return
+    with pytest.raises(RuntimeError, match="incorrect number of gradients"):
+        Twice.apply(x).sum().backward()
+    close(x.grad, [3.0, 3.0])    # nothing half-added
+
+
+def test_non_tensor_inputs_count_among_the_gradients():
+    class Scale(tg.Function):
+        @staticmethod
+        def forward(ctx, x, k):
+            ctx.k = k
+            return x * k
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * ctx.k           # no entry for k: PyTorch refuses this too
+
+    x = leaf([1.0, 2.0])
+    with pytest.raises(RuntimeError, match=r"expected 2, got 1"):
+        Scale.apply(x, 3.0).sum().backward()

@@ -72,3 +72,22 @@ def _scenario(label, trigger):
     gx = x.grad.numpy().copy()
     (x * w.sum()).sum().backward()
     close(x.grad, gx + W_VAL.sum())
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: x * __import__("fractions").Fraction(3, 2),
+    lambda x: __import__("fractions").Fraction(3, 2) * x,
+    lambda x: x + np.array([__import__("fractions").Fraction(1, 2)] * 3, dtype=object),
+    lambda x: np.multiply(x, __import__("fractions").Fraction(2)),
+    lambda x: x ** __import__("fractions").Fraction(1, 2),
+])
+def test_object_dtype_is_refused_at_the_boundary(make):
+    """An operand NumPy keeps as a Python object would make an object-dtype
+    tensor that the next op fails on with an internal error: the op itself
+    refuses it, naming the dtype, and records nothing."""
+    x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * 2.0
+    with pytest.raises(TypeError, match="dtype object"):
+        make(x)
+    y.sum().backward()
+    close(x.grad, [2.0, 2.0, 2.0])

@@ -240,7 +240,7 @@ HOSTILE = {
     "negative size": (_edit("t0.size", lambda a, s: s.__setitem__(3, -1)), "negative size"),
     "size inconsistent": (_edit("t0.size", lambda a, s: s.__setitem__(
         _first(a, 1), s[_first(a, 1)] + 1)), "differs"),
-    "huge sizes": (_edit("t0.size", lambda a, s: s.__setitem__(0, 1 << 40)), "elements"),
+    "huge sizes": (_edit("t0.size", lambda a, s: s.__setitem__(0, 1 << 40)), "max_bytes"),
     "unknown op code": (_edit("t0.op", lambda a, s: s.__setitem__(2, 63 << 6)),
                         "unknown op code"),
     "freed stub op": (_edit("t0.op", lambda a, s: s.__setitem__(2, 3)), "cannot be loaded"),
@@ -483,6 +483,244 @@ def test_loader_fuzz_in_subprocess():
     counts = json.loads(line[5:])
     assert counts["rejected at load"] > 0 and counts["loaded and ran"] > 0
     print(counts)
+
+
+# -- atomic saves -----------------------------------------------------------------------
+def _listing(folder):
+    return sorted(os.listdir(folder))
+
+
+def test_interrupted_save_keeps_the_old_file(tmp_path, monkeypatch):
+    """Ctrl-C half-way through a save: the previous file is intact and no
+    partial file is left next to it."""
+    ft, shapes = _traced("mixed")
+    path = tmp_path / "f.npz"
+    ft.save(path)
+    before = path.read_bytes()
+    real = np.savez
+
+    def interrupted(fh, **arrays):
+        real(fh, **arrays)
+        fh.truncate(fh.tell() // 2)      # half of it written, then the signal
+        raise KeyboardInterrupt
+    monkeypatch.setattr(np, "savez", interrupted)
+    g, _ = _traced("elementwise")
+    with pytest.raises(KeyboardInterrupt):
+        g.save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert _listing(tmp_path) == ["f.npz"]
+    _same(_results(tg.load(path), shapes), _results(ft, shapes))
+
+
+def test_save_replaces_atomically_and_keeps_the_mode(tmp_path):
+    ft, shapes = _traced("broadcast")
+    path = tmp_path / "f.npz"
+    path.write_bytes(b"old")
+    os.chmod(path, 0o640)
+    ft.save(path)
+    assert _listing(tmp_path) == ["f.npz"]
+    assert (os.stat(path).st_mode & 0o777) == 0o640
+    link = tmp_path / "link.npz"
+    os.symlink(path, link)
+    ft.save(link)                        # follows the link, as open() would
+    assert os.path.islink(link) and _listing(tmp_path) == ["f.npz", "link.npz"]
+    _same(_results(tg.load(link), shapes), _results(ft, shapes))
+    with pytest.raises(OSError):
+        ft.save(tmp_path / "missing" / "f.npz")
+    assert _listing(tmp_path) == ["f.npz", "link.npz"]
+
+
+_SAVE_LOOP = r"""
+import sys, numpy as np, tapegrad as tg
+C = np.linspace(0.0, 1.0, 3_000_000)
+ft = tg.trace(lambda x: (x * C).sum() + (x * x).sum(), np.ones(3_000_000))
+ft.save(sys.argv[1])
+print("saved", flush=True)
+while True:
+    ft.save(sys.argv[1])
+"""
+
+
+def test_sigint_during_saves_in_another_process(tmp_path):
+    """A process saving a 48 MB trace over and over, interrupted at random
+    moments: every time, the file on disk is a complete tape file and no
+    temporary file is left."""
+    path = tmp_path / "big.npz"
+    rng = np.random.default_rng(0)
+    for delay in rng.uniform(0.05, 0.4, 3):
+        p = subprocess.Popen([sys.executable, "-c", _SAVE_LOOP, str(path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert p.stdout.readline().strip() == "saved", p.stderr.read()[-2000:]
+            import time
+            time.sleep(delay)
+            p.send_signal(2)             # SIGINT: KeyboardInterrupt in the save
+            p.wait(timeout=300)
+        finally:
+            p.kill()
+            p.wait()
+        assert _listing(tmp_path) == ["big.npz"]
+        g = tg.load(path)
+        assert float(g(np.ones(3_000_000))) == pytest.approx(1.5e6 + 3e6)
+
+
+# -- non-files, bombs, crafted pickles ---------------------------------------------------
+def test_non_regular_files_are_refused_before_reading(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    cases = [("/dev/zero", "character device"), (fifo, "FIFO"), (tmp_path, "directory")]
+    # in a subprocess with a time limit: a reader that reads /dev/zero until
+    # memory runs out, or blocks on the FIFO, shows as a failure, not a hang
+    code = ("import sys, tapegrad as tg\n"
+            "for p in sys.argv[1:]:\n"
+            "    try:\n"
+            "        tg.load(p)\n"
+            "    except ValueError as e:\n"
+            "        print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code, *[str(c) for c, _ in cases]],
+                         capture_output=True, text=True, timeout=120)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and len(lines) == len(cases), (out.stdout, out.stderr[-2000:])
+    for line, (p, what) in zip(lines, cases):
+        assert line.startswith(str(p)) and what in line and "regular file" in line
+
+
+def _zip_with(tmp_path, arrays, extra=(), compress=zipfile.ZIP_STORED, name="bomb.npz"):
+    """A tape file of ``arrays`` written member by member (``extra``: further
+    ``(member name, bytes)``), optionally deflated."""
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w", compression=compress) as zf:
+        for k, v in arrays.items():
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, np.asarray(v), allow_pickle=False)
+            zf.writestr(k + ".npy", buf.getvalue())
+        for k, data in extra:
+            zf.writestr(k, data)
+    return path
+
+
+def _declared_size_bomb():
+    """The arrays of a trace with one scalar input whose product record claims
+    2**31 - 4 elements; every index check passes (one-element operands
+    broadcast without a block, a full sum needs none)."""
+    ft = tg.trace(lambda x: (x * np.ones(7)).sum(), np.float64(1.0))
+    a = dict(tapefile.function_state(ft))
+    size = a["t0.size"].copy()
+    size[1], size[2] = 1, (1 << 31) - 4
+    a["t0.size"], a["t0.held_vals"] = size, np.ones(1)
+    return a
+
+
+def test_declared_size_bomb_is_refused_before_allocating(tmp_path):
+    a = _declared_size_bomb()
+    path = _zip_with(tmp_path, a)
+    assert os.path.getsize(path) < 8000
+    with pytest.raises(ValueError, match="values and adjoints would take 3435974[0-9]{4} bytes"):
+        tg.load(path)
+    # the same records at a sensible size load and run
+    a["t0.size"][2] = 7
+    g = tg.load(_zip_with(tmp_path, a, name="ok.npz"))
+    assert float(g(np.float64(2.0))) == 14.0
+    # max_bytes is the knob, both ways
+    with pytest.raises(ValueError, match="max_bytes=1000"):
+        tg.load(tmp_path / "ok.npz", max_bytes=1000)
+    with pytest.raises(TypeError, match="max_bytes"):
+        tg.load(tmp_path / "ok.npz", max_bytes=-1)
+
+
+@pytest.mark.filterwarnings("ignore:Duplicate name")
+def test_unknown_members_are_refused_before_reading(tmp_path):
+    a = _arrays("broadcast")
+    junk = b"\0" * (64 << 20)          # 64 MiB of zeros, deflated to ~64 KiB
+    path = _zip_with(tmp_path, a, [("junk.npy", junk)], zipfile.ZIP_DEFLATED)
+    with pytest.raises(ValueError, match="unknown member 'junk.npy'"):
+        tg.load(path)
+    for extra in (["t0.op.npy"], ["t1.op.npy"], ["t0.unknown.npy"], ["__MACOSX/x"]):
+        with pytest.raises(ValueError, match="unknown member|appears twice"):
+            tg.load(_zip_with(tmp_path, a, [(extra[0], b"x")], name="x.npz"))
+
+
+def test_member_bombs_are_refused_before_decompressing(tmp_path):
+    a = _arrays("broadcast")
+    # a known member deflated 1000 to 1: its header says 1 GiB
+    big = dict(a, **{"t0.ip": np.zeros(1 << 27, np.int64)})
+    path = _zip_with(tmp_path, big, compress=zipfile.ZIP_DEFLATED)
+    assert os.path.getsize(path) < 2 << 20
+    with pytest.raises(ValueError, match="members would unpack to"):
+        tg.load(path)
+    # a header that claims more than the zip directory says the member holds
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": "<i8", "fortran_order": False, "shape": (9999999999,)})
+    raw = buf.getvalue() + bytes(24)
+    hacked = {k: v for k, v in a.items() if k != "t0.gvals"}
+    path = _zip_with(tmp_path, hacked, [("t0.gvals.npy", raw)], name="h.npz")
+    with pytest.raises(ValueError, match="declares 9999999999 elements"):
+        tg.load(path)
+
+
+def test_peak_memory_of_the_worst_small_files(tmp_path):
+    """Loading each hostile small file in a fresh process allocates a few MiB
+    at most, whatever the file claims."""
+    files = {
+        "declared-size bomb": _zip_with(tmp_path, _declared_size_bomb(), name="d.npz"),
+        "member bomb (1 GiB deflated)": _zip_with(
+            tmp_path, dict(_arrays("broadcast"), **{"t0.ip": np.zeros(1 << 27, np.int64)}),
+            compress=zipfile.ZIP_DEFLATED, name="m.npz"),
+        "unknown member (1 GiB deflated)": _zip_with(
+            tmp_path, _arrays("broadcast"), [("x.npy", b"\0" * (1 << 30))],
+            zipfile.ZIP_DEFLATED, name="u.npz"),
+    }
+    # tracemalloc sees NumPy's allocations too; ru_maxrss as a second opinion
+    code = ("import resource, sys, tracemalloc, tapegrad as tg\n"
+            "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "tracemalloc.start()\n"
+            "try:\n    tg.load(sys.argv[1])\nexcept ValueError:\n    pass\n"
+            "peak = tracemalloc.get_traced_memory()[1] // 1024\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base, peak)\n")
+    for what, path in files.items():
+        assert os.path.getsize(path) < 2 << 20
+        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        rss_kib, peak_kib = map(int, out.stdout.split()[-2:])
+        print(f"{what}: {os.path.getsize(path)} bytes, traced peak {peak_kib} KiB, "
+              f"max RSS +{rss_kib} KiB")
+        assert peak_kib < 16 << 10 and rss_kib < 64 << 10, (what, peak_kib, rss_kib)
+
+
+def test_crafted_pickles_meet_the_file_checks():
+    """A pickle of a traced function holds tape-file bytes that unpickling
+    reads like a file: a hostile one gives the same error as tg.load."""
+    ft, shapes = _traced("mixed")
+    assert b"from_bytes" in pickle.dumps(ft)
+    for case in ("parent out of range", "huge sizes", "gather index past its operand"):
+        a = _arrays()
+        HOSTILE[case][0](a)
+        crafted = pickle.dumps(_Call(tapefile.from_bytes, (tapefile._npz_bytes(a), None)))
+        with pytest.raises(ValueError, match="pickled traced function") as e:
+            pickle.loads(crafted)
+        assert HOSTILE[case][1] in str(e.value)
+    # the older form (a dict of arrays) goes through the same reader
+    a = _arrays()
+    a["t0.host"] = np.array([{"x": 1}], dtype=object)
+    with pytest.raises(ValueError, match="object array"):
+        pickle.loads(pickle.dumps(_Call(tapefile.from_arrays, (a, None, "pickled"))))
+    with pytest.raises(ValueError, match="not a dict of plain arrays"):
+        tapefile.from_arrays({"format": np.ma.masked_array([1])})
+    with pytest.raises(ValueError, match="not bytes"):
+        tapefile.from_bytes("PK")
+
+
+class _Call:
+    """Pickles as a call of ``fn(*args)``: what a crafted pickle can ask for."""
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
 
 
 # -- pickling, multiprocessing, grad_batch -------------------------------------------

@@ -7,8 +7,10 @@ from hypothesis import strategies as st
 import tapegrad as tg
 from test_gradients import CASES
 
-#: registry ops a trace refuses (NotImplementedError at trace time, by design)
-NOT_REPLAYABLE = {"Sort", "Function", "LinalgEigh", "LinalgQr", "LinalgSvd", "LinalgLstsq"}
+#: registry ops a trace refuses (NotImplementedError at trace time, by design);
+#: the Sort row sorts with np.sort, which a trace records as a guarded argsort
+#: and a gather (tests/test_trace_guards.py), so it replays
+NOT_REPLAYABLE = {"Function", "LinalgEigh", "LinalgQr", "LinalgSvd", "LinalgLstsq"}
 #: table rows that decide with ``.numpy()`` (the value leaves the graph and is a
 #: constant of the trace, as documented): replay cannot equal eager at new values
 DECIDES_IN_NUMPY = {"Where", "TakeAlongAxis"}
@@ -169,6 +171,11 @@ def test_user_elementwise_op_replays():
     v, g = ft.value_and_grad(x)
     np.testing.assert_allclose(v, np.tanh(x).sum(), atol=1e-12)
     np.testing.assert_allclose(g, 1 - np.tanh(x) ** 2)
+
+
+def test_tg_sort_is_still_refused():
+    with pytest.raises(NotImplementedError, match="cannot replay Sort"):
+        tg.trace(lambda x: tg.sort(x).sum(), np.array([2.0, 1.0]))
 
 
 def test_numpy_trace_still_works():

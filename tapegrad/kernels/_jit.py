@@ -1,21 +1,54 @@
-"""Numba options, in one place, and the cache-staleness guard.
+"""Numba options, in one place, and where the compiled kernels are cached.
 
-Numba's on-disk cache keys a function on its own source file only: when a
-kernel module that another module's kernel calls into changes, the caller's
-cached machine code would silently keep the old callee.  ``_check_cache``
-hashes every kernel source file and wipes tapegrad's kernel cache when any of
-them changed, so a stale sweep can never run.
+Numba caches a ``cache=True`` function next to its source, in the package's
+``__pycache__``.  For an installed package that is wrong twice over: pip does
+not know the files, so an uninstall leaves ``site-packages/tapegrad/`` behind
+with only the cache in it -- a directory that shadows a later editable
+install as an empty namespace package -- and a read-only installation cannot
+cache at all.  tapegrad's kernels are therefore cached in a per-user
+directory instead (:func:`cache_dir`):
+
+* ``$NUMBA_CACHE_DIR/tapegrad/<stamp>`` when the user set ``NUMBA_CACHE_DIR``;
+* else the user cache directory, ``~/.cache/tapegrad/<stamp>`` on Linux
+  (``$XDG_CACHE_HOME`` if set), the platform's equivalent elsewhere;
+* else, when neither is writable, ``<tempdir>/tapegrad-<user>/<stamp>``.
+
+``<stamp>`` hashes every kernel source file, this package's location and the
+Numba and Python versions.  Numba keys a cached function on its own source
+file only: when a kernel module that another module's kernel calls into
+changes, the caller's cached machine code would silently keep the old
+callee.  A new stamp is a new, empty directory, so a stale sweep can never
+run, and two installations never overwrite each other's cache.  Stamps not
+used for :data:`KEEP_DAYS` days are removed.
+
+Compiling: Numba's compiler is not documented as thread-safe, and LLVM
+objects that Python's garbage collector frees on one thread while another
+thread is inside LLVM can crash the process.  Every compilation tapegrad
+starts outside a kernel's first call runs under :data:`compile_lock`
+(Numba's own global compiler lock, which every Numba compilation takes), for
+the whole of the build, so no two overlap.
 """
 import hashlib
 import os
 import pathlib
+import shutil
+import sys
+import tempfile
+import time
 
+import numba
 from numba import njit
+from numba.core import caching, config
+from numba.core.compiler_lock import global_compiler_lock as compile_lock
 
 #: Options every kernel is compiled with.  ``nogil`` lets independent tapes on
 #: different threads sweep at once; ``fastmath`` stays off: gradients must be
 #: IEEE-exact to the same rules NumPy's forward uses.
 OPTIONS = dict(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+#: cache directories of other stamps unused this long are removed
+KEEP_DAYS = 30
+
+_PACKAGE = pathlib.Path(__file__).resolve().parent.parent
 
 
 def kernel(fn):
@@ -28,29 +61,108 @@ def inline(fn):
     return njit(inline="always", **OPTIONS)(fn)
 
 
-def _check_cache():
-    here = pathlib.Path(__file__).parent
+def _stamp():
     digest = hashlib.sha256()
-    for src in sorted(here.glob("*.py")):
-        digest.update(src.name.encode())
+    for part in (str(_PACKAGE), numba.__version__, sys.version, getattr(sys, "abiflags", "")):
+        digest.update(part.encode() + b"\0")
+    for src in sorted((_PACKAGE / "kernels").glob("*.py")):
+        digest.update(src.name.encode() + b"\0")
         digest.update(src.read_bytes())
-    stamp = digest.hexdigest()
-    cache = here / "__pycache__"
-    mark = cache / "tapegrad-kernels.stamp"
+    return digest.hexdigest()[:20]
+
+
+def _user_cache_root():
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.expanduser(r"~\AppData\Local")
+    elif sys.platform == "darwin":
+        base = os.path.expanduser("~/Library/Caches")
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(base, "tapegrad")
+
+
+def _candidates(stamp):
+    if config.CACHE_DIR:
+        yield os.path.join(config.CACHE_DIR, "tapegrad", stamp)
+        return   # the user chose the place: nothing else
+    yield os.path.join(_user_cache_root(), stamp)
     try:
-        if mark.read_text() == stamp:
-            return
+        user = str(os.getuid())
+    except AttributeError:
+        user = os.environ.get("USERNAME", "user")
+    yield os.path.join(tempfile.gettempdir(), f"tapegrad-{user}", stamp)
+
+
+def _writable(path):
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+        return True
+    except OSError:
+        return False
+
+
+def _prune(path):
+    """Mark ``path`` used now; remove sibling stamps unused for KEEP_DAYS."""
+    mark = os.path.join(path, "last-used")
+    try:
+        pathlib.Path(mark).touch()
+        parent = os.path.dirname(path)
+        old = time.time() - KEEP_DAYS * 86400
+        for other in os.listdir(parent):
+            o = os.path.join(parent, other)
+            if o != path and os.path.isfile(os.path.join(o, "last-used")) \
+                    and os.path.getmtime(os.path.join(o, "last-used")) < old:
+                shutil.rmtree(o, ignore_errors=True)
     except OSError:
         pass
-    try:
-        cache.mkdir(exist_ok=True)
-        for f in cache.iterdir():
-            if f.suffix in (".nbi", ".nbc"):
-                f.unlink()
-        mark.write_text(stamp)
-    except OSError:  # read-only install: Numba falls back to its own cache dir
-        pass
+
+
+_DIR = []
+
+
+def cache_dir():
+    """The directory tapegrad's compiled kernels are cached in (None when no
+    candidate is writable: then Numba caches them where it would)."""
+    if not _DIR:
+        stamp = _stamp()
+        found = next((p for p in _candidates(stamp) if _writable(p)), None)
+        if found is not None:
+            _prune(found)
+        _DIR.append(found)
+    return _DIR[0]
+
+
+class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
+    """Numba cache locator for functions defined in tapegrad's own files."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        # one subfolder per source folder, as Numba's own locators do
+        self._cache_path = os.path.join(cache_dir(), self.get_suitable_cache_subpath(py_file))
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        try:
+            inside = pathlib.Path(py_file).resolve().is_relative_to(_PACKAGE)
+        except (OSError, ValueError):
+            inside = False
+        if not inside or cache_dir() is None:
+            return None
+        return super().from_function(py_func, py_file)
+
+
+def _install_locator():
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+    if impl is None or getattr(config, "CACHE_LOCATOR_CLASSES", None):
+        return   # a Numba without the hook, or the user chose the locators
+    if _Locator not in impl._locator_classes:
+        impl._locator_classes = [_Locator, *impl._locator_classes]
 
 
 if not os.environ.get("NUMBA_DISABLE_JIT"):
-    _check_cache()
+    _install_locator()

@@ -7,6 +7,7 @@ values and the gradients against finite differences.
 """
 import numpy as np
 
+from ..tape import _local
 from ..tensor import Tensor, _plain
 from . import elementwise as E
 from . import reductions as Rd
@@ -15,6 +16,36 @@ from . import shape as S
 
 def _t(x):
     return x if isinstance(x, Tensor) else _plain(np.asarray(x))
+
+
+def _tracing():
+    tape = _local.__dict__.get("tape")
+    return tape if tape is not None and tape.tracing else None
+
+
+def on_values(fn, *args, _exact=False, **kwargs):
+    """``fn(*args, **kwargs)`` on the values of any tensors among the
+    arguments (also inside list and tuple arguments): a result that carries
+    no gradient, such as an index, a count or a mask.
+
+    While ``tg.trace`` records, a traced value among the arguments makes the
+    call a guard (``TraceTape.call``): a replay runs ``fn`` again on the
+    replayed values and traces again when the result changes.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> from tapegrad.ops.composite import on_values
+    >>> int(on_values(np.argmax, tg.tensor([1.0, 3.0, 2.0], requires_grad=True)))
+    1
+    """
+    tape = _tracing()
+    if tape is not None:
+        return tape.call(fn, args, kwargs, exact=_exact)
+    conv = lambda x: np.asarray(x._data) if isinstance(x, Tensor) else x  # noqa: E731
+    args = [conv(a) if not isinstance(a, (list, tuple)) else type(a)(conv(x) for x in a)
+            for a in args]
+    return fn(*args, **{k: conv(v) for k, v in kwargs.items()})
 
 
 def _count(a, axis):
@@ -31,7 +62,16 @@ def var(a, axis=None, ddof=0, keepdims=False):
 
 
 def std(a, axis=None, ddof=0, keepdims=False):
-    """``numpy.std``: the square root of :func:`var`."""
+    """``numpy.std``: the square root of :func:`var`.
+
+    Over one element (and ``ddof=0``) the deviation is identically 0 and so
+    is the derivative; it is computed as ``|a - mean(a)|``, whose derivative
+    at 0 is 0, since the square root's would be ``inf * 0``.
+    """
+    a = _t(a)
+    if ddof == 0 and _count(a, axis) == 1:
+        d = a - Rd.mean(a, axis=axis, keepdims=True)
+        return Rd.sum(E.absolute(d), axis=axis, keepdims=keepdims)
     return E.sqrt(var(a, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
@@ -59,8 +99,10 @@ def average(a, axis=None, weights=None, keepdims=False):
 
 
 def _nan_to(a, value):
+    # the mask is a comparison (a != a), not np.isnan of the value: a trace
+    # records it and recomputes it at every replay
     a = _t(a)
-    return E.where(np.isnan(a._data), value, a)
+    return E.where(E.not_equal(a, a), value, a)
 
 
 def nansum(a, axis=None, keepdims=False):
@@ -71,7 +113,15 @@ def nansum(a, axis=None, keepdims=False):
 def nanmean(a, axis=None, keepdims=False):
     """``numpy.nanmean``: the mean of the non-NaN elements."""
     a = _t(a)
-    n = np.sum(~np.isnan(a._data), axis=axis, keepdims=keepdims)
+    nan = E.not_equal(a, a)
+    if _tracing() is not None and a.requires_grad:
+        # the count follows the NaN mask in a replay: ones built from records
+        # (sign has derivative 0; ``clean`` has no NaN, so 0 * sign is 0)
+        clean = E.where(nan, 0.0, a)
+        ones = 1.0 + 0.0 * E.sign(clean)
+        n = Rd.sum(E.where(nan, 0.0, ones), axis=axis, keepdims=keepdims)
+        return Rd.sum(clean, axis=axis, keepdims=keepdims) / n
+    n = np.sum(~np.asarray(nan._data), axis=axis, keepdims=keepdims)
     return nansum(a, axis=axis, keepdims=keepdims) / n
 
 
@@ -83,6 +133,47 @@ def nanmax(a, axis=None, keepdims=False):
 def nanmin(a, axis=None, keepdims=False):
     """``numpy.nanmin``: the minimum ignoring NaNs."""
     return Rd.min(_nan_to(a, np.inf), axis=axis, keepdims=keepdims)
+
+
+def sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """``numpy.sort``; the gradient flows back through the sorting permutation.
+
+    While ``tg.trace`` records, the permutation is a guarded ``np.argsort``
+    and the values a gather, so a replay sorts the new values (and traces
+    again when their order changes).
+    """
+    if order is not None:
+        raise TypeError("sort: order= (structured arrays) is not supported on tensors")
+    if _tracing() is None or not isinstance(a, Tensor):
+        return S.sort(a, axis)
+    perm = on_values(np.argsort, a, axis=axis, kind="stable")
+    if axis is None:
+        return S.getitem(S.ravel(a), perm)
+    return S.take_along_axis(a, perm, axis)
+
+
+def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None,
+           *, equal_nan=True):
+    """``numpy.unique``: the sorted unique values, differentiable (each is the
+    first element with that value), and the integer index, inverse and count
+    arrays NumPy gives, which carry no gradient.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> x = tg.tensor([3.0, 1.0, 3.0], requires_grad=True)
+    >>> u, counts = np.unique(x, return_counts=True)
+    >>> u, counts
+    (tensor([1.0, 3.0], grad_fn=<IndexBackward>), array([1, 2]))
+    """
+    a = _t(ar)
+    res = on_values(np.unique, a, return_index=True, return_inverse=return_inverse,
+                    return_counts=return_counts, axis=axis, equal_nan=equal_nan)
+    first = res[1]
+    vals = S.getitem(S.ravel(a), first) if axis is None else S.take(a, first, axis=axis)
+    # res is (values, index, inverse if asked, counts if asked)
+    out = [vals] + ([first] if return_index else []) + list(res[2:])
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 def trace(a, offset=0, axis1=0, axis2=1):
@@ -155,15 +246,26 @@ def vsplit(a, indices_or_sections):
     return S.split(a, indices_or_sections, axis=0)
 
 
+def _root(s, q=0.5):
+    """``s ** q`` for sums ``s >= 0`` of powers of ``|x|``, with derivative 0
+    where ``s`` is 0 (PyTorch's choice for the norm at 0; the true derivative
+    of the root there is ``inf`` and times the zero derivative of ``s``
+    would give NaN)."""
+    zero = E.equal(s, 0.0)
+    safe = E.where(zero, 1.0, s)
+    return E.where(zero, 0.0, E.sqrt(safe) if q == 0.5 else safe ** q)
+
+
 def norm(x, ord=None, axis=None, keepdims=False):
     """``numpy.linalg.norm`` for vectors (any ``ord``; ``ord=0`` counts and
     carries no gradient) and matrices (``None``/``'fro'``, 1, -1, inf, -inf,
     and through the singular values 2, -2, ``'nuc'``), over the last axes or
     ``axis``, batched.
 
-    At ``x = 0`` the 2-norm's gradient is NaN (the function has no derivative
-    there); ties (of the largest singular values, of the column sums) share
-    the gradient as ``max`` does.
+    At ``x = 0`` the gradient of the 2-norm, of the Frobenius norm and of
+    the p-norms with ``p > 1`` is 0, as in PyTorch (the function has no
+    derivative there); ties (of the largest singular values, of the column
+    sums) share the gradient as ``max`` does.
 
     Examples
     --------
@@ -185,23 +287,24 @@ def norm(x, ord=None, axis=None, keepdims=False):
         raise ValueError("Improper number of dimensions to norm.")
     vector = (axis is None and (ord is None or nd == 1)) or (axis is not None and len(axis) == 1)
     if axis is None and ord is None:
-        return E.sqrt(Rd.sum(x * x, keepdims=keepdims))
+        return _root(Rd.sum(x * x, keepdims=keepdims))
     if vector:
         ax = None if axis is None else axis[0]
         if ord is None or ord == 2:
-            return E.sqrt(Rd.sum(x * x, axis=ax, keepdims=keepdims))
+            return _root(Rd.sum(x * x, axis=ax, keepdims=keepdims))
         if ord == np.inf:
             return Rd.max(E.absolute(x), axis=ax, keepdims=keepdims)
         if ord == -np.inf:
             return Rd.min(E.absolute(x), axis=ax, keepdims=keepdims)
-        if ord == 0:
-            return _plain(np.linalg.norm(x._data, 0, ax, keepdims))
+        if ord == 0:  # a count: no gradient (guarded in a trace)
+            return _plain(on_values(np.linalg.norm, x, 0, ax, keepdims))
         if ord == 1:
             return Rd.sum(E.absolute(x), axis=ax, keepdims=keepdims)
-        return Rd.sum(E.absolute(x) ** ord, axis=ax, keepdims=keepdims) ** (1.0 / ord)
+        s = Rd.sum(E.absolute(x) ** ord, axis=ax, keepdims=keepdims)
+        return _root(s, 1.0 / ord) if ord > 1 else s ** (1.0 / ord)
     r, c = (0, 1) if axis is None else axis
     if ord in (None, "fro"):
-        return E.sqrt(Rd.sum(x * x, axis=(r, c), keepdims=keepdims))
+        return _root(Rd.sum(x * x, axis=(r, c), keepdims=keepdims))
     if ord in (1, -1, np.inf, -np.inf):
         summed, other = (r, c) if ord in (1, -1) else (c, r)
         s = Rd.sum(E.absolute(x), axis=summed, keepdims=True)
@@ -307,7 +410,7 @@ def matrix_transpose(x, /):
 
 def matrix_rank(A, tol=None, hermitian=False, **kwargs):
     """``numpy.linalg.matrix_rank``, on the values (an integer: no gradient)."""
-    return np.linalg.matrix_rank(_t(A)._data, tol, hermitian, **kwargs)
+    return on_values(np.linalg.matrix_rank, _t(A), tol, hermitian, **kwargs)
 
 
 def cond(x, p=None):

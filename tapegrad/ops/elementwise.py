@@ -158,6 +158,20 @@ def _operand(tape, x):
     return tape.constant(x)
 
 
+def _refuse_object(data, fn, t, other):
+    """A tensor combined with a Python object NumPy keeps as an object
+    (``Fraction``, ``Decimal``, an object array) would give an object-dtype
+    tensor that no kernel can hold: refuse it here, naming the dtypes.  Only
+    the slow paths call this (a float, an int or a tensor never give one)."""
+    if getattr(data, "dtype", None) is not None and data.dtype.kind == "O":
+        what = (f"an array of dtype {other.dtype}" if isinstance(other, np.ndarray)
+                else f"a {type(other).__name__}")
+        raise TypeError(
+            f"tapegrad: {getattr(fn, '__name__', 'the op')} of a {t.dtype} tensor and {what} "
+            "gives dtype object, which tapegrad does not support; convert the operand "
+            "with float() or np.asarray(..., dtype=float)")
+
+
 def _binary(code, fn, a, b):
     ta, tb = type(a) is Tensor, type(b) is Tensor
     if ta and tb:
@@ -179,6 +193,8 @@ def _binary(code, fn, a, b):
             tc = type(other)
             if tc is float or tc is int or isinstance(other, _SCALARS):
                 data = fn(a._data, b) if ta else fn(a, b._data)
+                if tc is not float and tc is not int:
+                    _refuse_object(data, fn, t, other)
                 if not t._requires_grad:
                     return _plain(data)
                 tape = current()
@@ -197,6 +213,7 @@ def _binary(code, fn, a, b):
     ad = a._data if isinstance(a, Tensor) else a
     bd = b._data if isinstance(b, Tensor) else b
     data = fn(ad, bd)
+    _refuse_object(data, fn, a if isinstance(a, Tensor) else b, b if isinstance(a, Tensor) else a)
     if not any(isinstance(x, Tensor) and x._requires_grad for x in (a, b)):
         return _plain(data)
     tape = current()

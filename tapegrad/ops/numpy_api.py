@@ -75,14 +75,31 @@ HANDLED_FUNCTIONS = {
 }
 
 
+#: functions of shapes, dtypes and identity only: nothing a replay can change
+_STATIC = {np.shape, np.ndim, np.size, np.result_type, np.iscomplexobj, np.isrealobj,
+           np.may_share_memory, np.shares_memory}
+
+
 def _plain_values(fn):
-    """Run ``fn`` on the tensors' values: its result carries no gradient."""
-    def run(*args, **kwargs):
-        from ..tensor import Tensor
-        conv = lambda x: np.asarray(x._data) if isinstance(x, Tensor) else x  # noqa: E731
-        args = [conv(a) if not isinstance(a, (list, tuple)) else type(a)(conv(x) for x in a)
-                for a in args]
-        return fn(*args, **{k: conv(v) for k, v in kwargs.items()})
+    """Run ``fn`` on the tensors' values: its result carries no gradient.
+
+    In a trace the result depends on the traced values, so it is guarded
+    (:func:`composite.on_values`); ``np.copyto`` writes traced values into an
+    array the trace cannot follow, so their exact values are guarded.
+    """
+    if fn in _STATIC:
+        def run(*args, **kwargs):
+            from ..tensor import Tensor
+            conv = lambda x: np.asarray(x._data) if isinstance(x, Tensor) else x  # noqa: E731
+            args = [conv(a) if not isinstance(a, (list, tuple)) else type(a)(conv(x) for x in a)
+                    for a in args]
+            return fn(*args, **{k: conv(v) for k, v in kwargs.items()})
+    else:
+        exact = fn is np.copyto
+
+        def run(*args, **kwargs):
+            return K.on_values(fn, *args, _exact=exact, **kwargs)
+    run.__name__ = run.__qualname__ = getattr(fn, "__name__", "run")
     return run
 
 
@@ -90,11 +107,16 @@ for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort,
            np.nonzero, np.isnan, np.isfinite, np.isinf, np.allclose, np.isclose,
            np.array_equal, np.result_type, np.count_nonzero, np.any, np.all,
            np.searchsorted, np.iscomplexobj, np.isrealobj, np.may_share_memory,
-           np.shares_memory, np.copyto, np.array_repr, np.array_str, np.linalg.matrix_rank):
+           np.shares_memory, np.copyto, np.array_repr, np.array_str, np.linalg.matrix_rank,
+           np.flatnonzero, np.argwhere, np.digitize, np.argpartition, np.lexsort,
+           np.array_equiv, np.nanargmax, np.nanargmin, np.isposinf, np.isneginf):
     HANDLED_FUNCTIONS[_f] = _plain_values(_f)
+HANDLED_FUNCTIONS[np.sort] = K.sort
+HANDLED_FUNCTIONS[np.unique] = K.unique
 
 
-# ufuncs whose results carry no gradient (predicates, bit and logic ops)
+# ufuncs whose results carry no gradient (predicates, bit and logic ops);
+# guarded in a trace like the functions above
 PLAIN_UFUNCS = {
     f: _plain_values(f) for f in (
         np.isnan, np.isfinite, np.isinf, np.signbit, np.logical_and, np.logical_or,
