@@ -6,6 +6,7 @@ inside the compiled reverse sweep: the derivative is compiled to a C-callable
 ``cfunc`` and each record carries its address (see kernels/user.py).  A backward
 through a user op therefore makes no Python call, unlike ``tg.Function``.
 """
+import gc
 import inspect
 import math
 import threading
@@ -14,6 +15,7 @@ import numba
 import numpy as np
 
 from ..kernels import codes as C
+from ..kernels._jit import compile_lock
 from ..tape import current
 from ..tensor import Tensor, _plain, _result
 from .elementwise import _operand, broadcast_params
@@ -47,6 +49,27 @@ def _arity(fn, what):
     return len(params)
 
 
+def _locked(build):
+    """``build()`` under Numba's compiler lock, with the cyclic garbage
+    collector paused until it is done and then run under the lock.
+
+    The lock keeps this build from overlapping any other compilation; the
+    pause keeps a collection on another thread (a first kernel call there)
+    from freeing LLVM objects while this thread is inside LLVM with the GIL
+    released (LLVM is not thread-safe; that shows as a crash in llvmlite's
+    ``ObjectRef._dispose``).  Collecting before the lock is released frees
+    the build's own LLVM garbage while no other thread can be in LLVM."""
+    with compile_lock:
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return build()
+        finally:
+            if paused:
+                gc.enable()
+            gc.collect()
+
+
 def _apart(build):
     """``build()`` run on a helper thread: its result, or the message of the
     NumbaError it raised (then the result is None).
@@ -60,15 +83,18 @@ def _apart(build):
 
     def run():
         try:
-            got.append((build(), None))
+            got.append((_locked(build), None))
         except numba.core.errors.NumbaError as e:
             got.append((None, str(e)))
         except BaseException as e:  # anything else, re-raised on the caller's thread
             got.append((None, e))
 
-    t = threading.Thread(target=run, name="tapegrad-compile")
-    t.start()
-    t.join()
+    if compile_lock.is_locked():   # inside a compilation already: the helper
+        run()                      # would wait for this thread forever
+    else:
+        t = threading.Thread(target=run, name="tapegrad-compile")
+        t.start()
+        t.join()
     result, err = got[0]
     if isinstance(err, BaseException):
         raise err
@@ -245,7 +271,7 @@ class ElementwiseOp:
             cf = self.__dict__.get("_forward_cfunc")
             if cf is None:
                 sig = _F64(*([_F64] * self.nin))
-                cf = self._forward_cfunc = numba.cfunc(sig)(self.forward)
+                cf = self._forward_cfunc = _locked(lambda: numba.cfunc(sig)(self.forward))
             return cf.address
 
     @property
