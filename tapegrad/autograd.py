@@ -7,6 +7,8 @@ accumulated gradients as they were.  Tensor hooks and anomaly checks are the
 only Python that runs inside a sweep, and only when there are any: the
 compiled sweep stops at the records that need them (see ``_hooked``).
 """
+import threading
+
 import numpy as np
 
 from . import hooks as H
@@ -37,6 +39,84 @@ def _seed(t, gradient):
             f"Mismatch in shape: gradient has shape {g.shape} and output has shape "
             f"{shape}; the gradient must have the output's shape")
     return np.asarray(g, dtype=np.float64).reshape(-1)
+
+
+# -- nesting ------------------------------------------------------------------------
+_nesting = threading.local()
+
+
+class differentiating:
+    """Marks ``leaves`` as being differentiated by a transform while its
+    function runs (a context manager; frames nest per thread).
+
+    A backward inside the function that reaches one of them would hand the
+    transform a number with no derivative attached -- tapegrad does not record
+    backward passes -- so ``check_nested`` raises instead.  ``strict``: any
+    tensor that requires grad and is not among the inner transform's own
+    inputs is refused (used where the result must carry every derivative on).
+    """
+
+    __slots__ = ("ids", "strict")
+
+    def __init__(self, leaves, strict=False):
+        self.ids = {id(x) for x in leaves}
+        self.strict = strict
+
+    def __enter__(self):
+        stack = _nesting.__dict__.setdefault("stack", [])
+        stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _nesting.stack.pop()
+
+
+def check_nested(tape, reached, upto, inputs=()):
+    """Raise if a backward reached a leaf an enclosing transform differentiates
+    (see :class:`differentiating`); nothing has changed yet when it raises."""
+    stack = _nesting.__dict__.get("stack")
+    if not stack:
+        return
+    own = {id(x) for x in inputs}
+    strict = any(fr.strict for fr in stack)
+    for r, leaf in tape.leaves.items():
+        if r >= upto or not reached[r]:
+            continue
+        if any(id(leaf) in fr.ids for fr in stack) or strict and id(leaf) not in own:
+            raise NotImplementedError(
+                f"a backward pass inside a function being differentiated reached a tensor "
+                f"the enclosing differentiation needs (shape {leaf.shape}), and tapegrad "
+                "does not differentiate through backward passes: its result would carry no "
+                "derivative. Compute inner derivatives with tg.grad / tg.value_and_grad on "
+                "the function's own arguments (they nest), pass tensors the inner function "
+                "depends on as its arguments rather than through a closure, or use "
+                "tg.hessian / tg.hvp")
+
+
+def check_stale(tape, reached, upto):
+    """Raise PyTorch's in-place error if a backward used a saved value that
+    was written in place after it was recorded (``Tape.stale``)."""
+    if not tape.stale:
+        return
+    from .kernels.codes import K_HOST, READS_INPUTS, READS_OUTPUT, SHIFT
+    arg0 = tape.arg0[:upto + 1]
+    args = tape.args[:int(arg0[-1])]
+    for s, what in tape.stale.items():
+        if s >= upto:
+            continue
+        users = np.searchsorted(arg0, np.flatnonzero(args == s), "right") - 1
+        if reached[s] and READS_OUTPUT[int(tape.op[s])]:
+            users = np.append(users, s)
+        for c in users:
+            op = int(tape.op[c])
+            if reached[c] and (READS_INPUTS[op] or READS_OUTPUT[op] and c == s
+                               or op >> SHIFT == K_HOST):
+                raise RuntimeError(
+                    "one of the variables needed for gradient computation has been "
+                    f"modified by an inplace operation: {what}, saved by "
+                    f"{REGISTRY[op].name}Backward (record {c}), was written in place after "
+                    "the graph was recorded. Record the graph again after the write, or "
+                    "write into a copy (x = x.copy() / x * 1.0)")
 
 
 def _freed_error():
@@ -143,6 +223,8 @@ def backward(t, gradient=None, retain_graph=False):
         _hooked(tape, adj, T, root, retained)
     else:
         _run(tape, adj, T, root, -1)
+    check_stale(tape, reached, upto)
+    check_nested(tape, reached, upto)
     updates = [(leaf, adj[r]) for r, leaf in tape.leaves.items()
                if r < upto and reached[r]]
     if H.LEAF_HOOKS:  # hooks see every leaf's gradient before any is stored
@@ -181,17 +263,24 @@ def _hooked(tape, adj, T, root, retained):
     _run(tape, adj, T, start, -1)
 
 
+#: accumulation into ``.grad`` is a read-modify-write that NumPy runs with the
+#: GIL released; leaves hash onto these locks so two threads backpropagating
+#: into one leaf never lose an update, while different leaves rarely contend
+_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
 def _accumulate(leaf, g):
     """Add ``g`` (a view of the leaf arena, or the seed) into ``leaf.grad``."""
     g = g.astype(leaf.dtype, copy=False)
-    if leaf._grad is None:
-        leaf._grad = _plain(g if g.ndim else g[()])
-    else:
-        old = leaf._grad._data
-        if isinstance(old, np.ndarray) and old.flags.writeable:
-            old += g
+    with _LOCKS[(id(leaf) >> 4) & 63]:
+        if leaf._grad is None:
+            leaf._grad = _plain(g if g.ndim else g[()])
         else:
-            leaf._grad._data = np.asarray(old + g)[()] if np.ndim(old) == 0 else old + g
+            old = leaf._grad._data
+            if isinstance(old, np.ndarray) and old.flags.writeable:
+                old += g
+            else:
+                leaf._grad._data = np.asarray(old + g)[()] if np.ndim(old) == 0 else old + g
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,

@@ -12,7 +12,8 @@ import threading
 
 import numpy as np
 
-from .autograd import Adjoints, _freed_error
+from .autograd import Adjoints, _freed_error, check_nested, check_stale, differentiating
+from .function import Function
 from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.second import sweep_block
@@ -54,6 +55,24 @@ def _scratch(name, n):
         a = np.empty(max(n, 1024))
         setattr(_arenas, name, a)
     return a
+
+
+class fresh_arenas:
+    """Runs a derivative computation inside a sweep (a host VJP that calls
+    tg.hvp) on arenas of its own: the reused per-thread arenas, and the
+    tape's scratch adjoints, still hold the enclosing sweep's adjoints."""
+
+    def __enter__(self):
+        self.saved = dict(_arenas.__dict__)
+        _arenas.__dict__.clear()
+        self.tape = current()
+        self.scratch, self.tape.scratch = self.tape.scratch, None
+        return self
+
+    def __exit__(self, *exc):
+        _arenas.__dict__.clear()
+        _arenas.__dict__.update(self.saved)
+        self.tape.scratch = self.scratch
 
 
 class _Slabs(Adjoints):
@@ -305,6 +324,8 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
             continue
         g = g.reshape((p,) + x.shape)
         out[i] = g if out[i] is None else out[i] + g
+    check_stale(tape, adj.reached, upto)
+    check_nested(tape, adj.reached, upto, inputs)
     if not retain_graph:
         tape.after_backward(adj.reached, T)
     return out
@@ -343,14 +364,38 @@ def _leaf_of(x, who):
     return t
 
 
+def _connected(args):
+    """The positions of arguments that carry a derivative of an enclosing
+    computation: tensors that require grad while grad mode is on."""
+    if not current().enabled:
+        return ()
+    return tuple(i for i, a in enumerate(args) if isinstance(a, Tensor) and a._requires_grad)
+
+
 def _call(f, args, nums, who):
-    """Call f with fresh leaves at positions ``nums``; returns (leaves, output)."""
+    """Call f with fresh leaves at positions ``nums``; returns (leaves, output).
+
+    While f runs, its leaves are on this thread's stack of differentiated
+    inputs: a backward inside f that reaches them cannot carry a derivative
+    out (tapegrad does not record backward passes), so it raises instead of
+    letting the enclosing transform return zeros (``autograd.check_nested``).
+    """
     args = list(args)
+    connected = _connected(args)
+    if connected:
+        raise NotImplementedError(
+            f"{who}: argument {connected[0]} is a tensor that requires grad (it is being "
+            f"differentiated by an enclosing tg.grad, backward or transform), and tg.{who} "
+            "cannot pass a derivative of its result on. Only tg.grad and "
+            "tg.value_and_grad nest (tg.grad(tg.grad(f)) and tg.jacobian(tg.grad(f)) work); "
+            "use tg.hessian or tg.hvp for second derivatives, or pass x.detach() to treat "
+            "the argument as a constant")
     leaves = []
     for a in nums:
         leaves.append(_leaf_of(args[a], who))
         args[a] = leaves[-1]
-    out = f(*args)
+    with differentiating(leaves):
+        out = f(*args)
     if not isinstance(out, Tensor):
         try:
             out = tensor(np.asarray(out, dtype=np.float64))
@@ -392,6 +437,9 @@ def value_and_grad(f, argnums=0):
     """
     def value_and_grad_f(*args):
         single, nums = _argnums(argnums, len(args), "value_and_grad")
+        connected = _connected(args)
+        if connected:
+            return _nested_value_and_grad(f, args, single, nums, connected)
         leaves, out = _call(f, args, nums, "value_and_grad")
         if out.size != 1:
             raise TypeError(
@@ -406,8 +454,80 @@ def value_and_grad(f, argnums=0):
     return value_and_grad_f
 
 
+class _Spec:
+    """What a nested ``value_and_grad`` record needs for its VJP."""
+    __slots__ = ("at", "primals", "nums", "connected", "value", "outputs")
+
+
+def _nested_value_and_grad(f, args, single, nums, connected):
+    """``value_and_grad(f)`` at arguments that are themselves being differentiated.
+
+    The value and gradient are computed at the arguments' values as usual,
+    then recorded as one op whose inputs are the tensors among ``args``, so
+    an enclosing ``grad``, ``jacobian`` or ``backward`` differentiates through
+    them.  Its VJP is a Hessian-vector product: for cotangents ``c`` (of the
+    value) and ``v`` (of the gradients), input ``i`` receives
+    ``c df/dx_i + sum_j H_ij v_j`` -- the Hessian being symmetric -- computed
+    exactly by ``tg.hvp``'s forward-over-reverse pass.  A third level of
+    nesting would need the derivative of that pass and raises
+    NotImplementedError from ``tg.hvp`` (its op has no forward rule).
+    """
+    diff = sorted(set(nums) | set(connected))
+    fixed = list(args)
+    primals = [np.array(args[i]._data if isinstance(args[i], Tensor) else args[i],
+                        dtype=np.float64) for i in diff]
+
+    def at(*xs):
+        full = list(fixed)
+        for i, x in zip(diff, xs):
+            full[i] = x
+        return f(*full)
+
+    with differentiating((), strict=True):
+        value, grads = value_and_grad(at, argnums=tuple(range(len(diff))))(*primals)
+    spec = _Spec()
+    spec.at, spec.primals, spec.nums, spec.connected = at, tuple(primals), nums, connected
+    spec.value = value
+    spec.outputs = tuple(np.asarray(grads[diff.index(a)]) for a in nums)
+    outs = _GradOf.apply(spec, *[args[i] for i in connected])
+    value_t, grads_t = outs[0], outs[1:]
+    return value_t, (grads_t[0] if single else tuple(grads_t))
+
+
+class _GradOf(Function):
+    """The value and gradient of a function, as one differentiable record."""
+
+    @staticmethod
+    def forward(ctx, spec, *xs):
+        ctx.spec = spec
+        return (np.asarray(spec.value, dtype=np.float64),) + spec.outputs
+
+    @staticmethod
+    def backward(ctx, c, *vs):
+        with fresh_arenas():
+            return _GradOf._vjp(ctx, c, *vs)
+
+    @staticmethod
+    def _vjp(ctx, c, *vs):
+        from .second import hvp
+        spec = ctx.spec
+        diff = sorted(set(spec.nums) | set(spec.connected))
+        tangents = [np.zeros_like(x) for x in spec.primals]
+        for a, v in zip(spec.nums, vs):
+            tangents[diff.index(a)] = tangents[diff.index(a)] + v
+        g, hv = hvp(spec.at, spec.primals, tuple(tangents))
+        c = float(np.asarray(c))
+        return (None,) + tuple(c * g[diff.index(i)] + hv[diff.index(i)]
+                               for i in spec.connected)
+
+
 def grad(f, argnums=0):
     """The gradient of a scalar function, as a function.
+
+    Transforms nest: called on a tensor that is itself being differentiated
+    (inside another ``tg.grad``, ``tg.jacobian`` or before a ``backward``),
+    it returns tensors that carry the derivative on, so ``tg.grad(tg.grad(f))``
+    is the second derivative and ``tg.jacobian(tg.grad(f))`` the Hessian.
 
     Examples
     --------

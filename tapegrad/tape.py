@@ -62,7 +62,7 @@ class Tape:
     __slots__ = ("_enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
-                 "where")
+                 "where", "stale", "consts")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -81,6 +81,8 @@ class Tape:
         self.hooks = {}            # record -> its tensor's hooks (tapegrad.hooks)
         self.where = {}            # record -> source line, only in anomaly mode
         self.flipped = []          # arrays made read-only, to restore
+        self.stale = {}            # record -> what was written in place after it saved it
+        self.consts = []           # (array, CONST record) of small copied operands
         self.scratch = None        # adjoint arena, reused across backwards
         self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
         # across epochs, so a tape that regularly grows large is not scanned
@@ -304,7 +306,7 @@ class Tape:
         A view of someone else's memory is copied: making the view read-only
         would not stop writes through its base.
         """
-        value = np.asarray(value)
+        value = given = np.asarray(value)
         if value.dtype.kind == "c":  # the cast below would drop the imaginary part silently
             raise TypeError(f"complex numbers are not supported: an operand of dtype "
                             f"{value.dtype} cannot enter a graph of real tensors")
@@ -315,6 +317,8 @@ class Tape:
         r = self.record(_CONST, (), value)
         if value.size > SMALL:  # operands are read by most VJPs that have them
             self.keep(r, value)
+        elif given.ndim:  # copied: a tapegrad write into it later is noted (wrote)
+            self.consts.append((given, r))
         return r
 
     # -- liveness ----------------------------------------------------------------
@@ -335,8 +339,11 @@ class Tape:
             self._release_freed(T)
 
     def _release_freed(self, T):
-        """Drop large values that no record still differentiable can read."""
-        if not self.refs:
+        """Drop large values that no record still differentiable can read, and
+        give back the write flag of every array no such record reads: a
+        user's buffer is writable again as soon as the last graph that used
+        it has been freed."""
+        if not self.refs and not self.flipped:
             return
         from .kernels.sweep import consumed
         n = self.n
@@ -344,6 +351,37 @@ class Tape:
         rix = self.rix[:n]
         for r in np.flatnonzero((rix >= 0) & self.freed[:n] & ~keep):
             self.refs[rix[r]] = None
+        if not self.flipped:
+            return
+        needed = {id(a) for a in self.refs if a is not None}
+        needed.update(id(leaf._data) for r, leaf in self.leaves.items() if keep[r])
+        still = []
+        for a in self.flipped:
+            if id(a) in needed:
+                still.append(a)
+            else:
+                _writeable(a)
+        self.flipped = still
+
+    def wrote(self, array, what):
+        """Note that ``array``, which this tape may hold, was written in place
+        (through tapegrad, see ops/methods.py); the records that saved it are
+        marked stale, and a backward that needs one of them raises
+        (``check_stale``).  Returns whether the tape held it."""
+        small = [r for a, r in self.consts if a is array]
+        for r in small:
+            self.stale[r] = what
+        if not any(a is array for a in self.flipped):
+            return bool(small)
+        n = self.n
+        rix = self.rix[:n]
+        for r in np.flatnonzero(rix >= 0):
+            if self.refs[rix[r]] is array:
+                self.stale[int(r)] = what
+        for r, leaf in self.leaves.items():
+            if leaf._data is array:
+                self.stale[r] = what
+        return True
 
     def compact(self):
         """Drop the records no live tensor or node can reach; renumber the rest.
@@ -407,12 +445,15 @@ class Tape:
         cols = [(name, getattr(self, name)[idx]) for name in ("op", "size", "fp", "v1", "freed")]
         refs = [self.refs[k] for k in kept_rix if k >= 0]
         kept = {id(a) for a in refs if a is not None}
-        flipped = [a for a in self.flipped if id(a) in kept]
-        released = [a for a in self.flipped if id(a) not in kept]
         host = {int(new_id[r]): v for r, v in self.host.items() if keep[r]}
         hooks = {int(new_id[r]): v for r, v in self.hooks.items() if keep[r]}
         where = {int(new_id[r]): v for r, v in self.where.items() if keep[r]}
         leaves = {int(new_id[r]): leaf for r, leaf in self.leaves.items() if keep[r]}
+        kept.update(id(leaf._data) for leaf in leaves.values())
+        flipped = [a for a in self.flipped if id(a) in kept]
+        released = [a for a in self.flipped if id(a) not in kept]
+        stale = {int(new_id[r]): v for r, v in self.stale.items() if keep[r]}
+        consts = [(a, int(new_id[r])) for a, r in self.consts if keep[r]]
         recs = [int(new_id[h._rec]) for h in holders]
         lkey = object()
         held = _SignalsHeld()
@@ -434,7 +475,8 @@ class Tape:
             self.n, self.na, self.ni, self.nv = m, args.size, 1 + ips.size, vals.size
             self._update_room()
             self.refs = refs
-            self.host, self.hooks, self.where = host, hooks, where
+            self.host, self.hooks, self.where, self.stale = host, hooks, where, stale
+            self.consts = consts
             self.lkey = lkey
             for r, leaf in leaves.items():
                 leaf._ltok, leaf._lrec = lkey, r
@@ -464,6 +506,8 @@ class Tape:
         self.host.clear()
         self.hooks.clear()
         self.where.clear()
+        self.stale.clear()
+        self.consts.clear()
         self._new_epoch()
 
     # -- the view the kernels take ---------------------------------------------------

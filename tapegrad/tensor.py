@@ -37,15 +37,37 @@ class Tensor:
     # _tok/_rec: epoch token and record of a non-leaf (None/unset for leaves);
     # _ltok/_lrec: the epoch's leaf key and the LEAF record of a leaf (a leaf
     # must not hold the token: it would keep its first graph's epoch alive).
+    # _base: the tensor whose value a ``detach()``/``.data`` alias shares (writes
+    # through the alias go to it); _vw: how a view tensor was taken from its
+    # base (tapegrad.views).  Both are unset on most tensors.
     __slots__ = ("_data", "_requires_grad", "_tok", "_rec", "_ltok", "_lrec",
-                 "_grad", "__weakref__")
+                 "_grad", "_base", "_vw", "_views", "__weakref__")
     __array_priority__ = 1000
 
     # -- basic properties ---------------------------------------------------
     @property
     def data(self):
-        """The value as a plain tensor that shares memory (like ``detach``)."""
+        """The value as a plain tensor that shares memory (like ``detach``).
+
+        Writes through it reach this tensor, as in PyTorch: ``p.data -= lr *
+        p.grad`` updates p in place.  Assigning ``p.data = value`` gives p a
+        new value of any shape.  A graph recorded before either write that
+        needs the old value raises at backward.
+
+        Examples
+        --------
+        >>> import tapegrad as tg
+        >>> p = tg.tensor([1.0, 2.0], requires_grad=True)
+        >>> p.data -= 0.5
+        >>> p
+        tensor([0.5, 1.5], requires_grad=True)
+        """
         return self.detach()
+
+    @data.setter
+    def data(self, value):
+        from .ops.methods import replace_value
+        replace_value(self, value)
 
     @property
     def shape(self):
@@ -125,8 +147,21 @@ class Tensor:
 
     # -- conversion ----------------------------------------------------------
     def numpy(self):
-        """The value as an ndarray (shares memory; read-only while a graph holds it)."""
-        return np.asarray(self._data)
+        """The value as an ndarray that shares memory with the tensor.
+
+        Writes into it change the tensor.  While a recorded graph holds the
+        value (the tensor is an operand or result of an op whose gradient is
+        still to be computed) the array is read-only, so a saved value can
+        never change under a gradient: NumPy raises "assignment destination
+        is read-only".  Write through tapegrad instead (``t.data[...] = v``,
+        ``t += v`` under ``tg.no_grad()``), which a later backward of that
+        graph reports, or make a copy (``t.numpy().copy()``).
+        """
+        from .ops.methods import exposed
+        tape = _local.__dict__.get("tape")
+        if tape is not None and tape.tracing:
+            tape.leave(self)  # the exact value leaves the trace: a replay must see it unchanged
+        return exposed(self)
 
     def __array__(self, dtype=None, copy=None):
         # NumPy calls this when it converts a tensor behind tapegrad's back
@@ -181,10 +216,20 @@ class Tensor:
         return self.shape[0]
 
     def detach(self):
-        """A leaf that shares this value and does not require grad."""
-        return _plain(self._data)
+        """A leaf that shares this value and does not require grad.
+
+        In-place writes through it (``d += 1``, ``d[0] = 5``) reach this
+        tensor, as in PyTorch; a graph that saved the old value raises at
+        backward.
+        """
+        t = _plain(self._data)
+        t._base = _owner(self)
+        return t
 
     def tolist(self):
+        tape = _local.__dict__.get("tape")
+        if tape is not None and tape.tracing:
+            tape.leave(self)
         return np.asarray(self._data).tolist()
 
     def __repr__(self):
@@ -310,6 +355,15 @@ def _plain(data):
     return t
 
 
+def _owner(t):
+    """The tensor that owns t's value (t itself unless t is a detach() alias)."""
+    try:
+        b = t._base
+    except AttributeError:
+        return t
+    return t if b is None else b
+
+
 def _result(tape, r, data):
     """The non-leaf tensor for record r of the tape's current epoch.
 
@@ -335,7 +389,14 @@ def _node(tape, t):
     if tok is None:  # a leaf: one LEAF record per epoch
         if t._ltok is tape.lkey:
             return t._lrec
-        r = tape.record(R.LEAF, (), t._data)
+        d = t._data
+        r = tape.record(R.LEAF, (), d)
+        if type(d) is np.ndarray and d.flags.writeable:
+            # the record saved this value (a copy, or the array itself): a
+            # NumPy write into it now would give this graph's gradient a
+            # value its forward never saw
+            d.flags.writeable = False
+            tape.flipped.append(d)
         tape.leaves[r] = t
         t._ltok = tape.lkey
         t._lrec = r

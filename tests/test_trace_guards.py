@@ -322,9 +322,7 @@ def test_fuzz_traced_data_dependent_results_equal_eager_and_numpy(name):
     run()
 
 
-# -- not guarded yet: values that leave through Tensor methods ------------------------
-@pytest.mark.xfail(strict=True, reason="Tensor.numpy()/tolist() do not report to the "
-                   "trace yet")
+# -- values that leave through Tensor methods and indices --------------------------
 @pytest.mark.parametrize("how", ["numpy", "tolist"])
 def test_values_leaving_through_tensor_methods(how):
     def f(x):
@@ -334,9 +332,6 @@ def test_values_leaving_through_tensor_methods(how):
     assert ft(np.array([3.0, 2.0, 1.0])) == 9.0
 
 
-@pytest.mark.xfail(strict=True, reason="a mask tensor used as an index does not report "
-                   "to the trace yet (ops.shape._index_key); guarded only when no record "
-                   "consumes the mask")
 def test_mask_consumed_and_used_as_an_index():
     def f(x):
         m = x > 0

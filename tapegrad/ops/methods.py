@@ -4,13 +4,14 @@ that makes plain NumPy code (``np.sin(t)``, ``X @ t``) record unchanged.
 """
 import numpy as np
 
-from ..tape import current
-from ..tensor import Tensor, _plain
+from ..tape import _local, current
+from ..tensor import Tensor, _owner, _plain
 from . import composite as K
 from . import elementwise as E
 from . import linalg as L
 from . import reductions as Rd
 from . import shape as S
+from .. import views as V
 from .numpy_api import HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, unsupported
 
 
@@ -49,7 +50,7 @@ def _inplace(fn):
                     "a leaf tensor that requires grad is being used in an in-place "
                     "operation; update it under `with tg.no_grad():` or write "
                     "x = x + ... to make a new tensor")
-            _become(self, fn(self, other))
+            _record_write(self, lambda: fn(self, other))
             return self
         new = fn(_plain(self._data), other._data if isinstance(other, Tensor) else other)
         _set_value(self, new._data)
@@ -58,6 +59,16 @@ def _inplace(fn):
 
 
 _UNSET = object()
+
+
+def _record_write(self, compute):
+    """A recorded in-place write: self takes the value ``compute()`` makes;
+    through a view, the write reaches its bases (tapegrad/views.py)."""
+    if getattr(self, "_vw", None) is None:
+        _become(self, compute())
+        return
+    V.check_writable(self)
+    V.write(self, compute(), _become)
 
 
 def _become(self, new):
@@ -78,21 +89,114 @@ def _become(self, new):
                 setattr(obj, slot, val)
 
 
+def _held(o):
+    """Whether a graph on this thread that can still be differentiated
+    recorded tensor o's value (its LEAF record, or its own record)."""
+    tape = _local.__dict__.get("tape")
+    if tape is None:
+        return False
+    if o._tok is not None:
+        return o._tok is tape.tok and not tape.freed[o._rec]
+    return o._requires_grad and o._ltok is tape.lkey and not tape.all_freed
+
+
+def _written(o, what):
+    """Mark the records that saved o's value stale (see Tape.wrote), and let
+    o's next use record its new value."""
+    tape = _local.__dict__.get("tape")
+    if tape is None:
+        return
+    if o._tok is not None and o._tok is tape.tok:
+        tape.stale[o._rec] = what
+    elif o._tok is None and o._ltok is tape.lkey:
+        tape.stale[o._lrec] = what
+    o._ltok = None
+
+
+def exposed(t):
+    """``t.numpy()``: t's own array, read-only while a graph holds the value.
+
+    A 0-d value is kept as a NumPy scalar, which nothing can write into; the
+    first ``numpy()`` gives the tensor a 0-d array instead, so writes into
+    the result reach it as they do for every other shape.
+    """
+    o = _owner(t)
+    d = o._data
+    fresh = type(d) is not np.ndarray
+    if fresh:
+        d = o._data = np.array(d)
+    t._data = d
+    # a leaf's array is made read-only when a graph records it, and given
+    # back when the last graph that reads it is freed (tape.py); a new 0-d
+    # array or a non-leaf's value is protected here
+    if d.flags.writeable and (fresh or o._tok is not None) and _held(o):
+        d.flags.writeable = False
+        (o._tok.tape if o._tok is not None else current()).flipped.append(d)
+    return d
+
+
 def _set_value(self, value):
+    """Write ``value`` into self's value in place (no graph records it).
+
+    The write reaches the tensor that owns the value and every alias of it
+    (``detach()``, ``.data``, ``numpy()``).  A value the tape holds read-only
+    is written all the same, and the records that saved it are marked stale:
+    a backward that needs them raises PyTorch's in-place error.
+    """
+    o = _owner(self)
     value = np.asarray(value)
-    if value.shape != self.shape:
-        raise ValueError(f"in-place update would change the shape from {self.shape} "
+    if value.shape != o.shape:
+        raise ValueError(f"in-place update would change the shape from {o.shape} "
                          f"to {value.shape}")
-    if not np.can_cast(value.dtype, self.dtype, "same_kind"):
+    if not np.can_cast(value.dtype, o.dtype, "same_kind"):
         raise TypeError(f"in-place update cannot cast {value.dtype} to the tensor's "
-                        f"{self.dtype} (same_kind casting, as NumPy); write x = x + ...")
-    value = value.astype(self.dtype, copy=False)
-    self._ltok = None  # a leaf's LEAF record holds the old value: make a new one
-    old = self._data
+                        f"{o.dtype} (same_kind casting, as NumPy); write x = x + ...")
+    value = value.astype(o.dtype, copy=False)
+    what = f"a tensor of shape {o.shape} and dtype {o.dtype}"
+    old = o._data
+    tape = _local.__dict__.get("tape")
+    noted = isinstance(old, np.ndarray) and tape is not None and tape.wrote(old, what)
     if isinstance(old, np.ndarray) and old.flags.writeable:
         old[...] = value
-    else:  # a graph holds the old value read-only: copy on write
-        self._data = value.copy() if value.ndim else value[()]
+    elif noted:
+        old.flags.writeable = True  # the tape's own flag: the write is noted
+        old[...] = value
+        old.flags.writeable = False
+    elif getattr(o, "_vw", None) is not None:  # a view: write into its base
+        base, key = o._vw
+        whole = np.array(base._data, copy=True)
+        whole[key] = value
+        _set_value(base, whole)
+        o._data = base._data[key]
+    else:  # a scalar, or read-only for a reason of its own: copy on write
+        o._data = value.copy() if value.ndim else value[()]
+    _written(o, what)
+    self._data = o._data
+
+
+def replace_value(t, value):
+    """``t.data = value``: t takes ``value`` as its value (any shape), sharing
+    a tensor's memory as PyTorch does, copying anything else."""
+    o = _owner(t)
+    if isinstance(value, Tensor):
+        if _owner(value) is o:  # ``p.data -= x`` assigns p's own value back
+            t._data = o._data
+            return
+        v = value._data
+    else:
+        try:
+            v = np.array(value)
+        except ValueError as e:
+            raise TypeError(f".data = ...: the value is not a rectangular array: {e}") from None
+    if np.asarray(v).dtype.kind not in "biuf":
+        raise TypeError(f".data = ...: the value must be real numbers, got dtype "
+                        f"{np.asarray(v).dtype}")
+    if o._requires_grad and np.asarray(v).dtype.kind != "f":
+        raise TypeError(f".data = ...: a tensor that requires grad needs a floating value, "
+                        f"got dtype {np.asarray(v).dtype}; convert it with .astype(float)")
+    _written(o, f"a tensor of shape {o.shape} and dtype {o.dtype}")
+    o._data = v if np.ndim(v) else np.asarray(v)[()]
+    t._data = o._data
 
 
 for _name, _fn in (("__iadd__", E.add), ("__isub__", E.subtract),
@@ -112,7 +216,7 @@ def _setitem(self, key, value):
             "`with tg.no_grad():`")
     if recording and (self._requires_grad
                       or (isinstance(value, Tensor) and value._requires_grad)):
-        _become(self, S.index_put(self, key, value))
+        _record_write(self, lambda: S.index_put(self, key, value))
         return
     new = np.array(self._data, copy=True)
     new[S._index_key(key)] = value._data if isinstance(value, Tensor) else value

@@ -8,6 +8,8 @@ record which input and position each output element comes from.
 """
 import numpy as np
 
+from ..views import is_basic, note_view
+
 from ..kernels import codes as C
 from ..tape import current
 from ..tensor import Tensor, _node, _plain, _result
@@ -274,6 +276,9 @@ def broadcast_to(a, shape):
 def _index_key(key):
     """Indices from tensors become arrays; boolean-mask tensors stay masks."""
     if isinstance(key, Tensor):
+        tape = current()
+        if tape.tracing:  # the indices leave the tape: a replay must see the same ones
+            tape.leave(key)
         return np.asarray(key._data)
     if isinstance(key, tuple):
         return tuple(_index_key(k) for k in key)
@@ -288,7 +293,10 @@ def getitem(a, key):
     Repeated indices accumulate in the gradient (scatter-add).
     """
     key = _index_key(key)
-    return _gather(_INDEX, lambda d: d[key], a)
+    out = _gather(_INDEX, lambda d: d[key], a)
+    if isinstance(a, Tensor) and isinstance(out, Tensor) and is_basic(key):
+        note_view(a, out, key)
+    return out
 
 
 def _multi(code, x, pieces_of):

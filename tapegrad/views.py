@@ -1,0 +1,106 @@
+"""Writes through views: ``v[1:-1][:] = x`` reaches ``v``, value and gradient.
+
+A basic index (ints, slices, ``None``, ``...``) of a tensor gives a *view*
+tensor that remembers its base and key (``Tensor._vw``), as NumPy's basic
+indexing returns a view.  Without a graph, a write into a view is a NumPy
+write into the shared memory.  With one, the write is recorded: the view
+takes its new value (a recorded op), each base up the chain becomes
+``index_put(base, key, view)``, and the other live views of a changed base
+are taken again from its new value -- what PyTorch does when it rebases a
+base's history after an in-place write through a view.  Advanced indexing
+(integer arrays, masks) copies, in NumPy and here, so writes into its result
+stay there.
+"""
+import weakref
+
+import numpy as np
+
+from .tape import current
+from .tensor import Tensor
+
+
+def is_basic(key):
+    """Whether ``a[key]`` is a NumPy view (basic indexing)."""
+    keys = key if isinstance(key, tuple) else (key,)
+    for k in keys:
+        if k is None or k is Ellipsis or isinstance(k, slice):
+            continue
+        if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            continue
+        return False
+    return True
+
+
+def note_view(base, view, key):
+    """Remember that ``view`` is ``base[key]`` (a basic index)."""
+    view._vw = (base, key)
+    if base._requires_grad:  # recorded writes re-derive the base's other views
+        try:
+            views = base._views
+        except AttributeError:
+            views = base._views = []
+        views.append(weakref.ref(view))
+        if len(views) > 64 and len(views) & (len(views) - 1) == 0:  # prune now and then
+            views[:] = [w for w in views if w() is not None]
+
+
+def _chain(t):
+    """(view, base, key) from t up to the tensor that is no view."""
+    out = []
+    v = t
+    while True:
+        vw = getattr(v, "_vw", None)
+        if vw is None:
+            return out, v
+        out.append((v,) + vw)
+        v = vw[0]
+
+
+def check_writable(t):
+    """Refuse a recorded write into a view of a leaf that requires grad
+    (PyTorch's rule), before anything changes."""
+    chain, root = _chain(t)
+    if chain and root._requires_grad and root._tok is None and current().enabled:
+        raise RuntimeError(
+            "a view of a leaf tensor that requires grad is being used in an in-place "
+            "operation (as in PyTorch, this is not allowed); write into a copy (y = x * 1.0; "
+            "y[1:3] = v) or update the leaf under `with tg.no_grad():`")
+
+
+def write(t, new, become):
+    """Give tensor ``t`` the recorded new value ``new`` and pass it up to t's
+    bases (see the module docstring); ``become(a, b)`` lets a take b's place."""
+    from .ops.shape import getitem, index_put
+    check_writable(t)
+    chain, _ = _chain(t)
+    # compute every new value first: a failure leaves every tensor as it was
+    values = [new]
+    for _, base, key in chain:
+        values.append(index_put(base, key, values[-1]))
+    become(t, new)
+    for (_, base, key), value in zip(chain, values[1:]):
+        if not base._requires_grad and isinstance(base._data, np.ndarray) \
+                and base._data.flags.writeable:
+            # a plain base: NumPy views of its memory see the numbers too
+            base._data[key] = value._data[key]
+        become(base, value)
+    for (v, base, _) in chain:
+        _retake(base, skip=v)
+
+
+def _retake(base, skip):
+    """Take the live views of ``base`` (other than ``skip``) again from its
+    new value, and theirs from theirs."""
+    from .ops.shape import getitem
+    views = getattr(base, "_views", None)
+    if not views:
+        return
+    live = [w() for w in views]
+    for w in live:
+        if w is None or w is skip or getattr(w, "_vw", (None,))[0] is not base:
+            continue
+        fresh = getitem(base, w._vw[1])
+        for slot in ("_data", "_requires_grad", "_tok", "_rec"):
+            if hasattr(fresh, slot):
+                setattr(w, slot, getattr(fresh, slot))
+        _retake(w, skip=None)

@@ -1,0 +1,282 @@
+"""Writes into values a graph saved, writes through views, nested transforms
+and threads sharing a leaf: each gives the right number (checked against
+central differences or plain NumPy) or a clear error, for every size."""
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import tapegrad as tg
+from oracle import close, leaf
+
+
+def fd(f, x, eps=1e-6):
+    """Central differences of scalar f at x (float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = eps
+        g[i] = (f(x + e) - f(x - e)) / (2 * eps)
+    return g
+
+
+# -- nested transforms -------------------------------------------------------------
+@pytest.mark.parametrize("f, x, expected", [
+    (lambda x: x ** 3, 2.0, 12.0),
+    (np.sin, 1.0, -np.sin(1.0)),
+    (lambda x: np.exp(x) * x, 0.5, np.exp(0.5) * 2.5),
+])
+def test_grad_of_grad_is_the_second_derivative(f, x, expected):
+    assert tg.grad(tg.grad(f))(x) == pytest.approx(expected, rel=1e-12)
+
+
+def test_jacobian_of_grad_is_the_hessian():
+    f = lambda x: (x ** 3).sum() * x[0] + np.sin(x).prod()  # noqa: E731
+    x = np.array([0.7, 1.3, -0.4])
+    H = tg.jacobian(tg.grad(f))(x)
+    Hfd = np.stack([fd(lambda z: tg.grad(f)(z)[i], x) for i in range(3)])
+    close(H, Hfd, rtol=1e-6, atol=1e-7)
+    close(H, tg.hessian(f)(x), rtol=1e-10)
+
+
+def test_grad_of_grad_with_several_arguments():
+    f = lambda x, w: (np.tanh(x * w) * w).sum()  # noqa: E731
+    x, w = np.array([0.3, -0.2]), np.array([1.1, 0.6])
+    # d/dw of sum(df/dx): mixed second derivatives, through a closure-free nest
+    outer = tg.grad(lambda w_: tg.grad(f, argnums=0)(x, w_).sum())(w)
+    close(outer, fd(lambda w_: tg.grad(f)(x, w_).sum(), w), rtol=1e-6, atol=1e-8)
+
+
+def test_gradient_penalty_through_backward():
+    x = leaf([0.5, 1.5])
+    g = tg.grad(lambda z: (z ** 3).sum())(x)      # a tensor carrying d/dx on
+    assert isinstance(g, tg.Tensor) and g.requires_grad
+    (g * g).sum().backward()
+    close(x.grad, 2 * (3 * x.numpy() ** 2) * 6 * x.numpy())
+
+
+def test_third_order_nesting_raises():
+    with pytest.raises(NotImplementedError):
+        tg.grad(tg.grad(tg.grad(lambda x: x ** 3)))(2.0)
+
+
+def test_backward_inside_a_differentiated_function_raises():
+    def f(x):
+        y = (x * x).sum()
+        y.backward()
+        return x.grad.sum()
+    with pytest.raises(NotImplementedError, match="backward pass inside a function"):
+        tg.grad(f)(np.ones(2))
+
+
+def test_inner_grad_over_a_closure_of_the_outer_input_raises():
+    inner = lambda w: tg.grad(lambda x: (x * w * w).sum())(np.ones(2)).sum()  # noqa: E731
+    with pytest.raises(NotImplementedError, match="backward pass inside a function"):
+        tg.grad(inner)(np.array([1.0, 2.0]))
+
+
+def test_autograd_grad_inside_a_transform_raises():
+    def f(x):
+        (g,) = tg.autograd.grad((x ** 3).sum(), x)
+        return g.sum()
+    with pytest.raises(NotImplementedError, match="backward pass inside a function"):
+        tg.grad(f)(np.array([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("inner", [
+    lambda f: (lambda x: tg.vjp(f, x)[1](np.ones(2))[0].sum()),
+    lambda f: (lambda x: tg.jacobian(f)(x).sum()),
+    lambda f: (lambda x: tg.jvp(f, (x,), (np.ones(2),))[1].sum()),
+])
+def test_other_nested_transforms_raise(inner):
+    f = lambda x: x ** 3  # noqa: E731
+    with pytest.raises(NotImplementedError, match="requires grad"):
+        tg.grad(inner(f))(np.array([1.0, 2.0]))
+
+
+def test_transforms_on_constants_inside_a_transform_still_work():
+    # an inner transform on values that do not depend on the outer input
+    c = np.array([1.0, 2.0])
+    f = lambda x: (x * tg.grad(lambda z: (z ** 2).sum())(c)).sum()  # noqa: E731
+    close(tg.grad(f)(np.zeros(2)), 2 * c)
+
+
+@given(st.floats(-2, 2), st.sampled_from(["sin", "exp", "cube", "tanh_sq"]))
+def test_nested_grad_fuzz(x, name):
+    f = {"sin": np.sin, "exp": np.exp, "cube": lambda z: z ** 3,
+         "tanh_sq": lambda z: np.tanh(z) ** 2}[name]
+    d1 = tg.grad(f)
+    got = tg.grad(d1)(x)
+    expected = (d1(x + 1e-5) - d1(x - 1e-5)) / 2e-5
+    assert got == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+# -- writes into saved values: one rule for every size --------------------------------
+@pytest.mark.parametrize("n", [1, 3, 16, 17, 40])
+@pytest.mark.parametrize("how", ["data", "detach", "no_grad"])
+def test_write_reaches_leaf_and_old_graph_raises(n, how):
+    pv = np.arange(1.0, n + 1)
+    p = leaf(pv)
+    old = (p * p).sum()                      # a live graph that saved p
+    if how == "data":
+        p.data[0] = 100.0
+    elif how == "detach":
+        p.detach()[0] = 100.0
+    else:
+        with tg.no_grad():
+            p[0] = 100.0
+    new_v = pv.copy()
+    new_v[0] = 100.0
+    close(p, new_v)
+    new = (p * p).sum()
+    assert new.item() == pytest.approx((new_v ** 2).sum())
+    new.backward()
+    close(p.grad, 2 * new_v)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        old.backward()
+    close(p.grad, 2 * new_v)                 # the failed backward changed nothing
+
+
+@pytest.mark.parametrize("n", [1, 3, 16, 17, 40])
+def test_numpy_write_into_a_held_value_raises_and_later_works(n):
+    p = leaf(np.arange(1.0, n + 1))
+    old = (p * p).sum()
+    with pytest.raises(ValueError, match="read-only"):
+        p.numpy()[0] = 100.0
+    old.backward()                            # the graph is freed: the array is writable
+    close(p.grad, 2 * np.arange(1.0, n + 1))
+    p.numpy()[0] = 100.0
+    assert p.numpy()[0] == 100.0
+
+
+def test_zero_d_numpy_write_reaches_the_tensor():
+    s = tg.tensor(2.0)
+    s.numpy()[...] = 0
+    assert s.item() == 0.0
+    q = leaf(3.0)
+    q.numpy()[...] = 5.0
+    y = q * q
+    y.backward()
+    assert q.grad.item() == 10.0
+
+
+def test_data_assignment_and_sgd_step():
+    p = leaf([1.0, 2.0, 3.0])
+    (p * p).sum().backward()
+    p.data -= 0.1 * p.grad                    # PyTorch's habit: updates p in place
+    close(p, [0.8, 1.6, 2.4])
+    p.data = tg.tensor([5.0, 6.0])            # any shape, as PyTorch
+    assert p.shape == (2,) and p.requires_grad
+    p.grad = None
+    (p * p).sum().backward()
+    close(p.grad, [10.0, 12.0])
+    with pytest.raises(TypeError, match="floating"):
+        p.data = np.array([1, 2])
+    close(p, [5.0, 6.0])                      # the refused assignment changed nothing
+
+
+def test_write_into_value_not_saved_backpropagates():
+    p = leaf([1.0, 2.0])
+    y = (p + 1.0).sum()                       # add saves nothing of p
+    p.data[0] = 9.0
+    y.backward()
+    close(p.grad, [1.0, 1.0])
+
+
+def test_users_buffer_is_writable_after_each_step():
+    buf = np.zeros((40, 3))
+    w = leaf(np.ones(3))
+    for step in range(3):
+        buf[:] = step + 1.0                   # refill in place, as a data loader does
+        loss = ((buf @ w) ** 2).sum()
+        loss.backward()
+    close(w.grad, sum(2 * 40 * 3 * k * k * np.ones(3) for k in (1.0, 2.0, 3.0)))
+
+
+# -- writes through views ---------------------------------------------------------------
+def _stencil(u, m):
+    v = u * 1.0
+    inner = v[1:-1]
+    inner[:] = m.sin(inner) * 2 + v[:-2] * 0.5
+    ends = v[::len(v) - 1]
+    ends[:] = 0
+    return (v * v).sum() + (inner * inner).sum()
+
+
+@pytest.mark.parametrize("n", [4, 6, 30])
+def test_writes_through_basic_slices_match_numpy_and_fd(n):
+    u0 = np.linspace(0.3, 2.0, n)
+    assert _stencil(tg.tensor(u0), np).item() == pytest.approx(_stencil(u0.copy(), np))
+    u = leaf(u0)
+    y = _stencil(u, np)
+    assert y.item() == pytest.approx(_stencil(u0.copy(), np))
+    y.backward()
+    close(u.grad, fd(lambda z: _stencil(z.copy(), np), u0), rtol=1e-6, atol=1e-8)
+
+
+def test_sibling_views_see_a_write():
+    x = leaf(np.arange(5.0))
+    v = x * 1.0
+    a, b = v[0:3], v[2:5]
+    a *= 10.0
+    close(b, [20.0, 3.0, 4.0])
+    b.sum().backward()
+    close(x.grad, [0.0, 0.0, 10.0, 1.0, 1.0])
+
+
+def test_write_of_a_grad_value_into_a_plain_view():
+    w = leaf([1.0, 2.0])
+    z = tg.tensor(np.zeros(4))
+    zz = z[1:3]
+    zz[:] = w * 3
+    close(z, [0.0, 3.0, 6.0, 0.0])
+    z.sum().backward()
+    close(w.grad, [3.0, 3.0])
+
+
+def test_view_of_a_leaf_refuses_in_place_write_and_changes_nothing():
+    p = leaf([1.0, 2.0, 3.0])
+    view = p[0:2]
+    with pytest.raises(RuntimeError, match="view of a leaf"):
+        view[:] = 5.0
+    close(p, [1.0, 2.0, 3.0])
+    close(view, [1.0, 2.0])
+
+
+@given(st.integers(3, 12), st.integers(0, 2), st.integers(1, 3), st.floats(-2, 2))
+def test_view_write_fuzz(n, start, step, c):
+    """v[start::step] op= c and v[start::step][:] = f(...) against NumPy and FD."""
+    u0 = np.linspace(-1.0, 1.0, n)
+
+    def f(u, m):
+        v = u * 1.0
+        s = v[start::step]
+        s *= c
+        t = v[start::step][:]
+        t[:] = m.tanh(t) + 1.0
+        return (v * v * (1.0 + m.arange(n))).sum()
+
+    assert f(tg.tensor(u0), np).item() == pytest.approx(f(u0.copy(), np), rel=1e-12)
+    u = leaf(u0)
+    f(u, np).backward()
+    close(u.grad, fd(lambda z: f(z.copy(), np), u0), rtol=1e-5, atol=1e-7)
+
+
+# -- threads sharing a leaf -------------------------------------------------------------
+def test_threads_accumulating_into_one_leaf_lose_nothing():
+    x = leaf(np.zeros(200_000))
+    n_threads, reps = 4, 15
+
+    def work():
+        mine = tg.tensor(x.detach().numpy().copy(), requires_grad=True)  # noqa: F841
+        for _ in range(reps):
+            x.sum().backward()
+
+    ts = [threading.Thread(target=work) for _ in range(n_threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    close(x.grad, np.full(x.shape, float(n_threads * reps)))
