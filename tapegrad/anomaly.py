@@ -12,10 +12,11 @@ import functools
 import linecache
 import os
 import sys
+import zlib
 
 import numpy as np
 
-from .ops.registry import CONST
+from .ops.registry import CONST, LEAF
 from .tape import Tape, current
 
 _SKIP = tuple(os.path.dirname(m.__file__) + os.sep
@@ -53,10 +54,44 @@ class TracingTape(Tape):
 
 
 class AnomalyTape(TracingTape):
-    """A tracing tape whose backward checks every gradient for NaN and inf."""
+    """A tracing tape whose backward checks every gradient for NaN and inf,
+    and every value kept by reference against its checksum at recording."""
 
     __slots__ = ()
     check_nan = True
+
+    def keep(self, r, value):
+        TracingTape.keep(self, r, value)
+        a = self.refs[-1]
+        self.sums.append((r, a, zlib.crc32(memoryview(a).cast("B"))))
+
+
+def check_saved(tape, reached):
+    """Raise if a value kept by reference that this backward read changed
+    since it was recorded: written through a NumPy view taken before the
+    graph, or after someone set ``flags.writeable = True`` -- writes the
+    read-only flag cannot stop and only a checksum sees."""
+    held = {id(a) for a in tape.refs if a is not None}
+    m = reached.size
+    arg0 = tape.arg0[:m + 1]
+    args = tape.args[:int(arg0[-1])]
+    for r, a, crc in tape.sums:
+        if id(a) not in held or r >= m:
+            continue
+        users = [int(c) for c in np.searchsorted(arg0, np.flatnonzero(args == r), "right") - 1]
+        if not any(reached[c] for c in users + [r]):
+            continue
+        if zlib.crc32(memoryview(a).cast("B")) != crc:
+            kind = ("a leaf tensor's value" if r >= 0 and tape.op[r] == LEAF else
+                    "a constant operand" if r >= 0 and tape.op[r] == CONST else
+                    f"the output of {_name(tape, r)}" if r >= 0 else "a value")
+            raise RuntimeError(
+                f"{kind} saved for the gradient (shape {a.shape}, record {r}) was changed "
+                "after it was "
+                "recorded -- through a NumPy view of it taken before the graph, or after "
+                "its flags.writeable was set back to True. Copy an array before writing "
+                "into it while a graph uses it, or record the graph after the write.\n"
+                + (_describe(tape, r) if r >= 0 else ""))
 
 
 class detect_anomaly:
@@ -196,3 +231,5 @@ def checked_sweep(tape, adj, T, root, retained, run):
                     f"Function '{_name(tape, r)}' returned {what} values in the gradient "
                     f"of its input {j - arg0[r]} (shape {_shape(tape, p)}).\n"
                     + _describe(tape, r))
+    if tape.sums:
+        check_saved(tape, reached)

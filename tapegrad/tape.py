@@ -62,7 +62,7 @@ class Tape:
     __slots__ = ("_enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
-                 "where", "stale", "consts")
+                 "where", "stale", "consts", "sums")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -83,6 +83,7 @@ class Tape:
         self.flipped = []          # arrays made read-only, to restore
         self.stale = {}            # record -> what was written in place after it saved it
         self.consts = []           # (array, CONST record) of small copied operands
+        self.sums = []             # (array, checksum) of kept values, in anomaly mode
         self.scratch = None        # adjoint arena, reused across backwards
         self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
         # across epochs, so a tape that regularly grows large is not scanned
@@ -454,6 +455,7 @@ class Tape:
         released = [a for a in self.flipped if id(a) not in kept]
         stale = {int(new_id[r]): v for r, v in self.stale.items() if keep[r]}
         consts = [(a, int(new_id[r])) for a, r in self.consts if keep[r]]
+        sums = [(int(new_id[r]), a, c) for r, a, c in self.sums if keep[r]]
         recs = [int(new_id[h._rec]) for h in holders]
         lkey = object()
         held = _SignalsHeld()
@@ -476,7 +478,7 @@ class Tape:
             self._update_room()
             self.refs = refs
             self.host, self.hooks, self.where, self.stale = host, hooks, where, stale
-            self.consts = consts
+            self.consts, self.sums = consts, sums
             self.lkey = lkey
             for r, leaf in leaves.items():
                 leaf._ltok, leaf._lrec = lkey, r
@@ -508,6 +510,7 @@ class Tape:
         self.where.clear()
         self.stale.clear()
         self.consts.clear()
+        self.sums.clear()
         self._new_epoch()
 
     # -- the view the kernels take ---------------------------------------------------

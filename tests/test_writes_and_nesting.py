@@ -280,3 +280,29 @@ def test_threads_accumulating_into_one_leaf_lose_nothing():
     for t in ts:
         t.join()
     close(x.grad, np.full(x.shape, float(n_threads * reps)))
+
+
+# -- writes the read-only flag cannot stop: checked in anomaly mode ----------------------
+def test_anomaly_mode_sees_a_write_through_an_earlier_view():
+    x = leaf(np.linspace(0.0, 1.0, 20))
+    v = x.numpy().reshape(4, 5)               # taken before the graph: stays writable
+    with tg.detect_anomaly():
+        y = tg.sin(x).sum()
+        v[:] = 5.0
+        with pytest.raises(RuntimeError, match="leaf tensor's value saved for the gradient"):
+            y.backward()
+    assert x.grad is None
+
+
+def test_anomaly_mode_sees_a_write_into_a_constant_after_flags_reset():
+    c = np.arange(20.0)
+    w = leaf(np.ones(20))
+    with tg.detect_anomaly():
+        loss = (w * c).sum()
+        c.flags.writeable = True
+        c[:] = 100.0
+        with pytest.raises(RuntimeError, match="constant operand saved for the gradient"):
+            loss.backward()
+        loss2 = (w * c).sum()                 # recorded after the write: right
+        loss2.backward()
+    close(w.grad, np.full(20, 100.0))
