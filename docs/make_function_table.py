@@ -23,7 +23,7 @@ def _public(ns):
 
 
 def rows():
-    plain = {f for f, g in HANDLED_FUNCTIONS.items() if getattr(g, "__name__", "") == "run"}
+    plain = {f for f, g in HANDLED_FUNCTIONS.items() if getattr(g, "plain_values", False)}
     for prefix, ns in NAMESPACES:
         for name, obj in _public(ns):
             full = f"{prefix}.{name}"

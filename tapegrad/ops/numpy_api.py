@@ -100,6 +100,7 @@ def _plain_values(fn):
         def run(*args, **kwargs):
             return K.on_values(fn, *args, _exact=exact, **kwargs)
     run.__name__ = run.__qualname__ = getattr(fn, "__name__", "run")
+    run.plain_values = True  # docs/make_function_table.py lists these as plain values
     return run
 
 
