@@ -14,6 +14,7 @@ import numpy as np
 
 from .autograd import Adjoints, _freed_error, check_nested, check_stale, differentiating
 from .function import Function
+from .grad_mode import enable_grad
 from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.second import sweep_block
@@ -456,7 +457,8 @@ def value_and_grad(f, argnums=0):
 
 class _Spec:
     """What a nested ``value_and_grad`` record needs for its VJP."""
-    __slots__ = ("at", "primals", "nums", "connected", "value", "outputs")
+    __slots__ = ("at", "primals", "nums", "connected", "value", "outputs", "s", "leaves",
+                 "where")
 
 
 def _nested_value_and_grad(f, args, single, nums, connected):
@@ -685,12 +687,6 @@ def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_
     (tensor([2.0, 4.0]), None)
     """
     outputs, inputs = _as_list(outputs), _as_list(inputs)
-    if create_graph:
-        raise NotImplementedError(
-            "create_graph=True is not supported: tapegrad does not record its backward "
-            "pass, so gradients cannot be differentiated again. For second derivatives "
-            "use tg.hessian(f) or tg.hvp(f, primals, tangents), which compute them exactly "
-            "by forward-over-reverse on the tape")
     for x in inputs:
         if not isinstance(x, Tensor):
             raise TypeError(f"grad: inputs must be tensors, got {type(x).__name__}")
@@ -710,6 +706,8 @@ def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_
             raise RuntimeError(
                 "element 0 of tensors does not require grad and does not have a grad_fn")
         seeds.append(_seed(t, g)[None, :])
+    if create_graph:
+        return _graph_grad(outputs, seeds, inputs, allow_unused)
     gs = reverse(outputs, seeds, inputs, retain_graph=bool(retain_graph))
     res = []
     for i, (g, x) in enumerate(zip(gs, inputs)):
@@ -723,6 +721,119 @@ def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_
         else:
             res.append(tensor(g[0].reshape(x.shape).astype(x.dtype, copy=False)))
     return tuple(res)
+
+
+class _GraphGrad(Function):
+    """Gradients computed with ``create_graph=True``, as one differentiable
+    record over every leaf that requires grad in the graph they came from."""
+
+    @staticmethod
+    def forward(ctx, spec, *leaves):
+        ctx.spec = spec
+        return spec.outputs if len(spec.outputs) > 1 else spec.outputs[0]
+
+    @staticmethod
+    def backward(ctx, *us):
+        # cotangents u of the gradients g = d s / d x (s = sum of seeds * outputs):
+        # leaf z receives sum_x d2 s / (dz dx) u_x, one forward-over-reverse pass
+        # over the retained graph with tangent u on the inputs and 0 elsewhere
+        from .second import _hvp_pass, _recs_below
+        spec = ctx.spec
+        tape = current()
+        if spec.s._tok is not tape.tok or tape.freed[spec.s._rec]:
+            raise _freed_error()
+        tangents = [np.zeros((1, z.size)) for z in spec.leaves]
+        for k, u in zip(spec.where, us):
+            tangents[k] = tangents[k] + np.asarray(u, dtype=np.float64).reshape(1, -1)
+        with fresh_arenas():
+            recs = _recs_below(tape, spec.leaves, _root_span(tape, spec.s._rec))
+            res, _ = _hvp_pass(tape, spec.s, spec.leaves, recs, lambda k: tangents[k], 1)
+        return (None,) + tuple(hv[0].reshape(z.shape) for z, (_, hv) in zip(spec.leaves, res))
+
+
+def _graph_grad(outputs, seeds, inputs, allow_unused):
+    """``autograd.grad(..., create_graph=True)``: gradients that are tensors
+    of the graph, so they can be differentiated again (second order)."""
+    from .kernels.sweep import live_records
+    from .ops import reductions as Rd
+    for i, x in enumerate(inputs):
+        if x._tok is not None:
+            raise NotImplementedError(
+                f"create_graph=True: input {i} (shape {x.shape}) is not a leaf; tapegrad "
+                "differentiates gradients again only with respect to leaves. Make it a "
+                "leaf (h = h.detach().requires_grad_()) and compute from it, or use "
+                "tg.hessian / tg.hvp")
+    tape = current()
+    with enable_grad():
+        s = None
+        for t, v in zip(outputs, seeds):
+            term = Rd.sum(t * v.reshape(t.shape)) if t.size != 1 or v[0, 0] != 1.0 \
+                else Rd.sum(t)
+            s = term if s is None else s + term
+    gs = reverse([s], [np.ones((1, 1))], inputs, retain_graph=True)
+    for i, (g, x) in enumerate(zip(gs, inputs)):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
+                "to not have been used in the graph. Set allow_unused=True if this is "
+                "the desired behavior.")
+    if s._tok is None:  # an input is the output: no graph to differentiate again
+        return tuple(None if g is None else tensor(g[0].reshape(x.shape).astype(x.dtype))
+                     for g, x in zip(gs, inputs))
+    tape.arg0[tape.n] = tape.na
+    upto = _root_span(tape, s._rec)
+    live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto,
+                        np.array([s._rec], np.int64))
+    leaves = [z for r, z in sorted(tape.leaves.items()) if r < upto and live[r]]
+    for x in inputs:
+        if not any(z is x for z in leaves):
+            leaves.append(x)
+    spec = _Spec()
+    spec.s, spec.leaves = s, leaves
+    used = [i for i, g in enumerate(gs) if g is not None]
+    spec.where = [next(k for k, z in enumerate(leaves) if z is inputs[i]) for i in used]
+    spec.outputs = tuple(np.asarray(gs[i][0].reshape(inputs[i].shape), dtype=np.float64)
+                         for i in used)
+    outs = _GraphGrad.apply(spec, *leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    res = [None] * len(inputs)
+    for i, o in zip(used, outs):
+        res[i] = o if inputs[i].dtype == np.float64 else o.astype(inputs[i].dtype)
+    return tuple(res)
+
+
+_GraphGrad.__name__ = _GradOf.__name__ = "Grad"  # grad_fn shows GradBackward
+
+
+def backward_graph(t, gradient, inputs=None):
+    """``t.backward(gradient, create_graph=True)``: accumulate into the leaves'
+    ``.grad`` gradients that are themselves differentiable tensors."""
+    from .autograd import _seed
+    from .kernels.sweep import live_records
+    if not t._requires_grad:
+        raise RuntimeError(
+            "element 0 of tensors does not require grad and does not have a grad_fn")
+    seed = _seed(t, gradient)[None, :]
+    if inputs is None:
+        if t._tok is None:
+            inputs = [t]
+        else:
+            tape = current()
+            tape.arg0[tape.n] = tape.na
+            upto = _root_span(tape, t._rec)
+            live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto,
+                                np.array([t._rec], np.int64))
+            inputs = [z for r, z in sorted(tape.leaves.items()) if r < upto and live[r]]
+    else:
+        inputs = _as_list(inputs)
+    if not inputs:
+        return
+    gs = _graph_grad([t], [seed], inputs, allow_unused=True)
+    for x, g in zip(inputs, gs):
+        if g is None:
+            continue
+        old = getattr(x, "_grad", None)
+        x._grad = g if old is None else old + g
 
 
 def backward_to(t, gradient, retain_graph, inputs):

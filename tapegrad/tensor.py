@@ -297,7 +297,7 @@ class Tensor:
         return retains_grad(self)
 
     # -- backward ------------------------------------------------------------------
-    def backward(self, gradient=None, retain_graph=False, inputs=None):
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
         """Accumulate ``gradient``-weighted derivatives of this tensor into leaves.
 
         Computes the vector-Jacobian product ``gradient^T dself/dleaf`` for
@@ -308,9 +308,15 @@ class Tensor:
         gradient : Tensor, ndarray, list or number, optional
             The seed, of this tensor's shape.  May be omitted for one-element
             tensors (then 1).
-        retain_graph : bool, default False
+        retain_graph : bool, optional
             Keep the graph for another backward.  Without it the graph is
             freed and a second backward through it raises RuntimeError.
+            Defaults to ``create_graph``.
+        create_graph : bool, default False
+            Make the accumulated gradients tensors of the graph, so they can
+            be differentiated again (second derivatives: gradient penalties,
+            Hessian-vector products by hand).  Gradients with respect to
+            leaves; the graph is kept.
         inputs : sequence of Tensor, optional
             Accumulate into these tensors' ``.grad`` only (leaves, or
             non-leaves, which then get a ``.grad`` too), as PyTorch's
@@ -325,6 +331,11 @@ class Tensor:
         >>> a.grad
         tensor([0.3, 3.0, 0.0003])
         """
+        if create_graph:
+            from .functional import backward_graph
+            backward_graph(self, gradient, inputs)
+            return
+        retain_graph = bool(retain_graph)
         if inputs is not None:
             from .functional import backward_to
             backward_to(self, gradient, retain_graph, inputs)

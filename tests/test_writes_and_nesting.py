@@ -306,3 +306,76 @@ def test_anomaly_mode_sees_a_write_into_a_constant_after_flags_reset():
         loss2 = (w * c).sum()                 # recorded after the write: right
         loss2.backward()
     close(w.grad, np.full(20, 100.0))
+
+
+# -- create_graph=True: gradients that differentiate again ------------------------------
+def _penalty(xv, Wv):
+    g = tg.grad(lambda z: np.tanh(Wv @ z).sum() + (z ** 3).sum())(xv)
+    return (g * g).sum()
+
+
+def test_gradient_penalty_with_create_graph_matches_fd():
+    xv, Wv = np.array([0.5, 1.5]), np.array([[1.0, 2.0], [0.5, -1.0]])
+    x, W = leaf(xv), leaf(Wv)
+    y = np.tanh(W @ x).sum() + (x ** 3).sum()
+    (g,) = tg.autograd.grad(y, x, create_graph=True)
+    assert g.requires_grad and g.grad_fn.name() == "GradBackward"
+    close(g, tg.grad(lambda z: np.tanh(Wv @ z).sum() + (z ** 3).sum())(xv))
+    (g * g).sum().backward()
+    close(x.grad, fd(lambda z: _penalty(z, Wv), xv), rtol=1e-6, atol=1e-8)
+    close(W.grad, fd(lambda w: _penalty(xv, w), Wv), rtol=1e-6, atol=1e-8)
+
+
+def test_hessian_vector_product_by_hand():
+    xv, v = np.array([0.3, -0.7, 1.1]), np.array([1.0, 2.0, -1.0])
+    f = lambda z: (np.sin(z) * z.prod()).sum()  # noqa: E731
+    x = leaf(xv)
+    (g,) = tg.autograd.grad(f(x), x, create_graph=True)
+    (hv,) = tg.autograd.grad((g * tg.tensor(v)).sum(), x)
+    close(hv, tg.hessian(f)(xv) @ v, rtol=1e-10)
+
+
+def test_backward_create_graph_fills_differentiable_grads():
+    x = leaf([1.0, 2.0])
+    (x ** 3).sum().backward(create_graph=True)
+    assert x.grad.requires_grad
+    close(x.grad, [3.0, 12.0])
+    (gg,) = tg.autograd.grad(x.grad.sum(), x)
+    close(gg, [6.0, 12.0])
+
+
+def test_create_graph_with_grad_outputs_and_several_outputs():
+    xv = np.array([0.4, 0.9])
+    x = leaf(xv)
+    y1, y2 = x ** 2, np.exp(x)
+    v1, v2 = np.array([1.0, -2.0]), np.array([0.5, 3.0])
+    (g,) = tg.autograd.grad([y1, y2], [x], [v1, v2], create_graph=True)
+    close(g, v1 * 2 * xv + v2 * np.exp(xv))
+    g.sum().backward()
+    close(x.grad, v1 * 2 + v2 * np.exp(xv))
+
+
+@pytest.mark.parametrize("f", [
+    lambda z: (np.log1p(z * z) * np.cos(z)).sum(),
+    lambda z: np.sqrt((z ** 2).sum() + 1.0) * z[0],
+    lambda z: (np.maximum(z, 0.2) ** 2).mean() + np.logaddexp(z, 0.5).sum(),
+    lambda z: (z.reshape(2, 2) @ z.reshape(2, 2)).trace() + np.tanh(z).prod(),
+])
+def test_create_graph_second_derivatives_match_hessian(f):
+    xv = np.array([0.3, -0.6, 0.9, 1.4])
+    x = leaf(xv)
+    (g,) = tg.autograd.grad(f(x), x, create_graph=True)
+    rows = [tg.autograd.grad(g[i], x, retain_graph=True)[0].numpy() for i in range(4)]
+    Hfd = np.stack([fd(lambda z: tg.grad(f)(z)[i], xv) for i in range(4)])
+    close(np.stack(rows), Hfd, rtol=1e-5, atol=1e-7)
+
+
+def test_create_graph_third_order_and_non_leaf_inputs_raise():
+    x = leaf([1.0, 2.0])
+    (g,) = tg.autograd.grad((x ** 4).sum(), x, create_graph=True)
+    (g2,) = tg.autograd.grad(g.sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError):
+        g2.sum().backward()
+    h = x * 2.0
+    with pytest.raises(NotImplementedError, match="not a leaf"):
+        tg.autograd.grad((h ** 2).sum(), h, create_graph=True)
