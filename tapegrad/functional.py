@@ -537,6 +537,8 @@ def grad(f, argnums=0):
     >>> df = tg.grad(lambda x, y: (x * y).sum(), argnums=(0, 1))
     >>> df(np.array([1.0, 2.0]), np.array([3.0, 4.0]))
     (array([3., 4.]), array([1., 2.]))
+    >>> float(tg.grad(tg.grad(lambda x: x ** 3))(2.0))     # 6 x
+    12.0
     """
     vg = value_and_grad(f, argnums)
 
