@@ -37,6 +37,7 @@ import tempfile
 import time
 
 import numba
+import numba.core.ccallback
 from numba import njit
 from numba.core import caching, config
 from numba.core.compiler_lock import global_compiler_lock as compile_lock
@@ -51,14 +52,75 @@ KEEP_DAYS = 30
 _PACKAGE = pathlib.Path(__file__).resolve().parent.parent
 
 
+def _options():
+    # no writable cache directory: compile uncached rather than let Numba
+    # fall back to caching inside the package (or fail the import)
+    return OPTIONS if cache_dir() is not None else dict(OPTIONS, cache=False)
+
+
 def kernel(fn):
     """Compile ``fn`` with tapegrad's kernel options."""
-    return njit(**OPTIONS)(fn)
+    return njit(**_options())(fn)
 
 
 def inline(fn):
-    """A small helper that is always inlined into its callers."""
-    return njit(inline="always", **OPTIONS)(fn)
+    """A small helper, compiled once per signature and called; LLVM inlines
+    it into its callers where that pays.
+
+    Not Numba's ``inline="always"``: Numba inlines at the level of its own IR
+    and re-runs its front end on the helper at every call site, which made
+    that front end most of tapegrad's compile time (``unary_loops``: 9.7 s of
+    21.6 s in ``inline_inlinables``, 1.2 s in LLVM).  LLVM inlines these
+    helpers all the same once the caller's module is linked, so the compiled
+    loops are the ones inlining gave (``benchmarks/sweep_only.py``)."""
+    return njit(**_options())(fn)
+
+
+#: options of the C entry points of :func:`entry` (the compiler flags of
+#: ``kernel``, less what a cfunc does not take)
+ENTRY_OPTIONS = dict(nogil=True, error_model="numpy", boundscheck=False)
+
+
+def entry(fn, sig):
+    """Compile ``fn`` now as a cached C function of signature ``sig``; the
+    returned object's ``address`` is its machine code (keep it alive)."""
+    with compile_lock:
+        cf = numba.core.ccallback.CFunc(fn, numba.core.sigutils.normalize_signature(sig),
+                                        {}, dict(ENTRY_OPTIONS))
+        if cache_dir() is not None:
+            cf.enable_caching()
+        cf.compile()
+    return cf
+
+
+# -- telling the user about a long first compilation ---------------------------------
+#: set to 1 to silence the one-line notice of a first (uncached) compilation
+QUIET_ENV = "TAPEGRAD_QUIET"
+_NOTICED = []
+
+
+def cached(name):
+    """True if this stamp's cache directory holds a compiled ``name``
+    (``module.qualname`` as Numba names its index files)."""
+    d = cache_dir()
+    if d is None:
+        return False
+    for root, _dirs, files in os.walk(d):
+        if any(f.startswith(name + "-") and f.endswith(".nbi") for f in files):
+            return True
+    return False
+
+
+def notice(what):
+    """Say once per process, on stderr, that ``what`` is being compiled --
+    unless :data:`QUIET_ENV` is set."""
+    if _NOTICED or os.environ.get(QUIET_ENV, "") not in ("", "0"):
+        return
+    _NOTICED.append(what)
+    where = cache_dir() or "Numba's cache"
+    print(f"tapegrad: compiling {what} for this machine (seconds, once: cached in "
+          f"{where}; {QUIET_ENV}=1 silences this)",
+          file=sys.stderr, flush=True)
 
 
 def _stamp():
@@ -123,7 +185,7 @@ _DIR = []
 
 def cache_dir():
     """The directory tapegrad's compiled kernels are cached in (None when no
-    candidate is writable: then Numba caches them where it would)."""
+    candidate is writable: then they are not cached at all)."""
     if not _DIR:
         stamp = _stamp()
         found = next((p for p in _candidates(stamp) if _writable(p)), None)
@@ -164,5 +226,29 @@ def _install_locator():
         impl._locator_classes = [_Locator, *impl._locator_classes]
 
 
+def _load_numba_np():
+    """Import Numba's NumPy implementations (which its first compilation or
+    cache load would import) without letting them import SciPy.
+
+    ``numba.np.arraymath`` asks at import whether SciPy's BLAS is there, and
+    that import of ``scipy.linalg`` took a second of every process's first
+    gradient; tapegrad's kernels call no BLAS.  With SciPy installed the
+    answer is yes all the same, and Numba checks SciPy for real when some
+    code compiles ``np.dot`` or ``np.linalg``; without SciPy nothing is
+    changed."""
+    import importlib.util
+    if "numba.np.arraymath" in sys.modules or importlib.util.find_spec("scipy") is None:
+        return
+    from numba.np import linalg
+    real = linalg.ensure_blas
+    linalg.ensure_blas = lambda: None
+    try:
+        from numba.np import arraymath
+        arraymath.ensure_blas = real
+    finally:
+        linalg.ensure_blas = real
+
+
 if not os.environ.get("NUMBA_DISABLE_JIT"):
     _install_locator()
+    _load_numba_np()

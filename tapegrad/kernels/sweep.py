@@ -9,9 +9,8 @@ import numpy as np
 from . import codes as C
 from ._jit import inline, kernel
 from ._views import adjoint_span, claim, fparam
-from .elementwise import d_binary, d_scalar, d_unary, nary_vjp, scalar_vjp, unary_vjp
-from .structural import concat_vjp, gather_vjp, reduce_vjp, scan_vjp
-from .user import user_vjp
+from .dispatch import FAILED, MISSING, TABLE, call_entry, resolve
+from .elementwise import d_binary, d_scalar, d_unary
 
 
 @inline
@@ -24,7 +23,6 @@ def _deposit1(T, v, x):
         gv[0] += x
 
 
-@kernel
 def sweep(T, freed, start, stop):
     """Run VJPs of reached records ``start, start-1, ..., stop+1``.
 
@@ -34,7 +32,30 @@ def sweep(T, freed, start, stop):
     -1 for a whole sweep; Python passes a record id to get control back when
     that record's adjoint is complete (tensor hooks, anomaly checks) without
     the loop testing anything per record.
+
+    The VJP families a tape uses are compiled the first time a sweep meets
+    them (kernels/dispatch.py); the compiled loop hands back here for that.
     """
+    if not _sweep.signatures:
+        _first_call()
+    while True:
+        s = _sweep(T, freed, start, stop, TABLE)
+        if s > MISSING // 2:
+            return s
+        start = resolve(T[0], s)
+
+
+def _first_call():
+    from ._jit import cached, notice
+    if not cached("sweep._sweep"):
+        notice("the reverse sweep")
+
+
+@kernel
+def _sweep(T, freed, start, stop, table):
+    """``sweep``'s compiled loop; returns ``MISSING - r`` at a record whose
+    family has no entry in ``table`` yet (before touching it), ``FAILED - r``
+    when its kernel raised."""
     op, arg0, size, args, v1, reached = T[0], T[1], T[2], T[4], T[7], T[13]
     rix, ptrs = T[10], T[11]
     for r in range(start, stop, -1):
@@ -70,40 +91,17 @@ def sweep(T, freed, start, stop):
                 _deposit1(T, a, g * da)
                 _deposit1(T, b, g * db)
             continue
-        if not apply_vjp(T, r, kind, sub):
-            # K_NONE: an OUTPUT record hands the gradient to its op record
+        if kind == C.K_NONE:
+            # an OUTPUT record hands the gradient to its op record
             for j in range(arg0[r], arg0[r + 1]):
                 reached[args[j]] = True
+            continue
+        f = table[kind]
+        if f == 0:
+            return MISSING - r
+        if call_entry(f, T, r, sub) != 1:
+            return FAILED - r
     return -1
-
-
-@kernel
-def apply_vjp(T, r, kind, sub):
-    """Run record r's compiled VJP, chosen by its kind; False for K_NONE
-    records, which have none (K_HOST records never get here).
-
-    A called function, not inlined: inlined, its eight calls made the
-    sweep's loop several times slower per record (measured 12 -> 110 ns on
-    the scalar chain), though its scalar fast path never reaches them."""
-    if kind == C.K_UNARY:
-        unary_vjp(T, r, sub)
-    elif kind == C.K_SCALAR:
-        scalar_vjp(T, r, sub)
-    elif kind == C.K_NARY:
-        nary_vjp(T, r, sub)
-    elif kind == C.K_REDUCE:
-        reduce_vjp(T, r, sub)
-    elif kind == C.K_GATHER:
-        gather_vjp(T, r, sub)
-    elif kind == C.K_CONCAT:
-        concat_vjp(T, r, sub)
-    elif kind == C.K_SCAN:
-        scan_vjp(T, r, sub)
-    elif kind == C.K_USER:
-        user_vjp(T, r, sub)
-    else:
-        return False
-    return True
 
 
 @kernel

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import kernel
-from .sweep import apply_vjp
+from .dispatch import FAILED, MISSING, TABLE, call_entry, resolve
 
 _LEAF = C.code(C.K_NONE, C.LEAF)
 _CONST = C.code(C.K_NONE, C.CONST)
@@ -109,10 +109,19 @@ def touched(T, r, out):
     return k
 
 
-@kernel
 def sweep_vec(T, freed, start, stop, p, stride):
     """``sweep`` for p adjoint vectors; same returns (-1 done, r at a host
     record, ``-2 - r`` for a freed record)."""
+    while True:
+        s = _sweep_vec(T, freed, start, stop, p, stride, TABLE)
+        if s > MISSING // 2:
+            return s
+        start = resolve(T[0], s)
+
+
+@kernel
+def _sweep_vec(T, freed, start, stop, p, stride, table):
+    """``sweep_vec``'s compiled loop (returns as ``sweep``'s)."""
     op, arg0, args, reached, aptr = T[0], T[1], T[4], T[13], T[12]
     rix, ptrs = T[10], T[11]
     vs = np.empty(64, np.int64)
@@ -137,6 +146,9 @@ def sweep_vec(T, freed, start, stop, p, stride):
             for j in range(arg0[r], arg0[r + 1]):
                 reached[args[j]] = True
             continue
+        f = table[kind]
+        if f == 0:
+            return MISSING - r
         need = 1 + (arg0[r + 1] - arg0[r]) + (op.size - r if T[2][r] == 0 else 0)
         if need > vs.size:
             vs = np.empty(need, np.int64)
@@ -149,8 +161,10 @@ def sweep_vec(T, freed, start, stop, p, stride):
                 v = vs[i]
                 reached[v] = saved[i]
                 aptr[v] += k * stride[v]
-            apply_vjp(T, r, kind, sub)
+            ok = call_entry(f, T, r, sub)
             for i in range(nv):
                 v = vs[i]
                 aptr[v] -= k * stride[v]
+            if ok != 1:
+                return FAILED - r
     return -1

@@ -1,0 +1,180 @@
+"""VJP families compiled on first use, called by the sweeps through a table.
+
+A sweep that called every family's kernel directly would be compiled with all
+of them, whether a program uses them or not (and LLVM would optimise each
+family again inside the sweep's module).  Instead each family has a C entry
+point, ``int32 f(tape*, r, sub)``, compiled -- or loaded from the cache -- the
+first time a sweep meets a record of that kind; the sweeps read its address
+from :data:`TABLE` (indexed by kind) and call it through a pointer, as the
+user-op kernel calls users' derivatives (kernels/user.py).  A zero entry
+makes the sweep return :func:`missing` so that Python compiles the family
+and resumes the sweep at that record (nothing of it has run yet).
+
+The tape tuple crosses the call by address: the caller stores it on its
+stack, the entry loads it back with its arrays' reference-count fields
+cleared, so the callee neither increments nor releases them -- the caller's
+references keep them alive, as the borrowed views of kernels/_views.py do.
+An entry returns 1; 0 means its kernel raised (Numba's C wrapper has printed
+the exception) and the sweep stops with :func:`failed`.
+"""
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from . import codes as C
+from ._jit import cached, compile_lock, entry, notice
+
+_I = types.Array(types.int64, 1, "C")
+_F = types.Array(types.float64, 1, "C")
+_B = types.Array(types.boolean, 1, "C")
+#: the Numba type of the tape tuple (kernels/_views.py)
+TAPE = types.Tuple((_I, _I, _I, _I, _I, _I, _F, _F, _F, _I, _I, _I, _I, _B))
+SIG = types.int32(types.voidptr, types.int64, types.int64)
+
+#: sweep returns: ``MISSING - r`` (record r's family is not compiled yet) and
+#: ``FAILED - r`` (its kernel raised); far below the sweeps' other returns
+#: (-1, ``-2 - r``) for any tape that fits in memory
+MISSING = -(1 << 50)
+FAILED = -(1 << 60)
+
+#: entry address of each kind's VJP family (0: not compiled yet)
+TABLE = np.zeros(16, np.int64)
+_ENTRIES = {}   # kind -> CFunc (keeps the machine code alive)
+
+
+@intrinsic
+def call_entry(typingctx, addr, T, r, sub):
+    """``(*addr)(&T, r, sub)`` for an entry of signature :data:`SIG`."""
+    if not isinstance(addr, types.Integer) or T != TAPE:
+        return None
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.IntType(32), [cgutils.voidptr_t, ir.IntType(64),
+                                                ir.IntType(64)])
+        fn = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
+                              fnty.as_pointer())
+        slot = cgutils.alloca_once_value(builder, args[1])
+        rr = context.cast(builder, args[2], signature.args[2], types.int64)
+        ss = context.cast(builder, args[3], signature.args[3], types.int64)
+        return builder.call(fn, [builder.bitcast(slot, cgutils.voidptr_t), rr, ss])
+
+    return types.int32(addr, T, r, sub), codegen
+
+
+@intrinsic
+def load_tape(typingctx, ptr):
+    """The tape tuple stored at ``ptr`` by :func:`call_entry`, borrowed."""
+    if ptr != types.voidptr:
+        return None
+
+    def codegen(context, builder, signature, args):
+        tup = builder.load(builder.bitcast(args[0], context.get_value_type(TAPE).as_pointer()))
+        items = []
+        for i, aty in enumerate(TAPE.types):
+            a = context.make_array(aty)(context, builder, value=builder.extract_value(tup, i))
+            a.meminfo = cgutils.get_null_value(a.meminfo.type)
+            a.parent = cgutils.get_null_value(a.parent.type)
+            items.append(a._getvalue())
+        return context.make_tuple(builder, TAPE, items)
+
+    return TAPE(ptr), codegen
+
+
+# -- the entries: one per family, each a one-line call of its kernel ----------------
+from .elementwise import nary_vjp, scalar_vjp, unary_vjp  # noqa: E402
+from .structural import concat_vjp, gather_vjp, reduce_vjp, scan_vjp  # noqa: E402
+from .user import user_vjp  # noqa: E402
+
+
+def _unary(tp, r, sub):
+    unary_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _scalar(tp, r, sub):
+    scalar_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _nary(tp, r, sub):
+    nary_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _reduce(tp, r, sub):
+    reduce_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _gather(tp, r, sub):
+    gather_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _concat(tp, r, sub):
+    concat_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _scan(tp, r, sub):
+    scan_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _user(tp, r, sub):
+    user_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+#: kind -> (entry source, what the notice calls it)
+FAMILIES = {
+    C.K_UNARY: (_unary, "unary elementwise VJPs"),
+    C.K_SCALAR: (_scalar, "elementwise-with-constant VJPs"),
+    C.K_NARY: (_nary, "binary elementwise VJPs"),
+    C.K_REDUCE: (_reduce, "reduction VJPs"),
+    C.K_GATHER: (_gather, "indexing/shape VJPs"),
+    C.K_CONCAT: (_concat, "concatenation VJPs"),
+    C.K_SCAN: (_scan, "cumulative-op VJPs"),
+    C.K_USER: (_user, "user-op VJPs"),
+}
+
+
+def ensure(kind):
+    """Compile (or load from the cache) family ``kind``'s entry and put its
+    address in :data:`TABLE`."""
+    if TABLE[kind]:
+        return
+    with compile_lock:
+        if TABLE[kind]:
+            return
+        try:
+            fn, what = FAMILIES[kind]
+        except KeyError:
+            raise RuntimeError(f"the sweeps have no compiled VJPs for kind {kind}") from None
+        if not cached(f"dispatch.{fn.__name__}"):
+            notice(what)
+        cf = entry(fn, SIG)
+        _ENTRIES[kind] = cf
+        TABLE[kind] = cf.address
+
+
+def resolve(tape_op, s):
+    """Act on a sweep's :data:`MISSING` / :data:`FAILED` return ``s``; gives the
+    record to resume at (``s`` was MISSING - r)."""
+    if s > FAILED // 2:
+        r = MISSING - s
+        ensure(int(tape_op[r]) >> C.SHIFT)
+        return r
+    r = FAILED - s
+    raise RuntimeError(f"the compiled VJP of record {r} (op code {int(tape_op[r])}) raised "
+                       "an exception (printed above); no gradient was written")
+
+
+def warm(progress=None):
+    """Compile every family's entry now (``python -m tapegrad warm``)."""
+    for i, kind in enumerate(FAMILIES):
+        if progress is not None:
+            progress(i, len(FAMILIES), FAMILIES[kind][1])
+        ensure(kind)
