@@ -29,7 +29,7 @@ ROOT = os.path.dirname(HERE)
 
 _PRE = "import time; _t0 = time.perf_counter()\nimport numpy as np\nimport tapegrad as tg\n"
 _BASE = "x = tg.tensor(np.linspace(0.1, 0.9, 5), requires_grad=True)\n"
-_WARMUP = "(x * 2.0).sum().backward()\n_t1 = time.perf_counter()\n"
+_WARMUP = "(x * 2.0).backward(np.ones(5))\n_t1 = time.perf_counter()\n"
 _POST = "print('T', time.perf_counter() - _t1)\n"
 
 #: name -> (program, what it times): 'process' = whole process wall time,
@@ -44,16 +44,18 @@ CASES = {
                                           "print('T', time.perf_counter() - _t0)\n",
                                           "program"),
     "unary (exp, log, tanh)": (_PRE + _BASE + _WARMUP
-                               + "(tg.exp(x) + 0.0).sum().backward()\n" + _POST, "program"),
+                               + "(tg.exp(x) + 0.0).backward(np.ones(5))\n" + _POST, "program"),
     "binary (x * y, broadcast)": (_PRE + _BASE + _WARMUP
                                   + "y = tg.tensor(np.ones((3, 5)), requires_grad=True)\n"
-                                    "(x * y).sum().backward()\n" + _POST, "program"),
-    "reductions (max, mean)": (_PRE + _BASE + _WARMUP
+                                    "(x * y).backward(np.ones((3, 5)))\n" + _POST, "program"),
+    "sum, mean": (_PRE + _BASE + _WARMUP + "(tg.mean(x) * 1.0).backward()\n" + _POST,
+                  "program"),
+    "other reductions (max)": (_PRE + _BASE + _WARMUP
                                + "(tg.max(x) * 1.0).backward()\n" + _POST, "program"),
     "indexing/shape (x[1:3])": (_PRE + _BASE + _WARMUP
-                                + "(x[1:3] * 1.0).sum().backward()\n" + _POST, "program"),
+                                + "(x[1:3] * 1.0).backward(np.ones(2))\n" + _POST, "program"),
     "matmul (A @ x)": (_PRE + _BASE + _WARMUP
-                       + "A = np.ones((3, 5))\n(tg.matmul(A, x) * 1.0).sum().backward()\n"
+                       + "A = np.ones((3, 5))\n(tg.matmul(A, x) * 1.0).backward(np.ones(3))\n"
                        + _POST, "program"),
     "tg.jacobian": (_PRE + _BASE + _WARMUP
                     + "tg.jacobian(lambda x: x * 3.0)(np.ones(4))\n" + _POST, "program"),
@@ -61,7 +63,7 @@ CASES = {
                    + "tg.hessian(lambda x: (x * x * 3.0).sum())(np.ones(4))\n" + _POST,
                    "program"),
     "tg.trace replay": (_PRE + _BASE + _WARMUP
-                        + "f = tg.trace(lambda x: (x * 2.0).sum())\n"
+                        + "f = tg.trace(lambda x: (x * 2.0).sum(), np.ones(4))\n"
                           "import tapegrad.functional as ft\n"
                           "ft.value_and_grad(f)(np.ones(4)); ft.value_and_grad(f)(np.ones(4))\n"
                         + _POST, "program"),

@@ -149,8 +149,9 @@ def odometer(ip, b, nd, k):
     with no division per axis per element."""
     shape = ip[b + 1:b + 1 + nd]
     strides = np.empty((k, nd), np.int64)
-    for j in range(k):
-        strides[j, :] = ip[b + 1 + nd * (j + 1):b + 1 + nd * (j + 2)]
+    for j in range(k):  # element by element: a slice assignment compiles its
+        for d in range(nd):  # shape-mismatch message (seconds of compilation)
+            strides[j, d] = ip[b + 1 + nd * (j + 1) + d]
     return shape, strides, np.zeros(nd, np.int64), np.zeros(k, np.int64)
 
 

@@ -24,7 +24,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import codes as C
-from ._jit import cached, compile_lock, entry, notice
+from ._jit import cached, compile_lock, entry, inline, notice
 
 _I = types.Array(types.int64, 1, "C")
 _F = types.Array(types.float64, 1, "C")
@@ -39,8 +39,10 @@ SIG = types.int32(types.voidptr, types.int64, types.int64)
 MISSING = -(1 << 50)
 FAILED = -(1 << 60)
 
-#: entry address of each kind's VJP family (0: not compiled yet)
+#: entry address of each VJP family (0: not compiled yet), indexed by kind;
+#: sum and mean have a slot of their own (:func:`slot`)
 TABLE = np.zeros(16, np.int64)
+SUM_SLOT = 15
 _ENTRIES = {}   # kind -> CFunc (keeps the machine code alive)
 
 
@@ -82,9 +84,17 @@ def load_tape(typingctx, ptr):
     return TAPE(ptr), codegen
 
 
+@inline
+def slot(kind, sub):
+    """Index in :data:`TABLE` of the family that runs a ``kind, sub`` record."""
+    if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
+        return SUM_SLOT
+    return kind
+
+
 # -- the entries: one per family, each a one-line call of its kernel ----------------
 from .elementwise import nary_vjp, scalar_vjp, unary_vjp  # noqa: E402
-from .structural import concat_vjp, gather_vjp, reduce_vjp, scan_vjp  # noqa: E402
+from .structural import concat_vjp, gather_vjp, reduce_vjp, scan_vjp, sum_vjp  # noqa: E402
 from .user import user_vjp  # noqa: E402
 
 
@@ -105,6 +115,11 @@ def _nary(tp, r, sub):
 
 def _reduce(tp, r, sub):
     reduce_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _sum(tp, r, sub):
+    sum_vjp(load_tape(tp), r, sub)
     return 1
 
 
@@ -133,6 +148,7 @@ FAMILIES = {
     C.K_UNARY: (_unary, "unary elementwise VJPs"),
     C.K_SCALAR: (_scalar, "elementwise-with-constant VJPs"),
     C.K_NARY: (_nary, "binary elementwise VJPs"),
+    SUM_SLOT: (_sum, "sum/mean VJPs"),
     C.K_REDUCE: (_reduce, "reduction VJPs"),
     C.K_GATHER: (_gather, "indexing/shape VJPs"),
     C.K_CONCAT: (_concat, "concatenation VJPs"),
@@ -142,8 +158,8 @@ FAMILIES = {
 
 
 def ensure(kind):
-    """Compile (or load from the cache) family ``kind``'s entry and put its
-    address in :data:`TABLE`."""
+    """Compile (or load from the cache) the entry of family ``kind`` (a
+    :data:`TABLE` slot) and put its address there."""
     if TABLE[kind]:
         return
     with compile_lock:
@@ -165,7 +181,8 @@ def resolve(tape_op, s):
     record to resume at (``s`` was MISSING - r)."""
     if s > FAILED // 2:
         r = MISSING - s
-        ensure(int(tape_op[r]) >> C.SHIFT)
+        code = int(tape_op[r])
+        ensure(slot.py_func(code >> C.SHIFT, code & C.MASK))
         return r
     r = FAILED - s
     raise RuntimeError(f"the compiled VJP of record {r} (op code {int(tape_op[r])}) raised "

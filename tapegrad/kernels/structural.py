@@ -81,7 +81,11 @@ def _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub):
     the sums over the reduced axes (``ip`` as for reductions)."""
     A, R, Cn = _runs(ip, b, nd, n, 2)
     om = _out_map(ip, b, nd, n, 2) if R == 0 else np.zeros(0, np.int64)
-    rows = (om.max() + 1 if n else 0) if R == 0 else A * Cn
+    rows = A * Cn
+    if R == 0:  # a loop, not om.max(): that compiles its empty-array error
+        rows = 0
+        for i in range(n):
+            rows = max(rows, om[i] + 1)
     acc = np.zeros(rows)
     y = value(T, r)
     a, q, c = 0, 0, 0
@@ -104,8 +108,35 @@ def _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub):
 
 
 @kernel
+def sum_vjp(T, r, sub):
+    """sum and mean: the common reductions, a family of their own so that
+    they compile without the others (kernels/dispatch.py)."""
+    ip = T[5]
+    b = T[3][r]
+    nd = ip[b]
+    xr = parent(T, r, 0)
+    g = adjoint(T, r)
+    gx = adjoint(T, xr)
+    n, m = gx.size, g.size
+    A, R, Cn = _runs(ip, b, nd, n, m)
+    om = _out_map(ip, b, nd, n, m) if R == 0 else np.zeros(0, np.int64)
+    scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
+    first = claim(T, xr)  # every element is written: assign the first time
+    a, q, c = 0, 0, 0
+    for i in range(n):
+        j = (om[i] if m > 1 else 0) if R == 0 else a * Cn + c
+        gx[i] = g[j] * scale + (0.0 if first else gx[i])
+        if R != 0:
+            a, q, c = _step(a, q, c, R, Cn)
+
+
+@kernel
 def reduce_vjp(T, r, sub):
-    """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
+    """The other reductions; ``ip`` holds ``[nd, in_shape, out_strides]``
+    (0 on reduced axes)."""
+    if sub == C.SUM or sub == C.MEAN:
+        sum_vjp(T, r, sub)
+        return
     ip = T[5]
     b = T[3][r]
     nd = ip[b]
@@ -118,16 +149,6 @@ def reduce_vjp(T, r, sub):
         return
     A, R, Cn = _runs(ip, b, nd, n, m)
     om = _out_map(ip, b, nd, n, m) if R == 0 else np.zeros(0, np.int64)
-    if sub == C.SUM or sub == C.MEAN:
-        scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
-        first = claim(T, xr)  # every element is written: assign the first time
-        a, q, c = 0, 0, 0
-        for i in range(n):
-            j = (om[i] if m > 1 else 0) if R == 0 else a * Cn + c
-            gx[i] = g[j] * scale + (0.0 if first else gx[i])
-            if R != 0:
-                a, q, c = _step(a, q, c, R, Cn)
-        return
     claim_zeroed(T, xr)
     x = value(T, xr)
     y = value(T, r)

@@ -9,7 +9,7 @@ import numpy as np
 from . import codes as C
 from ._jit import inline, kernel
 from ._views import adjoint_span, claim, fparam
-from .dispatch import FAILED, MISSING, TABLE, call_entry, resolve
+from .dispatch import FAILED, MISSING, TABLE, call_entry, resolve, slot
 from .elementwise import d_binary, d_scalar, d_unary
 
 
@@ -96,7 +96,7 @@ def _sweep(T, freed, start, stop, table):
             for j in range(arg0[r], arg0[r + 1]):
                 reached[args[j]] = True
             continue
-        f = table[kind]
+        f = table[slot(kind, sub)]
         if f == 0:
             return MISSING - r
         if call_entry(f, T, r, sub) != 1:

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import kernel
-from .dispatch import FAILED, MISSING, TABLE, call_entry, resolve
+from .dispatch import FAILED, MISSING, TABLE, call_entry, resolve, slot
 
 _LEAF = C.code(C.K_NONE, C.LEAF)
 _CONST = C.code(C.K_NONE, C.CONST)
@@ -146,7 +146,7 @@ def _sweep_vec(T, freed, start, stop, p, stride, table):
             for j in range(arg0[r], arg0[r + 1]):
                 reached[args[j]] = True
             continue
-        f = table[kind]
+        f = table[slot(kind, sub)]
         if f == 0:
             return MISSING - r
         need = 1 + (arg0[r + 1] - arg0[r]) + (op.size - r if T[2][r] == 0 else 0)

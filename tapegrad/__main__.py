@@ -1,0 +1,63 @@
+"""``python -m tapegrad warm``: compile tapegrad's kernels ahead, into the cache.
+
+Never required -- every kernel compiles on its first use and is cached -- but
+useful when building an image or before a cluster job, so that no program
+pays the first compilation.  Prints one line per step on stderr.
+"""
+import sys
+import time
+
+
+def _steps():
+    import numpy as np
+
+    import tapegrad as tg
+    from tapegrad.kernels import dispatch
+
+    x = np.linspace(0.1, 0.9, 6)
+
+    def backward():
+        t = tg.tensor(x, requires_grad=True)
+        (t * 2.0).backward(np.ones(6))
+
+    yield "reverse sweep", backward
+    for kind, (_fn, what) in dispatch.FAMILIES.items():
+        yield what, (lambda k=kind: dispatch.ensure(k))
+    yield "Jacobians (vector sweep)", lambda: tg.jacobian(lambda v: tg.sin(v) * v)(x)
+    yield "Hessians", lambda: tg.hessian(lambda v: (tg.exp(v) * v).sum())(x)
+    yield "forward mode", lambda: tg.jvp(lambda v: tg.sin(v) * v, (x,), (x,))
+
+    def replay():
+        import tapegrad.functional as ft
+        f = tg.trace(lambda v: (tg.sin(v) * v).sum(), x)
+        ft.value_and_grad(f)(x)
+        ft.value_and_grad(f)(x)
+
+    yield "traced replay", replay
+
+
+def warm():
+    steps = list(_steps())
+    t0 = time.perf_counter()
+    for i, (what, fn) in enumerate(steps, 1):
+        t = time.perf_counter()
+        print(f"[{i:2}/{len(steps)}] {what} ...", end="", file=sys.stderr, flush=True)
+        fn()
+        print(f" {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+    from tapegrad.kernels._jit import cache_dir
+    print(f"done in {time.perf_counter() - t0:.1f} s; cached in {cache_dir()}", file=sys.stderr)
+
+
+def main(argv):
+    if argv[:1] != ["warm"]:
+        print("usage: python -m tapegrad warm   (compile every kernel ahead, into the cache)",
+              file=sys.stderr)
+        return 2
+    import os
+    os.environ.setdefault("TAPEGRAD_QUIET", "1")
+    warm()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
