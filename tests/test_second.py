@@ -501,23 +501,30 @@ def test_second_derivative_arity_and_compile_errors():
 
     import gc
     import weakref
-    seen = []
 
-    def f(x):
-        seen.append(weakref.ref(x))
-        return ident(x * x).sum()
+    from oracle import in_fresh_thread
 
-    try:
-        tg.hessian(f)(np.ones(2))
-        raise AssertionError("no error")
-    except TypeError as e:
-        assert "could not compile ident's second derivative" in str(e)
-    # Numba caches the failure's traceback; compiled on a helper thread, its
-    # frames do not pin the failed pass's graph, so the next op resets the
-    # tape (which drops the leaf)
-    gc.collect()
-    tg.tensor([1.0], requires_grad=True) * 2.0
-    assert seen[0]() is None
+    def attempt():
+        # on a thread of its own: a tape no other test has left tensors on
+        seen = []
+
+        def f(x):
+            seen.append(weakref.ref(x))
+            return ident(x * x).sum()
+
+        try:
+            tg.hessian(f)(np.ones(2))
+            raise AssertionError("no error")
+        except TypeError as e:
+            assert "could not compile ident's second derivative" in str(e)
+        # Numba caches the failure's traceback; compiled on a helper thread, its
+        # frames do not pin the failed pass's graph, so the next op resets the
+        # tape (which drops the leaf)
+        gc.collect()
+        tg.tensor([1.0], requires_grad=True) * 2.0
+        assert seen[0]() is None
+
+    in_fresh_thread(attempt)
 
 
 # -- zero-size batch axes ------------------------------------------------------------------
