@@ -57,6 +57,24 @@ def test_read_only_cache_home_falls_back(tmp_path):
     assert not got.startswith(str(ro)) and not got.startswith(str(ROOT))
 
 
+def test_no_usable_cache_dir_means_no_cache(tmp_path):
+    # NUMBA_CACHE_DIR under a regular file: no directory can be made there,
+    # even by root.  The kernels then compile uncached -- never into the
+    # package's __pycache__ (Numba's in-tree fallback) and never a failed import.
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code = textwrap.dedent("""
+        from numba.core.caching import NullCache
+        from tapegrad.kernels import _jit, sweep
+        fns = [v for v in vars(sweep).values() if hasattr(v, "py_func")]
+        print(_jit.cache_dir(), bool(fns) and all(isinstance(f._cache, NullCache) for f in fns))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], env=_env(NUMBA_CACHE_DIR=str(blocker)),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["None", "True"], out.stdout
+
+
 def test_kernels_are_located_in_the_cache_dir():
     from tapegrad.kernels import sweep
     fn = next(v for v in vars(sweep).values() if hasattr(v, "py_func"))
@@ -104,6 +122,13 @@ def test_regular_then_editable_install_from_another_directory(tmp_path):
     assert not pathlib.Path(site).exists()      # the regular install left nothing
     run(py, "-m", "pip", "install", str(ROOT), cwd=away)   # and back again
     assert "site-packages" in run(py, "-c", check, cwd=away).split()[-1]
+    run(py, "-m", "pip", "install", "--upgrade", "--force-reinstall", "--no-deps", str(ROOT),
+        cwd=away)
+    assert run(py, "-c", check, cwd=away).split()[-1] == site
+    run(py, "-m", "pip", "uninstall", "-y", "tapegrad", cwd=away)
+    assert not pathlib.Path(site).exists()      # an uninstall leaves nothing either
+    run(py, "-m", "pip", "install", "--upgrade", "-e", str(ROOT), cwd=away)
+    assert run(py, "-c", check, cwd=away).split()[-1] == str(ROOT / "tapegrad")
 
 
 _COLD = textwrap.dedent("""
