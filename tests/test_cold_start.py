@@ -30,6 +30,11 @@ _CHILD = textwrap.dedent("""
     s = _sweep.stats
     print("SWEEP", sum(s.cache_hits.values()), sum(s.cache_misses.values()))
     print("ENTRIES", sum(e._cache_hits for e in D._ENTRIES.values()), len(D._ENTRIES))
+    print("BROADCAST", int(D.TABLE[D.BROADCAST_SLOT] != 0))
+    y = tg.tensor(np.ones((2, 5)), requires_grad=True)
+    (y * x).backward(np.ones((2, 5)))           # broadcasts: its family now
+    assert np.allclose(y.grad.numpy(), np.linspace(0.1, 0.9, 5))
+    print("BROADCAST_AFTER", int(D.TABLE[D.BROADCAST_SLOT] != 0))
 """)
 
 
@@ -49,6 +54,7 @@ def test_second_process_loads_the_cache():
     got, _ = _child(env)
     assert got["SWEEP"][1] == 0 and got["SWEEP"][0] >= 1   # loaded, not compiled
     assert got["ENTRIES"][0] == got["ENTRIES"][1] >= 2     # every family entry loaded
+    assert got["BROADCAST"] == (0,) and got["BROADCAST_AFTER"] == (1,)  # only when used
 
 
 @pytest.mark.skipif(not os.environ.get("TAPEGRAD_COLD_TESTS"),
@@ -90,4 +96,16 @@ def test_families_compile_on_first_use_only():
     # every slot the sweeps index holds a family, and only used ones are filled
     for kind in D.FAMILIES:
         assert D.TABLE[kind] == 0 or kind in D._ENTRIES
-    assert D.slot.py_func(4, 0) == D.SUM_SLOT and D.slot.py_func(4, 2) == 4
+    # the slot a record runs in: sum/mean and broadcasting binary ops apart
+    from tapegrad.kernels import codes as C
+    size = np.array([6, 6, 1, 6, 6, 6])      # records 0..2 leaves, 3..5 binary ops
+    arg0 = np.array([0, 0, 0, 0, 2, 4, 7])
+    args = np.array([0, 1, 0, 2, 0, 1, 2])  # 3 = 0 op 1, 4 = 0 op 2, 5 = where(0, 1, 2)
+    T = (None, arg0, size, None, args)
+    slot = D.slot.py_func
+    assert slot(T, 3, C.K_NARY, C.MUL) == C.K_NARY
+    assert slot(T, 4, C.K_NARY, C.MUL) == D.BROADCAST_SLOT
+    assert slot(T, 5, C.K_NARY, C.WHERE) == D.BROADCAST_SLOT
+    assert slot(T, 3, C.K_REDUCE, C.SUM) == D.SUM_SLOT
+    assert slot(T, 3, C.K_REDUCE, C.MAX) == C.K_REDUCE
+    assert slot(T, 3, C.K_UNARY, C.EXP) == C.K_UNARY

@@ -38,6 +38,7 @@ import time
 
 import numba
 import numba.core.ccallback
+import numba.core.registry
 from numba import njit
 from numba.core import caching, config
 from numba.core.compiler_lock import global_compiler_lock as compile_lock
@@ -59,21 +60,73 @@ def _options():
 
 
 def kernel(fn):
-    """Compile ``fn`` with tapegrad's kernel options."""
+    """Compile ``fn`` with tapegrad's kernel options (callable from Python)."""
     return njit(**_options())(fn)
+
+
+def inner(fn):
+    """A kernel that only other kernels call (the family VJPs and their
+    loops): compiled once per signature and called, with no CPython wrapper
+    (which would cost a third of a small function's compilation).  Python
+    can still call it, through :class:`_FromKernels`."""
+    return _FromKernels.adopt(njit(no_cpython_wrapper=True, no_cfunc_wrapper=True,
+                                   **_options())(fn))
 
 
 def inline(fn):
-    """A small helper, compiled once per signature and called; LLVM inlines
-    it into its callers where that pays.
+    """A small helper, compiled once per signature and marked for LLVM to
+    inline into every caller (``alwaysinline``).
 
-    Not Numba's ``inline="always"``: Numba inlines at the level of its own IR
-    and re-runs its front end on the helper at every call site, which made
-    that front end most of tapegrad's compile time (``unary_loops``: 9.7 s of
-    21.6 s in ``inline_inlinables``, 1.2 s in LLVM).  LLVM inlines these
-    helpers all the same once the caller's module is linked, so the compiled
-    loops are the ones inlining gave (``benchmarks/sweep_only.py``)."""
-    return njit(**_options())(fn)
+    Not Numba's ``inline="always"``: that inlines at the level of Numba's
+    own IR and re-runs its front end on the helper at every call site, which
+    made that front end most of tapegrad's compile time (``unary_loops``:
+    9.7 s of 21.6 s in ``inline_inlinables``, 1.2 s in LLVM).  Nor a plain
+    call: LLVM's cost model then keeps a call per element to the large
+    per-op switches (``d_unary``) and per record in the sweeps, the loops
+    specialised for a constant sub code stop vectorising (measured: the 1e6
+    elementwise replay 5.4 -> 9.8 ms).  Forced inlining gives the loops of
+    the IR-inlined kernels at the front-end cost of one compilation.
+
+    Integer constants at call sites are typed as plain integers: Numba would
+    otherwise compile a helper once per literal it is called with
+    (``parent(T, r, 0)``, ``parent(T, r, 1)``, ...), each a full compilation
+    of the same code; inlined, the constant reaches LLVM all the same."""
+    d = njit(forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True, **_options())(fn)
+    return _FromKernels.adopt(_plain_ints(d))
+
+
+def _plain_ints(dispatcher):
+    from numba.core import types
+
+    typed = dispatcher.get_call_template
+
+    def get_call_template(args, kws):
+        return typed(tuple(types.unliteral(a) for a in args),
+                     {k: types.unliteral(v) for k, v in kws.items()})
+
+    dispatcher.get_call_template = get_call_template
+    return dispatcher
+
+
+class _FromKernels(numba.core.registry.CPUDispatcher):
+    """A dispatcher compiled without a CPython wrapper; called from Python
+    (tests, debugging) it goes through a small compiled trampoline of the
+    same arity, made on the first such call."""
+
+    @classmethod
+    def adopt(cls, dispatcher):
+        dispatcher.__class__ = cls
+        return dispatcher
+
+    def __call__(self, *args):
+        tramps = self.__dict__.setdefault("_trampolines", {})
+        t = tramps.get(len(args))
+        if t is None:
+            names = ", ".join(f"a{i}" for i in range(len(args)))
+            scope = {"target": self}
+            exec(f"def trampoline({names}):\n    return target({names})\n", scope)
+            t = tramps[len(args)] = njit(cache=False)(scope["trampoline"])
+        return t(*args)
 
 
 #: options of the C entry points of :func:`entry` (the compiler flags of

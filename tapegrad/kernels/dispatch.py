@@ -40,9 +40,11 @@ MISSING = -(1 << 50)
 FAILED = -(1 << 60)
 
 #: entry address of each VJP family (0: not compiled yet), indexed by kind;
-#: sum and mean have a slot of their own (:func:`slot`)
+#: sum and mean, and binary ops that broadcast, have slots of their own
+#: (:func:`slot`)
 TABLE = np.zeros(16, np.int64)
 SUM_SLOT = 15
+BROADCAST_SLOT = 14
 _ENTRIES = {}   # kind -> CFunc (keeps the machine code alive)
 
 
@@ -85,15 +87,23 @@ def load_tape(typingctx, ptr):
 
 
 @inline
-def slot(kind, sub):
-    """Index in :data:`TABLE` of the family that runs a ``kind, sub`` record."""
+def slot(T, r, kind, sub):
+    """Index in :data:`TABLE` of the family that runs record ``r`` (of
+    ``kind, sub``): a binary op whose operands both have the output's size
+    runs in the compact same-shape family, one that broadcasts (or
+    ``where``) in the odometer family."""
     if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
         return SUM_SLOT
+    if kind == C.K_NARY:
+        size, a0, args = T[2], T[1][r], T[4]
+        n = size[r]
+        if sub == C.WHERE or size[args[a0]] != n or size[args[a0 + 1]] != n:
+            return BROADCAST_SLOT
     return kind
 
 
 # -- the entries: one per family, each a one-line call of its kernel ----------------
-from .elementwise import nary_vjp, scalar_vjp, unary_vjp  # noqa: E402
+from .elementwise import broadcast_vjp, nary_vjp, scalar_vjp, unary_vjp  # noqa: E402
 from .structural import concat_vjp, gather_vjp, reduce_vjp, scan_vjp, sum_vjp  # noqa: E402
 from .user import user_vjp  # noqa: E402
 
@@ -110,6 +120,11 @@ def _scalar(tp, r, sub):
 
 def _nary(tp, r, sub):
     nary_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _broadcast(tp, r, sub):
+    broadcast_vjp(load_tape(tp), r, sub)
     return 1
 
 
@@ -148,6 +163,7 @@ FAMILIES = {
     C.K_UNARY: (_unary, "unary elementwise VJPs"),
     C.K_SCALAR: (_scalar, "elementwise-with-constant VJPs"),
     C.K_NARY: (_nary, "binary elementwise VJPs"),
+    BROADCAST_SLOT: (_broadcast, "broadcasting binary VJPs"),
     SUM_SLOT: (_sum, "sum/mean VJPs"),
     C.K_REDUCE: (_reduce, "reduction VJPs"),
     C.K_GATHER: (_gather, "indexing/shape VJPs"),
@@ -176,16 +192,17 @@ def ensure(kind):
         TABLE[kind] = cf.address
 
 
-def resolve(tape_op, s):
-    """Act on a sweep's :data:`MISSING` / :data:`FAILED` return ``s``; gives the
-    record to resume at (``s`` was MISSING - r)."""
+def resolve(T, s):
+    """Act on a sweep's :data:`MISSING` / :data:`FAILED` return ``s`` (``T``:
+    the swept tape tuple); gives the record to resume at (``s`` was
+    MISSING - r)."""
     if s > FAILED // 2:
         r = MISSING - s
-        code = int(tape_op[r])
-        ensure(slot.py_func(code >> C.SHIFT, code & C.MASK))
+        code = int(T[0][r])
+        ensure(slot.py_func(T, r, code >> C.SHIFT, code & C.MASK))
         return r
     r = FAILED - s
-    raise RuntimeError(f"the compiled VJP of record {r} (op code {int(tape_op[r])}) raised "
+    raise RuntimeError(f"the compiled VJP of record {r} (op code {int(T[0][r])}) raised "
                        "an exception (printed above); no gradient was written")
 
 

@@ -17,7 +17,7 @@ _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
 
 from . import codes as C
-from ._jit import inline, kernel
+from ._jit import inline, inner
 from ._views import (adjoint, advance, alias, claim, claim_zeroed, fparam, odometer,
                      parent, value)
 from .unhandled import unhandled
@@ -200,7 +200,7 @@ def _unary_loop(sub, g, x, y, gx, first):
 # with the switch).  One kernel per family, shared by the sweep's VJPs below
 # and by replay's fused segments (kernels/replay.py), which call them block
 # by block.
-@kernel
+@inner
 def unary_loops(sub, g, x, y, gx, first):
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
         _unary_loop(C.IDENT, g, x, y, gx, first)
@@ -218,7 +218,7 @@ def unary_loops(sub, g, x, y, gx, first):
         _unary_loop(sub, g, x, y, gx, first)
 
 
-@kernel
+@inner
 def unary_vjp(T, r, sub):
     xr = parent(T, r, 0)
     g, gx = adjoint(T, r), adjoint(T, xr)
@@ -234,7 +234,7 @@ def _scalar_loop(sub, g, x, y, c, gx, first):
         _put(gx, i, g[i] * d_scalar(sub, x[i], y[i], c), first)
 
 
-@kernel
+@inner
 def scalar_loops(sub, g, x, y, c, gx, first):
     if sub == C.ADDC:
         _scalar_loop(C.ADDC, g, x, y, c, gx, first)
@@ -244,7 +244,7 @@ def scalar_loops(sub, g, x, y, c, gx, first):
         _scalar_loop(sub, g, x, y, c, gx, first)
 
 
-@kernel
+@inner
 def scalar_vjp(T, r, sub):
     xr = parent(T, r, 0)
     g, gx = adjoint(T, r), adjoint(T, xr)
@@ -287,7 +287,7 @@ def _binary_self(sub, g, x, y, gx, first):
         _put(gx, i, g[i] * (da + db), first)
 
 
-@kernel
+@inner
 def binary_self_loops(sub, g, x, y, gx, first):
     if sub == C.MUL:
         _binary_self(C.MUL, g, x, y, gx, first)
@@ -295,7 +295,7 @@ def binary_self_loops(sub, g, x, y, gx, first):
         _binary_self(sub, g, x, y, gx, first)
 
 
-@kernel
+@inner
 def binary_loops(sub, g, xa, xb, y, ga, gb, first):
     if sub == C.ADD:
         _binary_same_shape(C.ADD, g, xa, xb, y, ga, gb, first)
@@ -307,7 +307,7 @@ def binary_loops(sub, g, xa, xb, y, ga, gb, first):
         _binary_same_shape(sub, g, xa, xb, y, ga, gb, first)
 
 
-@kernel
+@inner
 def binary_one_side_loops(sub, g, xa, xb, y, gx, first, left):
     if sub == C.MUL:
         _binary_one_side(C.MUL, g, xa, xb, y, gx, first, left)
@@ -317,8 +317,50 @@ def binary_one_side_loops(sub, g, xa, xb, y, gx, first, left):
         _binary_one_side(sub, g, xa, xb, y, gx, first, left)
 
 
-@kernel
+@inner
 def nary_vjp(T, r, sub):
+    """Binary ops whose operands have the output's shape (the common case).
+
+    Records with a broadcast operand, and ``where``, go to
+    :func:`broadcast_vjp` (``dispatch.slot`` tells them apart), so that a
+    program without broadcasting never compiles the odometer loops.
+    """
+    g = adjoint(T, r)
+    ar, br = parent(T, r, 0), parent(T, r, 1)
+    xa, xb, y = value(T, ar), value(T, br), value(T, r)
+    ga, gb = adjoint(T, ar), adjoint(T, br)
+    if ar == br:  # x op x: both partials to one adjoint
+        binary_self_loops(sub, g, xa, y, ga, claim(T, ar))
+        return
+    ca, cb = T[0][ar] == _CONST, T[0][br] == _CONST
+    if (sub == C.ADD or sub == C.SUB) and alias(T, ar, r):
+        # a now owns g as its adjoint; b receives +-g (unless b is a constant)
+        if cb:
+            return
+        first = claim(T, br)
+        if sub == C.ADD:
+            _unary_loop(C.IDENT, g, xb, y, gb, first)
+        else:
+            _unary_loop(C.NEG, g, xb, y, gb, first)
+        return
+    if ca or cb:  # x op constant, constant op x
+        if ca and cb:
+            return
+        xr = br if ca else ar
+        binary_one_side_loops(sub, g, xa, xb, y, adjoint(T, xr), claim(T, xr), cb)
+        return
+    fa, fb = claim(T, ar), claim(T, br)
+    first = fa and fb
+    if fa != fb:  # one was written before: accumulate into both
+        if fa:
+            ga[:] = 0.0
+        else:
+            gb[:] = 0.0
+    binary_loops(sub, g, xa, xb, y, ga, gb, first)
+
+
+@inner
+def broadcast_vjp(T, r, sub):
     """Broadcasting binary ops and ``where``; gradients reduced to each shape.
 
     ``ip`` holds ``[nd, out_shape, strides of operand 0, strides of 1, ...]``
@@ -355,36 +397,7 @@ def nary_vjp(T, r, sub):
     xa, xb, y = value(T, ar), value(T, br), value(T, r)
     ga, gb = adjoint(T, ar), adjoint(T, br)
     ma, mb = xa.size, xb.size
-    if ma == n and mb == n and ar == br:  # x op x: both partials to one adjoint
-        binary_self_loops(sub, g, xa, y, ga, claim(T, ar))
-        return
     ca, cb = T[0][ar] == _CONST, T[0][br] == _CONST
-    if ma == n and mb == n and (sub == C.ADD or sub == C.SUB) and alias(T, ar, r):
-        # a now owns g as its adjoint; b receives +-g (unless b is a constant)
-        if cb:
-            return
-        first = claim(T, br)
-        if sub == C.ADD:
-            _unary_loop(C.IDENT, g, xb, y, gb, first)
-        else:
-            _unary_loop(C.NEG, g, xb, y, gb, first)
-        return
-    if ma == n and mb == n and (ca or cb):  # x op constant, constant op x
-        if ca and cb:
-            return
-        xr = br if ca else ar
-        binary_one_side_loops(sub, g, xa, xb, y, adjoint(T, xr), claim(T, xr), cb)
-        return
-    if ma == n and mb == n:  # the common case: no broadcasting
-        fa, fb = claim(T, ar), claim(T, br)
-        first = fa and fb
-        if fa != fb:  # one was written before: accumulate into both
-            if fa:
-                ga[:] = 0.0
-            else:
-                gb[:] = 0.0
-        binary_loops(sub, g, xa, xb, y, ga, gb, first)
-        return
     claim_zeroed(T, ar)
     claim_zeroed(T, br)
     if nd == 0:  # every operand full-size or a single element

@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 from . import codes as C
-from ._jit import inline, kernel
+from ._jit import inline, inner, kernel
 from ._views import _voidptr, advance, odometer, parent, value
 from .elementwise import d_binary, d_scalar, d_unary
 from .structural import _out_map
@@ -75,7 +75,7 @@ def _scale(d, tx, ty, p):
                 y[k] = di * x[k]
 
 
-@kernel
+@inner
 def unary_jvp(T, r, sub, p):
     xr = parent(T, r, 0)
     tx, ty = tangent(T, xr, p), tangent(T, r, p)
@@ -103,7 +103,7 @@ def unary_jvp(T, r, sub, p):
     _scale(d, tx, ty, p)
 
 
-@kernel
+@inner
 def scalar_jvp(T, r, sub, p):
     xr = parent(T, r, 0)
     tx, ty = tangent(T, xr, p), tangent(T, r, p)
@@ -172,7 +172,7 @@ def _bin_put(ty, ta, tb, i, ia, ib, da, db, p, ka, kb):
             y[k] = 0.0
 
 
-@kernel
+@inner
 def nary_jvp(T, r, sub, p):
     """Broadcasting binary ops and ``where`` (``ip`` as in ``nary_vjp``): the
     tangent is ``da t_a + db t_b`` at each output element's operand
@@ -246,7 +246,7 @@ def _acc(ty, j, tx, i, w, p):
         y[k] += w * x[k]
 
 
-@kernel
+@inner
 def reduce_jvp(T, r, sub, p):
     """The transposes of ``reduce_vjp``'s rules (``ip`` alike).  Tied maxima
     and minima each pass on an equal share, as their gradients do."""
@@ -319,7 +319,7 @@ def reduce_jvp(T, r, sub, p):
 
 
 # -- selections, joins, scans ---------------------------------------------------------------
-@kernel
+@inner
 def gather_jvp(T, r, sub, p):
     """``ip`` holds ``[m, idx...]``: output k's tangent is input ``idx_k``'s
     (zero where ``idx_k`` is -1).  A multi-output record (size 0) fills its
@@ -341,7 +341,7 @@ def gather_jvp(T, r, sub, p):
                 y[q] = 0.0
 
 
-@kernel
+@inner
 def concat_jvp(T, r, sub, p):
     """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
     ip = T[5]
@@ -361,7 +361,7 @@ def concat_jvp(T, r, sub, p):
                 y[q] = 0.0
 
 
-@kernel
+@inner
 def scan_jvp(T, r, sub, p):
     """``ip`` holds ``[outer, n, inner]``.  cumsum: the running sum of the
     tangents.  cumprod: ``t_k = t_{k-1} x_k + y_{k-1} tx_k``, no division."""
@@ -396,7 +396,7 @@ def scan_jvp(T, r, sub, p):
 
 
 # -- user elementwise ops ------------------------------------------------------------------
-@kernel
+@inner
 def user_jvp(T, r, sub, p):
     """Through the op's compiled partials (``ip`` as in ``user_vjp``)."""
     ip = T[5]

@@ -19,7 +19,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from . import codes as C
-from ._jit import inline, kernel
+from ._jit import inline, inner, kernel
 from ._views import _voidptr, advance, odometer, parent, value
 # the VJP loops of a segment's records: one compiled function per family, a
 # call per block and record (inlined, they made one function too large to
@@ -256,12 +256,12 @@ def _unary_loop(sub, x, y):
         y[i] = f_unary(sub, x[i])
 
 
-@kernel
+@inner
 def unary_fwd(T, r, sub):
     _unary_into(sub, value(T, parent(T, r, 0)), value(T, r))
 
 
-@kernel
+@inner
 def _unary_into(sub, x, y):
     # the common ops get loops compiled for a constant sub (they vectorise)
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
@@ -288,12 +288,12 @@ def _scalar_loop(sub, x, c, y):
         y[i] = f_scalar(sub, x[i], c)
 
 
-@kernel
+@inner
 def scalar_fwd(T, r, sub):
     _scalar_into(sub, value(T, parent(T, r, 0)), T[6][r], value(T, r))
 
 
-@kernel
+@inner
 def _scalar_into(sub, x, c, y):
     if sub == C.ADDC:
         _scalar_loop(C.ADDC, x, c, y)
@@ -309,7 +309,7 @@ def _binary_loop(sub, xa, xb, y):
         y[i] = f_binary(sub, xa[i], xb[i])
 
 
-@kernel
+@inner
 def _binary_into(sub, xa, xb, y):
     """Same-shape binary op (not WHERE), common subs compiled for a constant sub."""
     if sub == C.ADD:
@@ -324,7 +324,7 @@ def _binary_into(sub, xa, xb, y):
         _binary_loop(sub, xa, xb, y)
 
 
-@kernel
+@inner
 def nary_fwd(T, r, sub):
     """Broadcasting binary ops and ``where`` (``ip`` as in ``nary_vjp``)."""
     ip = T[5]
@@ -363,7 +363,7 @@ def nary_fwd(T, r, sub):
         advance(shape, strides, cnt, pos)
 
 
-@kernel
+@inner
 def compare_fwd(T, r, sub):
     """A comparison record: ``ip`` holds ``[a, b, nd, shape, strides...]``."""
     ip = T[5]
@@ -452,7 +452,7 @@ def _pairwise_block(x, a, k):
     return res
 
 
-@kernel
+@inner
 def reduce_fwd(T, r, sub):
     """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
     ip = T[5]
@@ -546,7 +546,7 @@ def reduce_fwd(T, r, sub):
             a, q, c = _step(a, q, c, R, Cn)
 
 
-@kernel
+@inner
 def gather_fwd(T, r):
     """``y[k] = x[idx[k]]`` (0 where ``idx[k]`` is -1); a size-0 record fills
     the OUTPUT records after it in turn."""
@@ -570,7 +570,7 @@ def gather_fwd(T, r):
         y[k] = x[i] if i >= 0 else 0.0
 
 
-@kernel
+@inner
 def concat_fwd(T, r):
     """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
     ip = T[5]
@@ -581,7 +581,7 @@ def concat_fwd(T, r):
         y[k] = value(T, parent(T, r, ip[b + 1 + k]))[ip[b + 1 + m + k]]
 
 
-@kernel
+@inner
 def scan_fwd(T, r, sub):
     """``ip`` holds ``[outer, n, inner]``."""
     ip = T[5]
@@ -604,7 +604,7 @@ def scan_fwd(T, r, sub):
                 y[j] = acc
 
 
-@kernel
+@inner
 def user_fwd(T, r, sub, addr):
     """A user elementwise op through its forward's C address (``ip`` as in
     kernels/user.py)."""
@@ -731,7 +731,7 @@ def _gaddr(T, p, r0, slot, base, lo):
     return T[12][p] + 8 * lo
 
 
-@kernel
+@inner
 def _seg_record_fwd(T, r, r0, slot, base, lo, m):
     op, arg0, args = T[0], T[1], T[4]
     code = op[r]

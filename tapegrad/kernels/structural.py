@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from . import codes as C
-from ._jit import inline, kernel
+from ._jit import inline, inner
 from ._views import (adjoint, adjoint_span, advance, claim, claim_zeroed, odometer, parent,
                      value)
 
@@ -107,7 +107,7 @@ def _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub):
             a, q, c = _step(a, q, c, R, Cn)
 
 
-@kernel
+@inner
 def sum_vjp(T, r, sub):
     """sum and mean: the common reductions, a family of their own so that
     they compile without the others (kernels/dispatch.py)."""
@@ -130,7 +130,7 @@ def sum_vjp(T, r, sub):
             a, q, c = _step(a, q, c, R, Cn)
 
 
-@kernel
+@inner
 def reduce_vjp(T, r, sub):
     """The other reductions; ``ip`` holds ``[nd, in_shape, out_strides]``
     (0 on reduced axes)."""
@@ -202,7 +202,7 @@ def reduce_vjp(T, r, sub):
         gx[:] = np.nan
 
 
-@kernel
+@inner
 def gather_vjp(T, r, sub):
     """``ip`` holds ``[m, idx_0 .. idx_{m-1}]``: output k is input ``idx_k``, or
     a filled-in zero with no input when ``idx_k`` is -1.
@@ -230,7 +230,7 @@ def gather_vjp(T, r, sub):
             gx[i] += g[k]
 
 
-@kernel
+@inner
 def concat_vjp(T, r, sub):
     """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
     ip = T[5]
@@ -244,7 +244,7 @@ def concat_vjp(T, r, sub):
         gx[ip[b + 1 + m + k]] += g[k]
 
 
-@kernel
+@inner
 def scan_vjp(T, r, sub):
     """Cumulative ops along one axis; ``ip`` holds ``[outer, n, inner]``.
 

@@ -42,7 +42,7 @@ def sweep(T, freed, start, stop):
         s = _sweep(T, freed, start, stop, TABLE)
         if s > MISSING // 2:
             return s
-        start = resolve(T[0], s)
+        start = resolve(T, s)
 
 
 def _first_call():
@@ -96,7 +96,7 @@ def _sweep(T, freed, start, stop, table):
             for j in range(arg0[r], arg0[r + 1]):
                 reached[args[j]] = True
             continue
-        f = table[slot(kind, sub)]
+        f = table[slot(T, r, kind, sub)]
         if f == 0:
             return MISSING - r
         if call_entry(f, T, r, sub) != 1:

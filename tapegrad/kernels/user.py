@@ -21,7 +21,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from . import codes as C
-from ._jit import kernel
+from ._jit import inner
 from ._views import adjoint, advance, claim, claim_zeroed, odometer, parent, value
 
 
@@ -62,7 +62,7 @@ def call_d3(typingctx, addr, a, b, y):
 _CONST = C.code(C.K_NONE, C.CONST)
 
 
-@kernel
+@inner
 def user_vjp(T, r, sub):
     ip = T[5]
     b = T[3][r]

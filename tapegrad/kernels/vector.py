@@ -116,7 +116,7 @@ def sweep_vec(T, freed, start, stop, p, stride):
         s = _sweep_vec(T, freed, start, stop, p, stride, TABLE)
         if s > MISSING // 2:
             return s
-        start = resolve(T[0], s)
+        start = resolve(T, s)
 
 
 @kernel
@@ -146,7 +146,7 @@ def _sweep_vec(T, freed, start, stop, p, stride, table):
             for j in range(arg0[r], arg0[r + 1]):
                 reached[args[j]] = True
             continue
-        f = table[slot(kind, sub)]
+        f = table[slot(T, r, kind, sub)]
         if f == 0:
             return MISSING - r
         need = 1 + (arg0[r + 1] - arg0[r]) + (op.size - r if T[2][r] == 0 else 0)
