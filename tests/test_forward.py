@@ -13,7 +13,7 @@ from tapegrad.kernels import codes as C
 from tapegrad.ops.registry import REGISTRY
 
 from oracle import close, leaf
-from test_gradients import CASES
+from op_cases import CASES
 
 #: ops without a forward rule, and the error they raise
 NO_FORWARD = {"Function": "no forward-mode"}

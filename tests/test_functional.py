@@ -11,7 +11,7 @@ import tapegrad as tg
 from tapegrad import functional as F
 
 from oracle import close, leaf
-from test_gradients import CASES
+from op_cases import CASES
 
 
 def rosenbrock(x):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import tapegrad as tg
 from tapegrad import second as S
 
-from test_gradients import CASES, _SinCos
+from op_cases import CASES, _SinCos
 
 #: ops with no second-order rule: tg.hessian / tg.hvp raise NotImplementedError
 #: (Function has no forward rule at all; the table's user ops are defined

@@ -12,7 +12,7 @@ import tapegrad as tg
 from tapegrad import second as S
 from tapegrad import sparsity as SP
 
-from test_gradients import CASES
+from op_cases import CASES
 from test_second import NO_SECOND, _fd_hessian, _weights, rosen, rosen_hessian
 
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from test_gradients import CASES
+from op_cases import CASES
 
 #: registry ops a trace refuses (NotImplementedError at trace time, by design);
 #: the Sort row sorts with np.sort, which a trace records as a guarded argsort
