@@ -21,8 +21,7 @@ def _steps():
         (t * 2.0).backward(np.ones(6))
 
     yield "reverse sweep", backward
-    for kind, (_fn, what) in dispatch.FAMILIES.items():
-        yield what, (lambda k=kind: dispatch.ensure(k))
+    yield from dispatch.VJP.warm()
     yield "Jacobians (vector sweep)", lambda: tg.jacobian(lambda v: tg.sin(v) * v)(x)
     yield "Hessians", lambda: tg.hessian(lambda v: (tg.exp(v) * v).sum())(x)
     yield "forward mode", lambda: tg.jvp(lambda v: tg.sin(v) * v, (x,), (x,))
@@ -34,6 +33,10 @@ def _steps():
         ft.value_and_grad(f)(x)
 
     yield "traced replay", replay
+    from tapegrad.kernels import replay as RK
+    yield from RK.FWD.warm()
+    from tapegrad.kernels import forward as FK
+    yield from FK.JVP.warm()
 
 
 def warm():

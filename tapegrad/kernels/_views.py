@@ -142,6 +142,24 @@ def fparam(T, r):
 
 
 @inline
+def copy_into(y, x):
+    """``y[:] = x`` for two arrays of the same size, as a loop: an array
+    slice assignment compiles its shape-mismatch message (seconds)."""
+    for i in range(y.size):
+        y[i] = x[i]
+
+
+@inline
+def rows_of(om):
+    """``om.max() + 1`` (0 for an empty map), as a loop: ``ndarray.max()``
+    compiles its empty-array error (seconds)."""
+    rows = 0
+    for i in range(om.size):
+        rows = max(rows, om[i] + 1)
+    return rows
+
+
+@inline
 def odometer(ip, b, nd, k):
     """Walk an ``nd``-d output in C order while tracking ``k`` operands' flat
     positions: the shape and strides from ``ip[b]`` (``[nd, shape, strides of

@@ -39,13 +39,58 @@ SIG = types.int32(types.voidptr, types.int64, types.int64)
 MISSING = -(1 << 50)
 FAILED = -(1 << 60)
 
-#: entry address of each VJP family (0: not compiled yet), indexed by kind;
-#: sum and mean, and binary ops that broadcast, have slots of their own
-#: (:func:`slot`)
-TABLE = np.zeros(16, np.int64)
+#: slots of their own in the VJP table (:func:`slot`): sum and mean, and
+#: binary ops that broadcast
 SUM_SLOT = 15
 BROADCAST_SLOT = 14
-_ENTRIES = {}   # kind -> CFunc (keeps the machine code alive)
+
+
+class Families:
+    """A table of C entry points, one per kernel family, each compiled (or
+    loaded from the cache) the first time a compiled loop asks for it.
+
+    ``table`` (passed to the loop) holds each slot's entry address, 0 while
+    it is not compiled; ``families`` maps a slot to ``(entry source, what
+    the one-line notice calls it)``; ``sig`` is the entries' signature."""
+
+    def __init__(self, module, sig, families):
+        self.module, self.sig, self.families = module, sig, families
+        self.table = np.zeros(16, np.int64)
+        self.entries = {}   # slot -> CFunc (keeps the machine code alive)
+
+    def ensure(self, slot):
+        """Put slot's entry address in the table, compiling it if needed."""
+        if self.table[slot]:
+            return
+        with compile_lock:
+            if self.table[slot]:
+                return
+            try:
+                fn, what = self.families[slot]
+            except KeyError:
+                raise RuntimeError(f"no compiled kernel family for slot {slot} in "
+                                   f"kernels/{self.module}.py") from None
+            if not cached(f"{self.module}.{fn.__name__}"):
+                notice(what)
+            cf = entry(fn, self.sig)
+            self.entries[slot] = cf
+            self.table[slot] = cf.address
+
+    def resolve(self, s, code, slot_of):
+        """Act on a loop's :data:`MISSING` / :data:`FAILED` return ``s``:
+        compile the missing family (``slot_of(r)`` gives record r's slot) and
+        give the record to resume at, or raise for a failed kernel."""
+        if s > FAILED // 2:
+            r = MISSING - s
+            self.ensure(slot_of(r))
+            return r
+        r = FAILED - s
+        raise RuntimeError(f"the compiled kernel of record {r} (op code {int(code[r])}) "
+                           "raised an exception (printed above); no result was written")
+
+    def warm(self):
+        """``(what, compile it)`` for every family (``python -m tapegrad warm``)."""
+        return [(what, (lambda k=k: self.ensure(k))) for k, (_fn, what) in self.families.items()]
 
 
 @intrinsic
@@ -65,6 +110,30 @@ def call_entry(typingctx, addr, T, r, sub):
         return builder.call(fn, [builder.bitcast(slot, cgutils.voidptr_t), rr, ss])
 
     return types.int32(addr, T, r, sub), codegen
+
+
+#: signature of an entry that takes one more integer (a forward family's
+#: ``faddr[r]``: the C address of a user op's forward)
+SIG_EXTRA = types.int32(types.voidptr, types.int64, types.int64, types.int64)
+
+
+@intrinsic
+def call_entry_extra(typingctx, addr, T, r, sub, extra):
+    """``(*addr)(&T, r, sub, extra)`` for an entry of signature :data:`SIG_EXTRA`."""
+    if not isinstance(addr, types.Integer) or T != TAPE:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(ir.IntType(32), [cgutils.voidptr_t, i64, i64, i64])
+        fn = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
+                              fnty.as_pointer())
+        slot = cgutils.alloca_once_value(builder, args[1])
+        rest = [context.cast(builder, v, t, types.int64)
+                for v, t in zip(args[2:], signature.args[2:])]
+        return builder.call(fn, [builder.bitcast(slot, cgutils.voidptr_t), *rest])
+
+    return types.int32(addr, T, r, sub, extra), codegen
 
 
 @intrinsic
@@ -158,8 +227,8 @@ def _user(tp, r, sub):
     return 1
 
 
-#: kind -> (entry source, what the notice calls it)
-FAMILIES = {
+#: the VJP families of the sweeps, by slot
+VJP = Families("dispatch", SIG, {
     C.K_UNARY: (_unary, "unary elementwise VJPs"),
     C.K_SCALAR: (_scalar, "elementwise-with-constant VJPs"),
     C.K_NARY: (_nary, "binary elementwise VJPs"),
@@ -170,45 +239,19 @@ FAMILIES = {
     C.K_CONCAT: (_concat, "concatenation VJPs"),
     C.K_SCAN: (_scan, "cumulative-op VJPs"),
     C.K_USER: (_user, "user-op VJPs"),
-}
+})
+TABLE, FAMILIES, _ENTRIES = VJP.table, VJP.families, VJP.entries
 
 
 def ensure(kind):
-    """Compile (or load from the cache) the entry of family ``kind`` (a
-    :data:`TABLE` slot) and put its address there."""
-    if TABLE[kind]:
-        return
-    with compile_lock:
-        if TABLE[kind]:
-            return
-        try:
-            fn, what = FAMILIES[kind]
-        except KeyError:
-            raise RuntimeError(f"the sweeps have no compiled VJPs for kind {kind}") from None
-        if not cached(f"dispatch.{fn.__name__}"):
-            notice(what)
-        cf = entry(fn, SIG)
-        _ENTRIES[kind] = cf
-        TABLE[kind] = cf.address
+    """Compile (or load) VJP family ``kind`` (a :data:`TABLE` slot)."""
+    VJP.ensure(kind)
 
 
 def resolve(T, s):
     """Act on a sweep's :data:`MISSING` / :data:`FAILED` return ``s`` (``T``:
-    the swept tape tuple); gives the record to resume at (``s`` was
-    MISSING - r)."""
-    if s > FAILED // 2:
-        r = MISSING - s
+    the swept tape tuple); gives the record to resume at."""
+    def slot_of(r):
         code = int(T[0][r])
-        ensure(slot.py_func(T, r, code >> C.SHIFT, code & C.MASK))
-        return r
-    r = FAILED - s
-    raise RuntimeError(f"the compiled VJP of record {r} (op code {int(T[0][r])}) raised "
-                       "an exception (printed above); no gradient was written")
-
-
-def warm(progress=None):
-    """Compile every family's entry now (``python -m tapegrad warm``)."""
-    for i, kind in enumerate(FAMILIES):
-        if progress is not None:
-            progress(i, len(FAMILIES), FAMILIES[kind][1])
-        ensure(kind)
+        return slot.py_func(T, r, code >> C.SHIFT, code & C.MASK)
+    return VJP.resolve(s, T[0], slot_of)

@@ -27,7 +27,8 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, inner, kernel
-from ._views import _voidptr, advance, odometer, parent, value
+from ._views import _voidptr, advance, copy_into, odometer, parent, rows_of, value
+from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
 from .elementwise import d_binary, d_scalar, d_unary
 from .structural import _out_map
 from .user import call_d2, call_d3
@@ -80,7 +81,7 @@ def unary_jvp(T, r, sub, p):
     xr = parent(T, r, 0)
     tx, ty = tangent(T, xr, p), tangent(T, r, p)
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
-        ty[:] = tx
+        copy_into(ty, tx)
         return
     if sub == C.NEG:
         for k in range(ty.size):
@@ -109,7 +110,7 @@ def scalar_jvp(T, r, sub, p):
     tx, ty = tangent(T, xr, p), tangent(T, r, p)
     c = T[6][r]
     if sub == C.ADDC:
-        ty[:] = tx
+        copy_into(ty, tx)
         return
     if sub == C.MULC:
         for k in range(ty.size):
@@ -259,7 +260,7 @@ def reduce_jvp(T, r, sub, p):
     if sub == C.SOFTMAX or sub == C.LOG_SOFTMAX:
         # softmax: t_y = y (t_x - sum(y t_x)); log_softmax: t_x - sum(e^y t_x)
         om = _out_map(ip, b, nd, n, 2)
-        rows = om.max() + 1 if n else 0
+        rows = rows_of(om)
         s = np.zeros(rows * p)
         y = value(T, r)
         for i in range(n):
@@ -462,7 +463,61 @@ def fwd_layout(op, arg0, args, size, start, upto, reached):
     return toff, total
 
 
-@kernel
+# -- the forward sweep: tangent families compiled on first use ------------------------
+def _unary_entry(tp, r, sub, p):
+    unary_jvp(load_tape(tp), r, sub, p)
+    return 1
+
+
+def _scalar_entry(tp, r, sub, p):
+    scalar_jvp(load_tape(tp), r, sub, p)
+    return 1
+
+
+def _nary_entry(tp, r, sub, p):
+    nary_jvp(load_tape(tp), r, sub, p)
+    return 1
+
+
+def _reduce_entry(tp, r, sub, p):
+    reduce_jvp(load_tape(tp), r, sub, p)
+    return 1
+
+
+def _gather_entry(tp, r, sub, p):
+    gather_jvp(load_tape(tp), r, sub, p)
+    return 1
+
+
+def _concat_entry(tp, r, sub, p):
+    concat_jvp(load_tape(tp), r, sub, p)
+    return 1
+
+
+def _scan_entry(tp, r, sub, p):
+    scan_jvp(load_tape(tp), r, sub, p)
+    return 1
+
+
+def _user_entry(tp, r, sub, p):
+    user_jvp(load_tape(tp), r, sub, p)
+    return 1
+
+
+#: the tangent families of the forward sweep, by kind (called as the
+#: reverse sweeps call theirs: kernels/dispatch.py)
+JVP = Families("forward", SIG_EXTRA, {
+    C.K_UNARY: (_unary_entry, "unary tangent rules"),
+    C.K_SCALAR: (_scalar_entry, "with-a-constant tangent rules"),
+    C.K_NARY: (_nary_entry, "binary tangent rules"),
+    C.K_REDUCE: (_reduce_entry, "reduction tangent rules"),
+    C.K_GATHER: (_gather_entry, "indexing/shape tangent rules"),
+    C.K_CONCAT: (_concat_entry, "concatenation tangent rules"),
+    C.K_SCAN: (_scan_entry, "cumulative-op tangent rules"),
+    C.K_USER: (_user_entry, "user-op tangent rules"),
+})
+
+
 def sweep_fwd(T, start, stop, p):
     """Apply the tangent rules of reached records ``start .. stop-1``.
 
@@ -471,6 +526,19 @@ def sweep_fwd(T, start, stop, p):
     ``r + 1``), and ``-2 - q`` when a value record q's
     rule needs was released (a backward inside the function freed it).
     """
+    def slot_of(r):
+        return int(T[0][r]) >> C.SHIFT
+    while True:
+        s = _sweep_fwd(T, start, stop, p, JVP.table)
+        if s > MISSING // 2:
+            return s
+        start = JVP.resolve(s, T[0], slot_of)
+
+
+@kernel
+def _sweep_fwd(T, start, stop, p, table):
+    """``sweep_fwd``'s compiled loop; ``MISSING - r`` / ``FAILED - r`` as the
+    reverse sweep's."""
     op, arg0, args, reached = T[0], T[1], T[4], T[13]
     rix, ptrs = T[10], T[11]
     for r in range(start, stop):
@@ -485,24 +553,13 @@ def sweep_fwd(T, start, stop, p):
             q = args[j]
             if rix[q] >= 0 and ptrs[rix[q]] == 0:
                 return -2 - q
-        if kind == C.K_HOST:
+        if kind == C.K_HOST or kind > C.K_USER:
+            # Python applies host rules; a kind with no kernel goes there too
+            # and its host path raises, naming the op
             return r
-        if kind == C.K_UNARY:
-            unary_jvp(T, r, sub, p)
-        elif kind == C.K_SCALAR:
-            scalar_jvp(T, r, sub, p)
-        elif kind == C.K_NARY:
-            nary_jvp(T, r, sub, p)
-        elif kind == C.K_REDUCE:
-            reduce_jvp(T, r, sub, p)
-        elif kind == C.K_GATHER:
-            gather_jvp(T, r, sub, p)
-        elif kind == C.K_CONCAT:
-            concat_jvp(T, r, sub, p)
-        elif kind == C.K_SCAN:
-            scan_jvp(T, r, sub, p)
-        elif kind == C.K_USER:
-            user_jvp(T, r, sub, p)
-        else:  # no kernel for this kind: Python's host path raises, naming the op
-            return r
+        f = table[kind]
+        if f == 0:
+            return MISSING - r
+        if call_entry_extra(f, T, r, sub, p) != 1:
+            return FAILED - r
     return -1

@@ -20,7 +20,7 @@ from numba.extending import intrinsic
 
 from . import codes as C
 from ._jit import inline, inner, kernel
-from ._views import _voidptr, advance, odometer, parent, value
+from ._views import _voidptr, advance, copy_into, odometer, parent, rows_of, value
 # the VJP loops of a segment's records: one compiled function per family, a
 # call per block and record (inlined, they made one function too large to
 # compile in reasonable time and memory)
@@ -30,6 +30,7 @@ from .elementwise import binary_self_loops as _binary_self_into
 from .elementwise import scalar_loops as _scalar_vjp_into
 from .elementwise import unary_loops as _unary_vjp_into
 from .structural import _out_map, _runs, _step
+from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
 from .unhandled import unhandled
 from .user import call_d2
 
@@ -265,7 +266,7 @@ def unary_fwd(T, r, sub):
 def _unary_into(sub, x, y):
     # the common ops get loops compiled for a constant sub (they vectorise)
     if sub == C.IDENT or sub >= C.VIEW_FIRST:
-        y[:] = x
+        copy_into(y, x)
     elif sub == C.NEG:
         _unary_loop(C.NEG, x, y)
     elif sub == C.EXP:
@@ -453,21 +454,44 @@ def _pairwise_block(x, a, k):
 
 
 @inner
+def sum_fwd(T, r, sub):
+    """sum and mean (``ip`` as in ``reduce_fwd``): a family of their own, so
+    that the other reductions compile only when a trace uses them."""
+    ip = T[5]
+    b = T[3][r]
+    x, y = value(T, parent(T, r, 0)), value(T, r)
+    n, m = x.size, y.size
+    if m == 1:
+        # a full sum: NumPy's order exactly (eager sums with np.sum)
+        y[0] = 0.0 + _pairwise(x, 0, n) if n > 0 else 0.0
+        if sub == C.MEAN:
+            y[0] /= n
+        return
+    A, R, Cn = _runs(ip, b, ip[b], n, m)
+    om = _out_map(ip, b, ip[b], n, 2) if R == 0 else np.zeros(0, np.int64)
+    y[:] = 0.0
+    a, q, c = 0, 0, 0
+    for i in range(n):
+        j = om[i] if R == 0 else a * Cn + c
+        y[j] += x[i]
+        if R != 0:
+            a, q, c = _step(a, q, c, R, Cn)
+    if sub == C.MEAN:
+        cnt = n // m if m > 0 else 0
+        for j in range(m):
+            y[j] /= cnt
+
+
+@inner
 def reduce_fwd(T, r, sub):
     """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
     ip = T[5]
     b = T[3][r]
     x, y = value(T, parent(T, r, 0)), value(T, r)
     n, m = x.size, y.size
-    if not (sub == C.SUM or sub == C.MEAN or sub == C.PROD or sub == C.MAX or sub == C.MIN
+    if not (sub == C.PROD or sub == C.MAX or sub == C.MIN
             or sub == C.LOGSUMEXP or sub == C.SOFTMAX or sub == C.LOG_SOFTMAX):
         y[:] = np.nan  # no rule here: NaN, never some other reduction's value
-        return
-    if m == 1 and (sub == C.SUM or sub == C.MEAN):
-        # a full sum: NumPy's order exactly (eager sums with np.sum)
-        y[0] = 0.0 + _pairwise(x, 0, n) if n > 0 else 0.0
-        if sub == C.MEAN:
-            y[0] /= n
         return
     # the group of input element i: a cursor when the reduced axes are one
     # run (no index array, see structural._runs), else an index map
@@ -476,21 +500,14 @@ def reduce_fwd(T, r, sub):
         om = _out_map(ip, b, ip[b], n, 2)
     else:
         om = np.zeros(0, np.int64)
-    if sub == C.SUM or sub == C.MEAN or sub == C.PROD:
-        y[:] = 1.0 if sub == C.PROD else 0.0
+    if sub == C.PROD:
+        y[:] = 1.0
         a, q, c = 0, 0, 0
         for i in range(n):
             j = om[i] if R == 0 else a * Cn + c
-            if sub == C.PROD:
-                y[j] *= x[i]
-            else:
-                y[j] += x[i]
+            y[j] *= x[i]
             if R != 0:
                 a, q, c = _step(a, q, c, R, Cn)
-        if sub == C.MEAN:
-            cnt = n // m if m > 0 else 0
-            for j in range(m):
-                y[j] /= cnt
         return
     if sub == C.MAX or sub == C.MIN:
         seen = np.zeros(m, np.bool_)
@@ -510,7 +527,7 @@ def reduce_fwd(T, r, sub):
         return
     # logsumexp, softmax, log_softmax: shifted by each group's finite maximum
     if R == 0:
-        rows = m if sub == C.LOGSUMEXP else (om.max() + 1 if n else 0)
+        rows = m if sub == C.LOGSUMEXP else rows_of(om)
     else:
         rows = A * Cn
     mx = np.full(rows, -np.inf)
@@ -646,7 +663,88 @@ def _guard_holds(T, r, kind, expect):
     return True
 
 
-@kernel
+# -- the replay loop: forward families compiled on first use ---------------------------
+# Each family is a C entry point called through FWD_TABLE, as the sweeps call
+# the VJP families (kernels/dispatch.py), so that a trace compiles the
+# forwards of the kinds it holds, not all of them.
+def _unary_entry(tp, r, sub, extra):
+    unary_fwd(load_tape(tp), r, sub)
+    return 1
+
+
+def _scalar_entry(tp, r, sub, extra):
+    scalar_fwd(load_tape(tp), r, sub)
+    return 1
+
+
+def _nary_entry(tp, r, sub, extra):
+    nary_fwd(load_tape(tp), r, sub)
+    return 1
+
+
+def _sum_entry(tp, r, sub, extra):
+    sum_fwd(load_tape(tp), r, sub)
+    return 1
+
+
+def _reduce_entry(tp, r, sub, extra):
+    reduce_fwd(load_tape(tp), r, sub)
+    return 1
+
+
+def _gather_entry(tp, r, sub, extra):
+    gather_fwd(load_tape(tp), r)
+    return 1
+
+
+def _concat_entry(tp, r, sub, extra):
+    concat_fwd(load_tape(tp), r)
+    return 1
+
+
+def _scan_entry(tp, r, sub, extra):
+    scan_fwd(load_tape(tp), r, sub)
+    return 1
+
+
+def _user_entry(tp, r, sub, extra):
+    user_fwd(load_tape(tp), r, sub, extra)
+    return 1
+
+
+def _compare_entry(tp, r, sub, extra):
+    compare_fwd(load_tape(tp), r, sub)
+    return 1
+
+
+#: forward-family slots: the kinds, and two of their own
+SUM_FWD, COMPARE_FWD = 15, 14
+#: the forward families of the replay loop, by slot
+FWD = Families("replay", SIG_EXTRA, {
+    C.K_UNARY: (_unary_entry, "replayed unary forwards"),
+    C.K_SCALAR: (_scalar_entry, "replayed with-a-constant forwards"),
+    C.K_NARY: (_nary_entry, "replayed binary forwards"),
+    SUM_FWD: (_sum_entry, "replayed sum/mean"),
+    C.K_REDUCE: (_reduce_entry, "replayed reductions"),
+    C.K_GATHER: (_gather_entry, "replayed indexing/shape forwards"),
+    C.K_CONCAT: (_concat_entry, "replayed concatenations"),
+    C.K_SCAN: (_scan_entry, "replayed cumulative ops"),
+    C.K_USER: (_user_entry, "replayed user ops"),
+    COMPARE_FWD: (_compare_entry, "replayed comparisons"),
+})
+
+
+@inline
+def fwd_slot(kind, sub):
+    """Index in ``FWD.table`` of the family that recomputes a ``kind, sub``
+    record (-1: nothing to compute)."""
+    if kind == C.K_NONE:
+        return COMPARE_FWD if sub >= CMP_FIRST else -1
+    if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
+        return SUM_FWD
+    return kind
+
+
 def replay(T, faddr, guard, goff, gvals, start, stop):
     """Recompute records ``start .. stop-1`` in order.
 
@@ -654,18 +752,32 @@ def replay(T, faddr, guard, goff, gvals, start, stop):
     and resumes at ``r + 1``), and ``-2 - r`` when record r's guard does not
     hold (the trace no longer describes what the function does).
     """
+    def slot_of(r):
+        code = int(T[0][r])
+        return fwd_slot.py_func(code >> C.SHIFT, code & C.MASK)
+    while True:
+        s = _replay(T, faddr, guard, goff, gvals, start, stop, FWD.table)
+        if s > MISSING // 2:
+            return s
+        start = FWD.resolve(s, T[0], slot_of)
+
+
+@kernel
+def _replay(T, faddr, guard, goff, gvals, start, stop, table):
+    """``replay``'s compiled loop; returns ``MISSING - r`` at a record whose
+    forward family is not compiled yet (before computing it), ``FAILED - r``
+    when its kernel raised."""
     op, arg0, size, args, fp, v1 = T[0], T[1], T[2], T[4], T[6], T[7]
     for r in range(start, stop):
         code = op[r]
         kind = code >> C.SHIFT
         sub = code & C.MASK
-        if kind == C.K_NONE:
-            if sub >= CMP_FIRST:
-                compare_fwd(T, r, sub)
-            # leaves, constants and OUTPUT records: already in place
-        elif kind == C.K_HOST:
+        if kind == C.K_HOST or kind > C.K_USER:
+            # host records: Python computes them; a kind with no kernel goes
+            # there too, and Python's host path raises, naming the op
             return r
-        elif size[r] == 1 and kind <= C.K_NARY and not (kind == C.K_NARY and sub == C.WHERE):
+        if size[r] == 1 and kind <= C.K_NARY and kind != C.K_NONE \
+                and not (kind == C.K_NARY and sub == C.WHERE):
             # one-element elementwise record: scalar code's hot path
             a = args[arg0[r]]
             if kind == C.K_UNARY:
@@ -674,24 +786,14 @@ def replay(T, faddr, guard, goff, gvals, start, stop):
                 v1[r] = f_scalar(sub, v1[a], fp[r])
             else:
                 v1[r] = f_binary(sub, v1[a], v1[args[arg0[r] + 1]])
-        elif kind == C.K_UNARY:
-            unary_fwd(T, r, sub)
-        elif kind == C.K_SCALAR:
-            scalar_fwd(T, r, sub)
-        elif kind == C.K_NARY:
-            nary_fwd(T, r, sub)
-        elif kind == C.K_REDUCE:
-            reduce_fwd(T, r, sub)
-        elif kind == C.K_GATHER:
-            gather_fwd(T, r)
-        elif kind == C.K_CONCAT:
-            concat_fwd(T, r)
-        elif kind == C.K_SCAN:
-            scan_fwd(T, r, sub)
-        elif kind == C.K_USER:
-            user_fwd(T, r, sub, faddr[r])
-        else:  # no kernel for this kind: Python's host path raises, naming the op
-            return r
+        else:
+            k = fwd_slot(kind, sub)
+            if k >= 0:  # leaves, constants and OUTPUT records: already in place
+                f = table[k]
+                if f == 0:
+                    return MISSING - r
+                if call_entry_extra(f, T, r, sub, faddr[r]) != 1:
+                    return FAILED - r
         g = guard[r]
         if g != 0 and not _guard_holds(T, r, g, gvals[goff[r]:]):
             return -2 - r

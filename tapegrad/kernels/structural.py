@@ -13,7 +13,7 @@ import numpy as np
 from . import codes as C
 from ._jit import inline, inner
 from ._views import (adjoint, adjoint_span, advance, claim, claim_zeroed, odometer, parent,
-                     value)
+                     rows_of, value)
 
 
 @inline
@@ -82,10 +82,8 @@ def _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub):
     A, R, Cn = _runs(ip, b, nd, n, 2)
     om = _out_map(ip, b, nd, n, 2) if R == 0 else np.zeros(0, np.int64)
     rows = A * Cn
-    if R == 0:  # a loop, not om.max(): that compiles its empty-array error
-        rows = 0
-        for i in range(n):
-            rows = max(rows, om[i] + 1)
+    if R == 0:
+        rows = rows_of(om)
     acc = np.zeros(rows)
     y = value(T, r)
     a, q, c = 0, 0, 0
