@@ -37,6 +37,8 @@ def _steps():
     yield from RK.FWD.warm()
     from tapegrad.kernels import forward as FK
     yield from FK.JVP.warm()
+    from tapegrad.kernels import second as SK
+    yield from SK.BLOCK.warm()
 
 
 def warm():

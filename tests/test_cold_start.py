@@ -107,5 +107,6 @@ def test_families_compile_on_first_use_only():
     assert slot(T, 4, C.K_NARY, C.MUL) == D.BROADCAST_SLOT
     assert slot(T, 5, C.K_NARY, C.WHERE) == D.BROADCAST_SLOT
     assert slot(T, 3, C.K_REDUCE, C.SUM) == D.SUM_SLOT
+    assert slot(T, 2, C.K_REDUCE, C.MEAN) == D.FULL_SUM_SLOT   # one output element
     assert slot(T, 3, C.K_REDUCE, C.MAX) == C.K_REDUCE
     assert slot(T, 3, C.K_UNARY, C.EXP) == C.K_UNARY

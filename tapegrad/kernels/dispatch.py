@@ -39,10 +39,11 @@ SIG = types.int32(types.voidptr, types.int64, types.int64)
 MISSING = -(1 << 50)
 FAILED = -(1 << 60)
 
-#: slots of their own in the VJP table (:func:`slot`): sum and mean, and
-#: binary ops that broadcast
+#: slots of their own in the VJP table (:func:`slot`): sum and mean (over
+#: every element, and over some axes), and binary ops that broadcast
 SUM_SLOT = 15
 BROADCAST_SLOT = 14
+FULL_SUM_SLOT = 13
 
 
 class Families:
@@ -136,23 +137,65 @@ def call_entry_extra(typingctx, addr, T, r, sub, extra):
     return types.int32(addr, T, r, sub, extra), codegen
 
 
+def _borrowed_load(tuple_type):
+    """An intrinsic ``load(ptr)``: the tuple of ``tuple_type`` a caller stored
+    at ``ptr``, its arrays borrowed (reference-count fields cleared, so the
+    callee neither increments nor releases them)."""
+    @intrinsic
+    def load(typingctx, ptr):
+        if ptr != types.voidptr:
+            return None
+
+        def codegen(context, builder, signature, args):
+            ptr_ty = context.get_value_type(tuple_type).as_pointer()
+            tup = builder.load(builder.bitcast(args[0], ptr_ty))
+            items = []
+            for i, ty in enumerate(tuple_type.types):
+                v = builder.extract_value(tup, i)
+                if isinstance(ty, types.Array):
+                    a = context.make_array(ty)(context, builder, value=v)
+                    a.meminfo = cgutils.get_null_value(a.meminfo.type)
+                    a.parent = cgutils.get_null_value(a.parent.type)
+                    v = a._getvalue()
+                items.append(v)
+            return context.make_tuple(builder, tuple_type, items)
+
+        return tuple_type(ptr), codegen
+
+    return load
+
+
+#: the tape tuple stored at a pointer by :func:`call_entry`, borrowed
+load_tape = _borrowed_load(TAPE)
+
+#: the block sweeps' context (kernels/second.py): per-record adjoint strides,
+#: tangent addresses, which records carry tangents, the vector count, and
+#: whether second-order terms are wanted
+BLOCK_CTX = types.Tuple((_I, _I, _B, types.int64, types.boolean))
+load_block_ctx = _borrowed_load(BLOCK_CTX)
+#: ``int32 f(tape*, ctx*, r, sub)``
+SIG_CTX = types.int32(types.voidptr, types.voidptr, types.int64, types.int64)
+
+
 @intrinsic
-def load_tape(typingctx, ptr):
-    """The tape tuple stored at ``ptr`` by :func:`call_entry`, borrowed."""
-    if ptr != types.voidptr:
+def call_entry_ctx(typingctx, addr, T, ctx, r, sub):
+    """``(*addr)(&T, &ctx, r, sub)`` for an entry of signature :data:`SIG_CTX`."""
+    if not isinstance(addr, types.Integer) or T != TAPE or ctx != BLOCK_CTX:
         return None
 
     def codegen(context, builder, signature, args):
-        tup = builder.load(builder.bitcast(args[0], context.get_value_type(TAPE).as_pointer()))
-        items = []
-        for i, aty in enumerate(TAPE.types):
-            a = context.make_array(aty)(context, builder, value=builder.extract_value(tup, i))
-            a.meminfo = cgutils.get_null_value(a.meminfo.type)
-            a.parent = cgutils.get_null_value(a.parent.type)
-            items.append(a._getvalue())
-        return context.make_tuple(builder, TAPE, items)
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(ir.IntType(32), [cgutils.voidptr_t, cgutils.voidptr_t, i64, i64])
+        fn = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
+                              fnty.as_pointer())
+        tslot = cgutils.alloca_once_value(builder, args[1])
+        cslot = cgutils.alloca_once_value(builder, args[2])
+        rest = [context.cast(builder, v, t, types.int64)
+                for v, t in zip(args[3:], signature.args[3:])]
+        return builder.call(fn, [builder.bitcast(tslot, cgutils.voidptr_t),
+                                 builder.bitcast(cslot, cgutils.voidptr_t), *rest])
 
-    return TAPE(ptr), codegen
+    return types.int32(addr, T, ctx, r, sub), codegen
 
 
 @inline
@@ -162,7 +205,7 @@ def slot(T, r, kind, sub):
     runs in the compact same-shape family, one that broadcasts (or
     ``where``) in the odometer family."""
     if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
-        return SUM_SLOT
+        return FULL_SUM_SLOT if T[2][r] == 1 else SUM_SLOT
     if kind == C.K_NARY:
         size, a0, args = T[2], T[1][r], T[4]
         n = size[r]
@@ -173,7 +216,8 @@ def slot(T, r, kind, sub):
 
 # -- the entries: one per family, each a one-line call of its kernel ----------------
 from .elementwise import broadcast_vjp, nary_vjp, scalar_vjp, unary_vjp  # noqa: E402
-from .structural import concat_vjp, gather_vjp, reduce_vjp, scan_vjp, sum_vjp  # noqa: E402
+from .structural import (concat_vjp, full_sum_vjp, gather_vjp, reduce_vjp,  # noqa: E402
+                         scan_vjp, sum_vjp)
 from .user import user_vjp  # noqa: E402
 
 
@@ -199,6 +243,11 @@ def _broadcast(tp, r, sub):
 
 def _reduce(tp, r, sub):
     reduce_vjp(load_tape(tp), r, sub)
+    return 1
+
+
+def _full_sum(tp, r, sub):
+    full_sum_vjp(load_tape(tp), r, sub)
     return 1
 
 
@@ -233,7 +282,8 @@ VJP = Families("dispatch", SIG, {
     C.K_SCALAR: (_scalar, "elementwise-with-constant VJPs"),
     C.K_NARY: (_nary, "binary elementwise VJPs"),
     BROADCAST_SLOT: (_broadcast, "broadcasting binary VJPs"),
-    SUM_SLOT: (_sum, "sum/mean VJPs"),
+    FULL_SUM_SLOT: (_full_sum, "full sum/mean VJPs"),
+    SUM_SLOT: (_sum, "sum/mean-over-axes VJPs"),
     C.K_REDUCE: (_reduce, "reduction VJPs"),
     C.K_GATHER: (_gather, "indexing/shape VJPs"),
     C.K_CONCAT: (_concat, "concatenation VJPs"),

@@ -248,6 +248,22 @@ def _acc(ty, j, tx, i, w, p):
 
 
 @inner
+def sum_jvp(T, r, sub, p):
+    """sum and mean (``ip`` as for reductions): a family of their own, so
+    that the other reductions' rules compile only when a program uses them."""
+    ip = T[5]
+    b = T[3][r]
+    xr = parent(T, r, 0)
+    tx, ty = tangent(T, xr, p), tangent(T, r, p)
+    n, m = T[2][xr], T[2][r]
+    om = _out_map(ip, b, ip[b], n, m)
+    ty[:] = 0.0
+    w = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
+    for i in range(n):
+        _acc(ty, om[i] if m > 1 else 0, tx, i, w, p)
+
+
+@inner
 def reduce_jvp(T, r, sub, p):
     """The transposes of ``reduce_vjp``'s rules (``ip`` alike).  Tied maxima
     and minima each pass on an equal share, as their gradients do."""
@@ -278,11 +294,6 @@ def reduce_jvp(T, r, sub, p):
         return
     om = _out_map(ip, b, nd, n, m)
     ty[:] = 0.0
-    if sub == C.SUM or sub == C.MEAN:
-        w = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
-        for i in range(n):
-            _acc(ty, om[i] if m > 1 else 0, tx, i, w, p)
-        return
     x = value(T, xr)
     y = value(T, r)
     if sub == C.MAX or sub == C.MIN:
@@ -479,6 +490,11 @@ def _nary_entry(tp, r, sub, p):
     return 1
 
 
+def _sum_entry(tp, r, sub, p):
+    sum_jvp(load_tape(tp), r, sub, p)
+    return 1
+
+
 def _reduce_entry(tp, r, sub, p):
     reduce_jvp(load_tape(tp), r, sub, p)
     return 1
@@ -504,18 +520,29 @@ def _user_entry(tp, r, sub, p):
     return 1
 
 
-#: the tangent families of the forward sweep, by kind (called as the
-#: reverse sweeps call theirs: kernels/dispatch.py)
+#: the tangent families of the forward sweep, by kind, and sum/mean in a
+#: slot of their own (called as the reverse sweeps call theirs:
+#: kernels/dispatch.py)
+SUM_JVP = 15
 JVP = Families("forward", SIG_EXTRA, {
     C.K_UNARY: (_unary_entry, "unary tangent rules"),
     C.K_SCALAR: (_scalar_entry, "with-a-constant tangent rules"),
     C.K_NARY: (_nary_entry, "binary tangent rules"),
+    SUM_JVP: (_sum_entry, "sum/mean tangent rules"),
     C.K_REDUCE: (_reduce_entry, "reduction tangent rules"),
     C.K_GATHER: (_gather_entry, "indexing/shape tangent rules"),
     C.K_CONCAT: (_concat_entry, "concatenation tangent rules"),
     C.K_SCAN: (_scan_entry, "cumulative-op tangent rules"),
     C.K_USER: (_user_entry, "user-op tangent rules"),
 })
+
+
+@inline
+def jvp_slot(kind, sub):
+    """The JVP table slot of a ``kind, sub`` record."""
+    if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
+        return SUM_JVP
+    return kind
 
 
 def sweep_fwd(T, start, stop, p):
@@ -527,7 +554,8 @@ def sweep_fwd(T, start, stop, p):
     rule needs was released (a backward inside the function freed it).
     """
     def slot_of(r):
-        return int(T[0][r]) >> C.SHIFT
+        code = int(T[0][r])
+        return jvp_slot.py_func(code >> C.SHIFT, code & C.MASK)
     while True:
         s = _sweep_fwd(T, start, stop, p, JVP.table)
         if s > MISSING // 2:
@@ -557,7 +585,7 @@ def _sweep_fwd(T, start, stop, p, table):
             # Python applies host rules; a kind with no kernel goes there too
             # and its host path raises, naming the op
             return r
-        f = table[kind]
+        f = table[jvp_slot(kind, sub)]
         if f == 0:
             return MISSING - r
         if call_entry_extra(f, T, r, sub, p) != 1:

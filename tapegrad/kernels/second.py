@@ -34,6 +34,8 @@ import numpy as np
 from . import codes as C
 from ._jit import inline, kernel
 from ._views import _voidptr, advance, claim, odometer, parent, value
+from .dispatch import (FAILED, MISSING, SIG_CTX, Families, call_entry_ctx, load_block_ctx,
+                       load_tape)
 from .elementwise import d_binary, d_scalar, d_unary
 from .forward import fwd_layout
 from .structural import _out_map
@@ -395,7 +397,58 @@ def _gather(T, stride, r, treached, p1):
                 Gq[k, j] += G[k, i]
 
 
-@kernel
+# -- the block sweep: its families compiled on first use ----------------------------
+# Each rule group is a C entry point called through BLOCK's table, as the
+# reverse sweeps call their VJP families (kernels/dispatch.py); the context
+# tuple (strides, tangent addresses, ...) crosses the call by address.
+def _one_operand_entry(tp, cp, r, sub):
+    T = load_tape(tp)
+    stride, tptr, treached, p1, second = load_block_ctx(cp)
+    _one_operand(T, stride, r, T[0][r] >> C.SHIFT, sub, tptr, treached, p1, second)
+    return 1
+
+
+def _binary_entry(tp, cp, r, sub):
+    stride, tptr, treached, p1, second = load_block_ctx(cp)
+    _binary(load_tape(tp), stride, r, sub, tptr, treached, p1, second)
+    return 1
+
+
+def _sum_entry(tp, cp, r, sub):
+    stride, tptr, treached, p1, second = load_block_ctx(cp)
+    _sum(load_tape(tp), stride, r, sub, treached, p1)
+    return 1
+
+
+def _gather_entry(tp, cp, r, sub):
+    stride, tptr, treached, p1, second = load_block_ctx(cp)
+    _gather(load_tape(tp), stride, r, treached, p1)
+    return 1
+
+
+#: the block sweep's rule groups, by slot (-1 from ``block_slot``: Python)
+BLOCK = Families("second", SIG_CTX, {
+    C.K_UNARY: (_one_operand_entry, "one-operand block VJPs"),
+    C.K_NARY: (_binary_entry, "binary block VJPs"),
+    C.K_REDUCE: (_sum_entry, "sum/mean block VJPs"),
+    C.K_GATHER: (_gather_entry, "indexing/shape block VJPs"),
+})
+
+
+@inline
+def block_slot(kind, sub):
+    """The BLOCK slot of a ``kind, sub`` record; -1: Python applies its rules."""
+    if kind == C.K_UNARY or kind == C.K_SCALAR:
+        return C.K_UNARY
+    if kind == C.K_NARY and sub != C.WHERE:
+        return C.K_NARY
+    if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
+        return C.K_REDUCE
+    if kind == C.K_GATHER:
+        return C.K_GATHER
+    return -1
+
+
 def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
     """Apply the VJPs of reached records ``start .. stop+1`` to p1 adjoint
     vectors at once, each record's as a (p1, size) block -- with ``second``,
@@ -407,8 +460,25 @@ def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
     (Python applies its rules and resumes at ``r - 1``), and ``-2 - r`` for a
     record freed by an earlier backward.
     """
+    ctx = (stride, tptr, treached, p1, bool(second))
+
+    def slot_of(r):
+        code = int(T[0][r])
+        return block_slot.py_func(code >> C.SHIFT, code & C.MASK)
+    while True:
+        s = _sweep_block(T, freed, start, stop, ctx, BLOCK.table)
+        if s > MISSING // 2:
+            return s
+        start = BLOCK.resolve(s, T[0], slot_of)
+
+
+@kernel
+def _sweep_block(T, freed, start, stop, ctx, table):
+    """``sweep_block``'s compiled loop; ``MISSING - r`` / ``FAILED - r`` as
+    the reverse sweep's."""
     op, arg0, args, reached = T[0], T[1], T[4], T[13]
     rix, ptrs = T[10], T[11]
+    treached = ctx[2]
     for r in range(start, stop, -1):
         if not reached[r] or not treached[r]:
             continue  # independent of the inputs: nothing here reaches them
@@ -427,16 +497,14 @@ def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
             continue  # a leaf: nothing below it
         if T[2][r] == 0:
             return r  # a multi-output op: its outputs' adjoints form one span
-        if kind == C.K_UNARY or kind == C.K_SCALAR:
-            _one_operand(T, stride, r, kind, sub, tptr, treached, p1, second)
-        elif kind == C.K_NARY and sub != C.WHERE:
-            _binary(T, stride, r, sub, tptr, treached, p1, second)
-        elif kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
-            _sum(T, stride, r, sub, treached, p1)
-        elif kind == C.K_GATHER:
-            _gather(T, stride, r, treached, p1)
-        else:
+        k = block_slot(kind, sub)
+        if k < 0:
             return r
+        f = table[k]
+        if f == 0:
+            return MISSING - r
+        if call_entry_ctx(f, T, ctx, r, sub) != 1:
+            return FAILED - r
     return -1
 
 

@@ -106,6 +106,23 @@ def _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub):
 
 
 @inner
+def full_sum_vjp(T, r, sub):
+    """sum and mean over every element (the loss of most programs): each
+    input element receives the one output adjoint, scaled."""
+    xr = parent(T, r, 0)
+    g = adjoint_span(T, r, 1)[0]
+    gx = adjoint(T, xr)
+    n = gx.size
+    d = g if sub == C.SUM else (g / n if n > 0 else 0.0)
+    if claim(T, xr):  # every element is written: assign the first time
+        for i in range(n):
+            gx[i] = d
+    else:
+        for i in range(n):
+            gx[i] += d
+
+
+@inner
 def sum_vjp(T, r, sub):
     """sum and mean: the common reductions, a family of their own so that
     they compile without the others (kernels/dispatch.py)."""
@@ -131,10 +148,8 @@ def sum_vjp(T, r, sub):
 @inner
 def reduce_vjp(T, r, sub):
     """The other reductions; ``ip`` holds ``[nd, in_shape, out_strides]``
-    (0 on reduced axes)."""
-    if sub == C.SUM or sub == C.MEAN:
-        sum_vjp(T, r, sub)
-        return
+    (0 on reduced axes).  Sum and mean run in ``sum_vjp`` (``dispatch.slot``
+    sends them there), so that this family compiles without it."""
     ip = T[5]
     b = T[3][r]
     nd = ip[b]
