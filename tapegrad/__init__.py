@@ -30,14 +30,10 @@ from .ops.elementwise import (
 from .ops.composite import (
     array_split, atleast_1d, atleast_2d, atleast_3d, average, column_stack, dstack, hsplit,
     hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
-    select, std, tensordot, trace, var, vdot, vsplit, vstack)
+    select, std, tensordot, var, vdot, vsplit, vstack)
 from .ops.custom import ElementwiseOp, elementwise
-from .tracing import TracedFunction, compile, trace  # trace(array) is still numpy.trace
-from .tapefile import load
 from .functional import (
     GradcheckError, grad, gradcheck, jacobian, value_and_grad, vjp)
-from .forward import jacfwd, jvp
-from .second import SparseHessian, hessian, hessian_sparsity, hvp, sparse_hessian
 from . import autograd
 from .ops.linalg import dot, einsum, matmul
 from . import linalg
@@ -52,4 +48,29 @@ from .tensor import Tensor, tensor
 from . import viz
 
 __version__ = "0.1.0"
-__all__ = [n for n in dir() if not n.startswith("_")]
+
+# Tracing, tape files, forward mode and second order are imported on first
+# use: a program that only takes gradients does not pay for their modules
+# (and their kernels' modules) at import.
+_LAZY = {
+    "TracedFunction": "tracing", "compile": "tracing", "trace": "tracing",  # trace(array)
+    "load": "tapefile",                                                       # is numpy.trace
+    "jacfwd": "forward", "jvp": "forward",
+    "SparseHessian": "second", "hessian": "second", "hessian_sparsity": "second",
+    "hvp": "second", "sparse_hessian": "second",
+}
+__all__ = sorted([n for n in dir() if not n.startswith("_")] + list(_LAZY))
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tapegrad' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -17,7 +17,6 @@ from .function import Function
 from .grad_mode import enable_grad
 from .kernels import codes as C
 from .kernels._views import SMALL
-from .kernels.second import sweep_block
 from .kernels.sweep import layout, sweep
 from .kernels.vector import sweep_vec, touched, vec_layout
 from .ops.registry import CONST, LEAF, OUTPUT, REGISTRY
@@ -182,6 +181,7 @@ def _run(tape, adj, T, start, stop, p):
     """
     freed = tape.freed
     if p > 1:
+        from .kernels.second import sweep_block  # block sweeps: compiled code loaded on use
         vs = np.empty(tape.n + 2, np.int64)
         every = np.ones(tape.n, np.bool_)
     while True:
