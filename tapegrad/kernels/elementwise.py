@@ -287,12 +287,37 @@ def _binary_self(sub, g, x, y, gx, first):
         _put(gx, i, g[i] * (da + db), first)
 
 
+_BOTH, _LEFT, _RIGHT, _SELF = 0, 1, 2, 3
+
+
+@inner
+def _binary_any(sub, g, xa, xb, y, ga, gb, first, mode):
+    """The VJP loop of the less common binary subs, for every operand case
+    (``mode``: both operands, the left or right one only, or ``x op x`` into
+    ``ga``).  One loop with the whole ``d_binary`` switch, shared by the
+    three kernels below: a copy in each would optimise that switch three
+    times over (compile time) for loops bound by their transcendental
+    functions anyway."""
+    for i in range(g.size):
+        da, db = d_binary(sub, xa[i], xb[i], y[i])
+        gi = g[i]
+        if mode == _BOTH:
+            _put(ga, i, gi * da, first)
+            _put(gb, i, gi * db, first)
+        elif mode == _LEFT:
+            _put(ga, i, gi * da, first)
+        elif mode == _RIGHT:
+            _put(gb, i, gi * db, first)
+        else:
+            _put(ga, i, gi * (da + db), first)
+
+
 @inner
 def binary_self_loops(sub, g, x, y, gx, first):
     if sub == C.MUL:
         _binary_self(C.MUL, g, x, y, gx, first)
     else:
-        _binary_self(sub, g, x, y, gx, first)
+        _binary_any(sub, g, x, x, y, gx, gx, first, _SELF)
 
 
 @inner
@@ -304,7 +329,7 @@ def binary_loops(sub, g, xa, xb, y, ga, gb, first):
     elif sub == C.MUL:
         _binary_same_shape(C.MUL, g, xa, xb, y, ga, gb, first)
     else:
-        _binary_same_shape(sub, g, xa, xb, y, ga, gb, first)
+        _binary_any(sub, g, xa, xb, y, ga, gb, first, _BOTH)
 
 
 @inner
@@ -314,7 +339,7 @@ def binary_one_side_loops(sub, g, xa, xb, y, gx, first, left):
     elif sub == C.SUB:
         _binary_one_side(C.SUB, g, xa, xb, y, gx, first, left)
     else:
-        _binary_one_side(sub, g, xa, xb, y, gx, first, left)
+        _binary_any(sub, g, xa, xb, y, gx, gx, first, _LEFT if left else _RIGHT)
 
 
 @inner
