@@ -98,7 +98,8 @@ def check_stale(tape, reached, upto):
     was written in place after it was recorded (``Tape.stale``)."""
     if not tape.stale:
         return
-    from .kernels.codes import K_HOST, READS_INPUTS, READS_OUTPUT, SHIFT
+    from .kernels.codes import K_HOST, SHIFT
+    from .kernels.optable import READS_INPUTS, READS_OUTPUT
     arg0 = tape.arg0[:upto + 1]
     args = tape.args[:int(arg0[-1])]
     for s, what in tape.stale.items():

@@ -7,7 +7,7 @@ per element at once.  Host records (matmul, LAPACK ops) stop the sweep and
 their rules below run with NumPy on ``(p,) + shape`` tangent arrays, then the
 sweep resumes.  Nothing extra is recorded: each tangent rule uses the same
 local partial derivatives as the op's VJP, so it reads exactly the values
-the tape already keeps for the VJP (``kernels/codes.py: READS_*``).  A
+the tape already keeps for the VJP (``kernels/optable.py: READS_*``).  A
 forward sweep frees nothing, so several sweeps (chunks of a Jacobian) may
 run over one recording.
 """

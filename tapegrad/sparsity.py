@@ -45,15 +45,14 @@ import numpy as np
 from .functional import _root_span
 from .index_maps import operand_maps, reduce_map
 from .kernels import codes as C
+from .kernels import optable
 from .kernels.coloring import color_columns, star_color
 from .ops.registry import OUTPUT
 
 _I64 = np.int64
 
-#: nonlinear interactions of the elementwise ops of several operands
-_CROSS = {C.MUL}                              # S(a) x S(b)
-_QUOTIENT = {C.DIV}                           # S(a) x S(b) + S(b) x S(b)
-_ALL = {C.POW, C.FLOAT_POWER, C.ARCTAN2, C.HYPOT, C.LOGADDEXP, C.LOGADDEXP2}
+#: what the elementwise ops' second derivatives couple: kernels/optable.py's
+#: curves (CROSS: S(a) x S(b); QUOTIENT: that and S(b) x S(b); ALL: every pair)
 _LINEAR_REDUCE = {C.SUM, C.MEAN, C.MAX, C.MIN}
 _ROWWISE = {C.SOFTMAX, C.LOG_SOFTMAX}         # output shaped as the input
 
@@ -346,30 +345,28 @@ def pattern(tape, root, recs, starts, limit=None):
 def _record(tape, r, kind, sub, m, ps, ins, n, P):
     """Record r's rows, coupling what its second derivative couples."""
     sizes = [int(tape.size[q]) for q in ps]
-    if kind == C.K_UNARY:
-        if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:
+    if kind in optable.TABLE:
+        curve = optable.row(kind, sub)[1]
+        if curve == optable.CONSTANT:
             return None  # piecewise constant: no derivatives at all
-        if sub not in (C.IDENT, C.NEG, C.ABS, C.FABS, C.DEG2RAD, C.RAD2DEG) \
-                and sub < C.ZERO_FIRST:
+    if kind == C.K_UNARY:
+        if curve == optable.SELF:
             P.couple(ins[0], ins[0])
         return ins[0]
     if kind == C.K_SCALAR:
-        c = float(tape.fp[r])
-        if sub in (C.RDIVC, C.RPOWC) or (sub == C.POWC and c not in (0.0, 1.0)):
+        if curve == optable.SELF and not (sub == C.POWC and float(tape.fp[r]) in (0.0, 1.0)):
             P.couple(ins[0], ins[0])
         return ins[0]
     if kind == C.K_NARY:
-        if sub >= C.NARY_ZERO_FIRST:
-            return None
         picks = operand_maps(tape, r, m, sizes)
         rows = [None if s is None else (s if k is None else _pick(s, k))
                 for s, k in zip(ins, picks)]
-        if sub in _CROSS or sub in _QUOTIENT:
+        if curve == optable.CROSS or curve == optable.QUOTIENT:
             P.couple(rows[0], rows[1])
-            if sub in _QUOTIENT:
+            if curve == optable.QUOTIENT:
                 P.couple(rows[1], rows[1])
         out = _union([(s, None) for s in rows], m, n)
-        if sub in _ALL:
+        if curve == optable.ALL:
             P.couple(out, out)
         return out
     if kind == C.K_GATHER:

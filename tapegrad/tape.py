@@ -5,7 +5,7 @@ its parents (record ids in argument order, CSR-style so ops with many inputs
 fit), its output size, an offset into the integer parameters and one float
 parameter.  Output values: one-element values in a per-record slot, values
 of at most ``SMALL`` elements in a float64 arena, and larger ones only when a
-VJP will read them (``codes.READS_INPUTS``/``READS_OUTPUT``), referenced in
+VJP will read them (``optable.READS_INPUTS``/``READS_OUTPUT``), referenced in
 place and made read-only while the tape holds them.  A record has one
 output; an op with k outputs (``unbind``, ``split``) is one record of size 0
 followed by k ``OUTPUT`` records, so the pair ``(record, slot)`` that
@@ -37,7 +37,7 @@ import numpy as np
 
 from .kernels import codes as C
 from .kernels._views import SMALL
-from .kernels.codes import READS_INPUTS, READS_OUTPUT
+from .kernels.optable import READS_INPUTS, READS_OUTPUT
 
 _INT = np.int64
 _getrefcount = sys.getrefcount

@@ -76,6 +76,7 @@ import numpy as np
 
 from .autograd import Adjoints
 from .kernels import codes as C
+from .kernels import optable
 from .kernels import replay as RK
 from .kernels._views import SMALL
 from .kernels.sweep import layout, sweep
@@ -146,27 +147,11 @@ def _split(fn, n, threads):
         f.result()
 
 
-#: which values an elementwise VJP reads (elementwise.py's d_unary, d_scalar,
-#: d_binary): a fused segment recomputes only those intermediates in its
-#: reverse sweep.  A sub code missing here is taken to read everything.
-_UNARY_READS = {**{s: "" for s in (C.IDENT, C.NEG, C.DEG2RAD, C.RAD2DEG, C.ZERO)},
-                **{s: "x" for s in (C.LOG, C.LOG1P, C.SQUARE, C.SIN, C.COS, C.SINH, C.COSH,
-                                    C.ARCSIN, C.ARCCOS, C.ARCTAN, C.ABS, C.FABS, C.LOG2,
-                                    C.LOG10, C.ARCSINH, C.ARCCOSH, C.ARCTANH)},
-                **{s: "y" for s in (C.EXP, C.EXPM1, C.SQRT, C.TAN, C.TANH, C.RECIPROCAL,
-                                    C.EXP2, C.CBRT)}}
-_SCALAR_READS = {C.ADDC: "", C.MULC: "", C.DIVC: "", C.RSUBC: "", C.POWC: "x",
-                 C.RPOWC: "y"}
-_NARY_READS = {C.ADD: "", C.SUB: "", C.MUL: "ab", C.DIV: "by"}
-
-
 def _reads(kind, sub):
-    """The values record ``kind, sub``'s VJP reads: a subset of "xaby"."""
-    if kind == C.K_UNARY:
-        return "" if sub >= C.ZERO_FIRST else _UNARY_READS.get(sub, "xy")
-    if kind == C.K_SCALAR:
-        return _SCALAR_READS.get(sub, "xy")
-    return "" if sub >= C.NARY_ZERO_FIRST else _NARY_READS.get(sub, "aby")
+    """The values elementwise record ``kind, sub``'s VJP reads, a subset of
+    "xaby" (kernels/optable.py): a fused segment recomputes only those
+    intermediates in its reverse sweep."""
+    return optable.row(kind, sub)[0]
 
 
 class TraceTape(Tape):

@@ -20,6 +20,7 @@ from tapegrad import second as S2
 from tapegrad import tracing
 from tapegrad.kernels import codes as C
 from tapegrad.kernels import elementwise as E
+from tapegrad.kernels import optable
 from tapegrad.kernels import replay as R
 from tapegrad.kernels import second as KS
 from tapegrad.kernels.unhandled import (FAMILIES, KINDS, UnhandledCode, as_python, check,
@@ -174,7 +175,7 @@ def test_comparisons_replay_as_numpy_compares():
             assert f_compare(s, a, b) == float(COMPARE[_name(C.K_NONE, s)](a, b))
 
 
-# -- the values each VJP reads (codes.READS_*): the tape frees the others ------------------------
+# -- the values each VJP reads (optable.READS_*): the tape frees the others ------------------------
 @pytest.mark.parametrize("kind", [C.K_UNARY, C.K_SCALAR, C.K_NARY])
 def test_derivatives_read_only_what_the_tape_keeps(kind):
     # a value the table says the VJP does not read may be freed: replacing it
@@ -182,7 +183,7 @@ def test_derivatives_read_only_what_the_tape_keeps(kind):
     nan = math.nan
     for sub in _codes(kind, skip=(C.WHERE,) if kind == C.K_NARY else ()):
         code = C.code(kind, sub)
-        keeps_x, keeps_y = C.READS_INPUTS[code], C.READS_OUTPUT[code]
+        keeps_x, keeps_y = optable.READS_INPUTS[code], optable.READS_OUTPUT[code]
         b, c = 1.3, 0.7
         x = 1.3 if REGISTRY[code].name == "Acosh" else 0.55  # inside every op's domain
         if kind == C.K_UNARY:

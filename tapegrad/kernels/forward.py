@@ -17,7 +17,7 @@ rather than reading zeros.
 Each rule is the transpose of the op's VJP: the same local partials
 (``d_unary``, ``d_scalar``, ``d_binary``, the user op's compiled derivative)
 and the same index maps, read the other way.  So a rule reads exactly the
-values the VJP reads, which the tape already keeps (``codes.READS_*``):
+values the VJP reads, which the tape already keeps (``optable.READS_*``):
 forward mode needs no extra values recorded.
 """
 import math

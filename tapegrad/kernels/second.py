@@ -32,6 +32,7 @@ import numba
 import numpy as np
 
 from . import codes as C
+from . import optable
 from ._jit import inline, kernel
 from ._views import _voidptr, advance, claim, odometer, parent, value
 from .dispatch import (FAILED, MISSING, SIG_CTX, Families, call_entry_ctx, load_block_ctx,
@@ -49,15 +50,18 @@ _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
 
 
 # -- second derivatives, per sub code -----------------------------------------------------
-# Each reads only the values the tape keeps for the op's VJP (codes.READS_*).
-# The *_has_d2 predicates list the subs whose second derivative is zero
-# (almost everywhere); every other sub must have a branch in its d2_*
-# function, whose last branch is ``unhandled`` (NaN), not a zero.
+# Each reads only the values the tape keeps for the op's VJP (optable.READS_*).
+# The *_has_d2 predicates say which subs have a nonzero second derivative
+# (kernels/optable.py: their curve); every such sub must have a branch in its
+# d2_* function, whose last branch is ``unhandled`` (NaN), not a zero.
+_UNARY_D2 = optable.has_d2_array(C.K_UNARY)
+_SCALAR_D2 = optable.has_d2_array(C.K_SCALAR)
+_NARY_D2 = optable.has_d2_array(C.K_NARY)
+
+
 @inline
 def unary_has_d2(sub):
-    return not (sub == C.IDENT or sub == C.NEG or sub == C.ZERO or sub == C.ABS
-                or sub == C.FABS or sub == C.DEG2RAD or sub == C.RAD2DEG
-                or sub >= C.ZERO_FIRST)
+    return _UNARY_D2[sub]
 
 
 @inline
@@ -116,7 +120,7 @@ def d2_unary(sub, x, y):
 
 @inline
 def scalar_has_d2(sub):
-    return not (sub == C.ADDC or sub == C.MULC or sub == C.DIVC or sub == C.RSUBC)
+    return _SCALAR_D2[sub]
 
 
 @inline
@@ -144,10 +148,7 @@ def d2_scalar(sub, x, y, c):
 
 @inline
 def nary_has_d2(sub):
-    # piecewise linear (max/min, copysign, fmod, remainder) or constant
-    return not (sub == C.ADD or sub == C.SUB or sub == C.MAXIMUM or sub == C.MINIMUM
-                or sub == C.FMAX or sub == C.FMIN or sub == C.COPYSIGN or sub == C.FMOD
-                or sub == C.REMAINDER or sub == C.WHERE or sub >= C.NARY_ZERO_FIRST)
+    return _NARY_D2[sub]
 
 
 @inline

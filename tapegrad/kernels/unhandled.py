@@ -126,3 +126,8 @@ def check(code):
         if reaches_fallback(fn, *args):
             raise UnhandledCode(f"op code {code} (kind {kind}, sub {sub}) has no branch in "
                                 f"{name}; add one there")
+    from . import optable
+    if kind in optable.TABLE and sub not in optable.TABLE[kind]:
+        raise UnhandledCode(f"op code {code}: elementwise sub code {sub} of kind {kind} has "
+                            "no row in kernels/optable.py (what its derivatives read, how "
+                            "it curves); add one there")
