@@ -16,7 +16,7 @@ from .kernels._views import SMALL
 from .kernels.sweep import layout, sweep
 from .ops.registry import OUTPUT, REGISTRY
 from .tape import Tape, current
-from .tensor import Tensor, _plain
+from .tensor import Tensor, _plain, bound
 
 
 def _seed(t, gradient):
@@ -295,6 +295,9 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     >>> tg.autograd.grad(x * x, [x])
     (tensor(6.0),)
     """
-    from .functional import autograd_grad
-    return autograd_grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
-                         allow_unused)
+    return bound.autograd_grad(outputs, inputs, grad_outputs, retain_graph, create_graph,
+                               allow_unused)   # functional.py's, bound there
+
+
+# Tensor.backward runs this (create_graph and inputs= run functional.py's)
+bound.bind(backward=backward)

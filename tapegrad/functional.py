@@ -21,7 +21,7 @@ from .kernels.sweep import layout, sweep
 from .kernels.vector import sweep_vec, touched, vec_layout
 from .ops.registry import CONST, LEAF, OUTPUT, REGISTRY
 from .tape import current
-from .tensor import Tensor, _plain, tensor
+from .tensor import Tensor, _plain, bound, tensor
 
 #: adjoint memory a Jacobian may use at once (p vectors of every record);
 #: larger ones are computed in chunks of rows
@@ -925,3 +925,7 @@ def gradcheck(f, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=True):
     if raise_exception:
         raise GradcheckError(msg)
     return False
+
+
+# Tensor.backward(create_graph=True), backward(inputs=...) and tg.autograd.grad run these
+bound.bind(backward_graph=backward_graph, backward_to=backward_to, autograd_grad=autograd_grad)

@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 
-from .tensor import Tensor, _plain
+from .tensor import Tensor, _plain, bound
 
 _ids = itertools.count()
 
@@ -181,3 +181,6 @@ def hooked_records(tape, start):
     the highest down."""
     return sorted((r for r, h in tape.hooks.items() if r <= start and h), reverse=True)
 
+
+# Tensor.register_hook, retain_grad and retains_grad are these
+bound.bind(register_hook=register_hook, retain_grad=retain_grad, retains_grad=retains_grad)

@@ -52,6 +52,12 @@ class Epoch:
         self.tape = tape
 
 
+#: the classes whose instances may hold an epoch token (Tensor, and the
+#: graph's Node), registered by their modules: ``compact`` renumbers records
+#: only when every holder of the token is one of these
+TOKEN_HOLDERS = set()
+
+
 class Tape:
     """Flat record arrays plus the bookkeeping for one thread's graphs."""
 
@@ -398,16 +404,14 @@ class Tape:
         written with signal handlers held back (:class:`_SignalsHeld`), so a
         KeyboardInterrupt leaves either the old tape or the compacted one.
         """
-        from .graph import Node
         from .kernels.sweep import live_records
-        from .tensor import Tensor
         n = self.n
         holders = [h for h in gc.get_referrers(self.tok) if h is not self]
         # each holder holds one reference: more references than holders found
         # are holders gc cannot show (objects moved out of its reach by
         # gc.freeze(), a running frame's locals), whose records must stay put
         if (len(holders) != _getrefcount(self.tok) - self.base
-                or not all(type(h) is Tensor or type(h) is Node for h in holders)):
+                or not all(type(h) in TOKEN_HOLDERS for h in holders)):
             self.check_at = 2 * n
             return  # something else holds the token (an op in progress)
         roots = np.array([h._rec for h in holders], dtype=_INT)

@@ -11,10 +11,30 @@ protocol are bound in :mod:`tapegrad.ops.methods`.
 import numpy as np
 
 from .ops import registry as R
-from .tape import _local
+from .tape import TOKEN_HOLDERS, _local
 
 _new = object.__new__
 _FLOAT_KINDS = "f"
+
+
+class _Bindings:
+    """The functions of the layers above the core that Tensor's methods call
+    (graph nodes, hooks, backward, value writes): each of those modules binds
+    its own here when it is imported (``bind``), so that this module never
+    imports a module above it.  ``import tapegrad`` imports them all."""
+
+    def bind(self, **fns):
+        self.__dict__.update(fns)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):  # introspection (doctest, copy): a plain missing attribute
+            raise AttributeError(name)
+        raise RuntimeError(f"tapegrad is not fully imported ({name} is not bound): "
+                           "use `import tapegrad`")
+
+
+#: the upper layers' functions, bound by them (see _Bindings)
+bound = _Bindings()
 
 
 class Tensor:
@@ -66,8 +86,7 @@ class Tensor:
 
     @data.setter
     def data(self, value):
-        from .ops.methods import replace_value
-        replace_value(self, value)
+        bound.replace_value(self, value)
 
     @property
     def shape(self):
@@ -128,8 +147,7 @@ class Tensor:
         """The graph node that made this tensor, or None for a leaf."""
         if self._tok is None:
             return None
-        from .graph import node_of
-        return node_of(self)
+        return bound.node_of(self)
 
     def requires_grad_(self, requires_grad=True):
         """Set ``requires_grad`` in place on a leaf; returns the tensor."""
@@ -157,11 +175,10 @@ class Tensor:
         ``t += v`` under ``tg.no_grad()``), which a later backward of that
         graph reports, or make a copy (``t.numpy().copy()``).
         """
-        from .ops.methods import exposed
         tape = _local.__dict__.get("tape")
         if tape is not None and tape.tracing:
             tape.leave(self)  # the exact value leaves the trace: a replay must see it unchanged
-        return exposed(self)
+        return bound.exposed(self)
 
     def __array__(self, dtype=None, copy=None):
         # NumPy calls this when it converts a tensor behind tapegrad's back
@@ -269,8 +286,7 @@ class Tensor:
         tensor([30.0, 30.0])
         >>> h.remove()
         """
-        from .hooks import register_hook
-        return register_hook(self, hook)
+        return bound.register_hook(self, hook)
 
     def retain_grad(self):
         """Keep this non-leaf tensor's gradient in ``.grad`` (leaves always do).
@@ -287,14 +303,12 @@ class Tensor:
         >>> y.grad
         tensor([3.0, 3.0])
         """
-        from .hooks import retain_grad
-        retain_grad(self)
+        bound.retain_grad(self)
 
     @property
     def retains_grad(self):
         """True for a non-leaf after ``retain_grad()``."""
-        from .hooks import retains_grad
-        return retains_grad(self)
+        return bound.retains_grad(self)
 
     # -- backward ------------------------------------------------------------------
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -332,16 +346,13 @@ class Tensor:
         tensor([0.3, 3.0, 0.0003])
         """
         if create_graph:
-            from .functional import backward_graph
-            backward_graph(self, gradient, inputs)
+            bound.backward_graph(self, gradient, inputs)
             return
         retain_graph = bool(retain_graph)
         if inputs is not None:
-            from .functional import backward_to
-            backward_to(self, gradient, retain_graph, inputs)
+            bound.backward_to(self, gradient, retain_graph, inputs)
             return
-        from .autograd import backward
-        backward(self, gradient, retain_graph)
+        bound.backward(self, gradient, retain_graph)
 
 
 def _fmt(v):
@@ -462,3 +473,6 @@ def tensor(data, requires_grad=False, dtype=None):
     if requires_grad:
         t.requires_grad_(True)
     return t
+
+
+TOKEN_HOLDERS.add(Tensor)

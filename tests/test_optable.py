@@ -17,7 +17,8 @@ from tapegrad.kernels import elementwise as E
 from tapegrad.kernels import optable as OT
 from tapegrad.kernels import replay as R
 from tapegrad.kernels import second as KS
-from tapegrad.kernels.unhandled import UnhandledCode, as_python, check
+from tapegrad.kernels.coverage import as_python, check
+from tapegrad.kernels.unhandled import UnhandledCode
 from tapegrad.ops.registry import REGISTRY
 
 d_unary, d_scalar, d_binary = (as_python(f) for f in (E.d_unary, E.d_scalar, E.d_binary))

@@ -23,8 +23,8 @@ from tapegrad.kernels import elementwise as E
 from tapegrad.kernels import optable
 from tapegrad.kernels import replay as R
 from tapegrad.kernels import second as KS
-from tapegrad.kernels.unhandled import (FAMILIES, KINDS, UnhandledCode, as_python, check,
-                                        reaches_fallback)
+from tapegrad.kernels.coverage import as_python, check, reaches_fallback
+from tapegrad.kernels.unhandled import FAMILIES, KINDS, UnhandledCode
 from tapegrad.ops.registry import REGISTRY, register
 from tapegrad.tape import current
 

@@ -664,7 +664,7 @@ def _guard_holds(T, r, kind, expect):
 
 
 # -- the replay loop: forward families compiled on first use ---------------------------
-# Each family is a C entry point called through FWD_TABLE, as the sweeps call
+# Each family is a C entry point called through FWD.table, as the sweeps call
 # the VJP families (kernels/dispatch.py), so that a trace compiles the
 # forwards of the kinds it holds, not all of them.
 def _unary_entry(tp, r, sub, extra):

@@ -4,20 +4,17 @@ Every per-op switch in the kernels ends in ``unhandled(sub)`` rather than in
 a default that looks like an answer (a zero derivative, a replayed ``rint``).
 Compiled, it is NaN: no branch, no exception path in the hot loops, and a
 NaN gradient is what ``detect_anomaly`` reports.  Run as plain Python it
-raises :class:`UnhandledCode`: ``check(code)`` runs the scalar switches that
-the op's kind must pass through as Python (cheap: no compilation) when the
-registry adds the code, so an op that some switch does not know fails at
-import, before any sweep could give it a wrong number.
+raises :class:`UnhandledCode`: ``kernels/coverage.py: check(code)`` runs the
+scalar switches that the op's kind must pass through as Python (cheap: no
+compilation) when the registry adds the code, so an op that some switch does
+not know fails at import, before any sweep could give it a wrong number.
 
 The array kernels whose sub codes form a small closed family (reductions,
 scans, user ops) fill their outputs with NaN for an unknown sub; ``check``
 holds those families to the subs listed in ``FAMILIES``, and the test suite
 runs every registered code through every sweep against an oracle.
 """
-import types
-
 import numpy as np
-from numba.core.registry import CPUDispatcher
 from numba.extending import overload
 
 from . import codes as C
@@ -50,84 +47,3 @@ FAMILIES = {
 #: every kind the sweeps dispatch on
 KINDS = (C.K_NONE, C.K_UNARY, C.K_SCALAR, C.K_NARY, C.K_REDUCE, C.K_GATHER, C.K_CONCAT,
          C.K_HOST, C.K_SCAN, C.K_USER)
-
-_python_copies = {}
-
-
-def as_python(fn):
-    """A kernel's source as a plain Python function, whose calls of other
-    kernels run their sources too (so nothing is compiled)."""
-    f = getattr(fn, "py_func", fn)
-    got = _python_copies.get(f)
-    if got is not None:
-        return got
-    env = dict(f.__globals__)
-    copy = types.FunctionType(f.__code__, env, f.__name__, f.__defaults__, f.__closure__)
-    _python_copies[f] = copy
-    for name in f.__code__.co_names:
-        v = env.get(name)
-        if isinstance(v, CPUDispatcher):
-            env[name] = as_python(v)
-    return copy
-
-
-def reaches_fallback(fn, *args):
-    """True if ``fn(*args)`` run as Python takes its ``unhandled`` branch.
-    Any other exception (a domain error at the probe values) means some
-    branch took the code."""
-    try:
-        with np.errstate(all="ignore"):
-            as_python(fn)(*args)
-    except UnhandledCode:
-        return True
-    except Exception:
-        return False
-    return False
-
-
-def switches(kind, sub):
-    """``(name, fn, args)`` of every scalar switch that code ``kind, sub``
-    passes through: its derivative (reverse and forward mode), its second
-    derivative where it has one, its replayed forward."""
-    from . import elementwise as E
-    from . import replay as R
-    from . import second as S
-    x, y, c = 0.5, 0.25, 0.75  # probes: any values reach the op's branch
-    out = []
-    if kind == C.K_UNARY:
-        out += [("d_unary", E.d_unary, (sub, x, y)), ("f_unary", R.f_unary, (sub, x))]
-        if as_python(S.unary_has_d2)(sub):
-            out.append(("d2_unary", S.d2_unary, (sub, x, y)))
-    elif kind == C.K_SCALAR:
-        out += [("d_scalar", E.d_scalar, (sub, x, y, c)),
-                ("f_scalar", R.f_scalar, (sub, x, c))]
-        if as_python(S.scalar_has_d2)(sub):
-            out.append(("d2_scalar", S.d2_scalar, (sub, x, y, c)))
-    elif kind == C.K_NARY and sub != C.WHERE:  # where: its own branch in every kernel
-        out += [("d_binary", E.d_binary, (sub, x, c, y)),
-                ("f_binary", R.f_binary, (sub, x, c))]
-        if as_python(S.nary_has_d2)(sub):
-            out.append(("d2_binary", S.d2_binary, (sub, x, c, y)))
-    elif kind == C.K_NONE and sub >= R.CMP_FIRST:
-        out.append(("f_compare", R.f_compare, (sub, x, c)))
-    return out
-
-
-def check(code):
-    """Raise ``UnhandledCode`` naming the switch when op ``code`` would reach
-    the fallback of a switch it must pass through."""
-    kind, sub = code >> C.SHIFT, code & C.MASK
-    if kind not in KINDS:
-        raise UnhandledCode(f"op code {code}: kind {kind} is not one the sweeps dispatch on")
-    if kind in FAMILIES and sub not in FAMILIES[kind]:
-        raise UnhandledCode(f"op code {code}: sub code {sub} of kind {kind} has no branch in "
-                            "its kernels (kernels/unhandled.py: FAMILIES)")
-    for name, fn, args in switches(kind, sub):
-        if reaches_fallback(fn, *args):
-            raise UnhandledCode(f"op code {code} (kind {kind}, sub {sub}) has no branch in "
-                                f"{name}; add one there")
-    from . import optable
-    if kind in optable.TABLE and sub not in optable.TABLE[kind]:
-        raise UnhandledCode(f"op code {code}: elementwise sub code {sub} of kind {kind} has "
-                            "no row in kernels/optable.py (what its derivatives read, how "
-                            "it curves); add one there")

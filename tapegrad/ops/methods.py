@@ -5,7 +5,7 @@ that makes plain NumPy code (``np.sin(t)``, ``X @ t``) record unchanged.
 import numpy as np
 
 from ..tape import _local, current
-from ..tensor import Tensor, _owner, _plain
+from ..tensor import Tensor, _owner, _plain, bound
 from . import composite as K
 from . import elementwise as E
 from . import linalg as L
@@ -300,3 +300,7 @@ def _array_function(self, func, types, args, kwargs):
 
 Tensor.__array_ufunc__ = _array_ufunc
 Tensor.__array_function__ = _array_function
+
+
+# Tensor.data = v and Tensor.numpy() write and expose values through these
+bound.bind(replace_value=replace_value, exposed=exposed)

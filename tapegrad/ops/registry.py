@@ -3,14 +3,14 @@
 An entry names the op (``grad_fn.name()`` is the name plus ``Backward``),
 fixes its op code (the kernel family and sub code the sweep dispatches on),
 and says how its forward is computed.  A code that some kernel switch has
-no branch for is refused here (``kernels/unhandled.py``).  Host ops (VJP in Python with NumPy,
+no branch for is refused here (``kernels/coverage.py``).  Host ops (VJP in Python with NumPy,
 for BLAS-bound work) carry their VJP function here as well.  The test suite
 checks that every entry has a gradient test.
 """
 from typing import Callable, NamedTuple, Optional
 
 from ..kernels import codes as C
-from ..kernels.unhandled import check as _check_handled
+from ..kernels.coverage import check as _check_handled
 
 
 class OpDef(NamedTuple):

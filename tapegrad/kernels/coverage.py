@@ -1,0 +1,95 @@
+"""The registry's check that every op code has a branch in every switch it
+passes through (see kernels/unhandled.py for the fallback it looks for) and
+a row in the elementwise op table.
+
+It runs the kernels' sources as plain Python (``as_python``: no compilation),
+so it can sit above every kernel module; nothing in ``kernels/`` imports it.
+"""
+import types
+
+import numpy as np
+from numba.core.registry import CPUDispatcher
+
+from . import codes as C
+from . import elementwise as E
+from . import optable
+from . import replay as R
+from . import second as S
+from .unhandled import FAMILIES, KINDS, UnhandledCode
+
+_python_copies = {}
+
+
+def as_python(fn):
+    """A kernel's source as a plain Python function, whose calls of other
+    kernels run their sources too (so nothing is compiled)."""
+    f = getattr(fn, "py_func", fn)
+    got = _python_copies.get(f)
+    if got is not None:
+        return got
+    env = dict(f.__globals__)
+    copy = types.FunctionType(f.__code__, env, f.__name__, f.__defaults__, f.__closure__)
+    _python_copies[f] = copy
+    for name in f.__code__.co_names:
+        v = env.get(name)
+        if isinstance(v, CPUDispatcher):
+            env[name] = as_python(v)
+    return copy
+
+
+def reaches_fallback(fn, *args):
+    """True if ``fn(*args)`` run as Python takes its ``unhandled`` branch.
+    Any other exception (a domain error at the probe values) means some
+    branch took the code."""
+    try:
+        with np.errstate(all="ignore"):
+            as_python(fn)(*args)
+    except UnhandledCode:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+def switches(kind, sub):
+    """``(name, fn, args)`` of every scalar switch that code ``kind, sub``
+    passes through: its derivative (reverse and forward mode), its second
+    derivative where it has one, its replayed forward."""
+    x, y, c = 0.5, 0.25, 0.75  # probes: any values reach the op's branch
+    out = []
+    if kind == C.K_UNARY:
+        out += [("d_unary", E.d_unary, (sub, x, y)), ("f_unary", R.f_unary, (sub, x))]
+        if as_python(S.unary_has_d2)(sub):
+            out.append(("d2_unary", S.d2_unary, (sub, x, y)))
+    elif kind == C.K_SCALAR:
+        out += [("d_scalar", E.d_scalar, (sub, x, y, c)),
+                ("f_scalar", R.f_scalar, (sub, x, c))]
+        if as_python(S.scalar_has_d2)(sub):
+            out.append(("d2_scalar", S.d2_scalar, (sub, x, y, c)))
+    elif kind == C.K_NARY and sub != C.WHERE:  # where: its own branch in every kernel
+        out += [("d_binary", E.d_binary, (sub, x, c, y)),
+                ("f_binary", R.f_binary, (sub, x, c))]
+        if as_python(S.nary_has_d2)(sub):
+            out.append(("d2_binary", S.d2_binary, (sub, x, c, y)))
+    elif kind == C.K_NONE and sub >= R.CMP_FIRST:
+        out.append(("f_compare", R.f_compare, (sub, x, c)))
+    return out
+
+
+def check(code):
+    """Raise ``UnhandledCode`` naming the switch when op ``code`` would reach
+    the fallback of a switch it must pass through."""
+    kind, sub = code >> C.SHIFT, code & C.MASK
+    if kind not in KINDS:
+        raise UnhandledCode(f"op code {code}: kind {kind} is not one the sweeps dispatch on")
+    if kind in FAMILIES and sub not in FAMILIES[kind]:
+        raise UnhandledCode(f"op code {code}: sub code {sub} of kind {kind} has no branch in "
+                            "its kernels (kernels/unhandled.py: FAMILIES)")
+    for name, fn, args in switches(kind, sub):
+        if reaches_fallback(fn, *args):
+            raise UnhandledCode(f"op code {code} (kind {kind}, sub {sub}) has no branch in "
+                                f"{name}; add one there")
+    if kind in optable.TABLE and sub not in optable.TABLE[kind]:
+        raise UnhandledCode(f"op code {code}: elementwise sub code {sub} of kind {kind} has "
+                            "no row in kernels/optable.py (what its derivatives read, how "
+                            "it curves); add one there")
