@@ -35,7 +35,7 @@ from .ops.custom import ElementwiseOp, elementwise
 from .functional import (
     GradcheckError, grad, gradcheck, jacobian, value_and_grad, vjp)
 from . import autograd
-from .ops.linalg import dot, einsum, matmul
+from .ops.matrix import dot, einsum, matmul
 from . import linalg
 from .ops.reductions import (
     amax, amin, cumprod, cumsum, log_softmax, logsumexp, max, mean, min, prod, softmax, sum)

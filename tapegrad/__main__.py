@@ -35,9 +35,9 @@ def _steps():
     yield "traced replay", replay
     from tapegrad.kernels import replay as RK
     yield from RK.FWD.warm()
-    from tapegrad.kernels import forward as FK
+    from tapegrad.kernels import tangents as FK
     yield from FK.JVP.warm()
-    from tapegrad.kernels import second as SK
+    from tapegrad.kernels import hvp as SK
     yield from SK.BLOCK.warm()
 
 

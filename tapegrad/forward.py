@@ -2,7 +2,7 @@
 
 The function is recorded on the tape as for reverse mode; then one compiled
 sweep walks the records upwards from the inputs' leaves and applies each
-op's tangent rule (``kernels/forward.py``), carrying p tangent directions
+op's tangent rule (``kernels/tangents.py``), carrying p tangent directions
 per element at once.  Host records (matmul, LAPACK ops) stop the sweep and
 their rules below run with NumPy on ``(p,) + shape`` tangent arrays, then the
 sweep resumes.  Nothing extra is recorded: each tangent rule uses the same
@@ -18,9 +18,9 @@ from .function import _FUNCTION
 from .functional import _argnums, _call, _root_span, _scratch, _value
 from .kernels import codes as C
 from .kernels._views import SMALL
-from .kernels.forward import fwd_layout, sweep_fwd
+from .kernels.tangents import fwd_layout, sweep_fwd
 from .kernels.sweep import layout
-from .ops import linalg as L
+from .ops import matrix as L
 from .ops.registry import REGISTRY
 from .tape import current
 from .tensor import Tensor
@@ -59,7 +59,7 @@ class _Tangents:
 
     @classmethod
     def laid_out(cls, tape, upto, voff, reached, toff, total, start, zsize):
-        """The same from a layout computed elsewhere (``kernels/second.py:
+        """The same from a layout computed elsewhere (``kernels/hvp.py:
         hvp_layout`` computes this one and the adjoints' in one call)."""
         self = cls.__new__(cls)
         self.size, self.voff, self.reached = tape.size, voff, reached

@@ -90,7 +90,7 @@ class _Slabs(Adjoints):
 
     @classmethod
     def laid_out(cls, tape, upto, p, voff, aoff, stride, leaf, inner, outer, own=False):
-        """The same from a layout computed elsewhere (``kernels/second.py:
+        """The same from a layout computed elsewhere (``kernels/hvp.py:
         hvp_layout``); ``own``: arenas of its own, for a pass that is kept."""
         self = cls.__new__(cls)
         self._place(tape, upto, p, voff, aoff, stride, leaf, inner, outer, own)
@@ -181,7 +181,7 @@ def _run(tape, adj, T, start, stop, p):
     """
     freed = tape.freed
     if p > 1:
-        from .kernels.second import sweep_block  # block sweeps: compiled code loaded on use
+        from .kernels.hvp import sweep_block  # block sweeps: compiled code loaded on use
         vs = np.empty(tape.n + 2, np.int64)
         every = np.ones(tape.n, np.bool_)
     while True:

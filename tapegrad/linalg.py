@@ -16,7 +16,7 @@ from .ops.composite import linalg_diagonal as diagonal
 from .ops.composite import linalg_outer as outer
 from .ops.composite import linalg_tensordot as tensordot
 from .ops.composite import linalg_trace as trace
-from .ops.linalg import (
+from .ops.matrix import (
     QRResult, SVDResult, cholesky, det, eigh, eigvalsh, inv, lstsq, matmul, pinv, qr, slogdet,
     solve, svd, svdvals)
 

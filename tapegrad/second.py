@@ -8,7 +8,7 @@ tangent-linear of an op's VJP ``xbar += phi'(x)^T ybar`` is
 
     xbar_dot += phi'(x)^T ybar_dot + (phi''(x)[xdot])^T ybar.
 
-The compiled sweep ``kernels/second.py: sweep_block`` applies both terms for
+The compiled sweep ``kernels/hvp.py: sweep_block`` applies both terms for
 all p + 1 vectors at the common records (elementwise ops, ops with a
 constant, sums, means, views, indexing), with no Python per record.  At any
 other record it returns; then the record's ``ybar`` is complete (all its
@@ -23,7 +23,7 @@ p + 1 vectors, and ``sweep_block`` resumes.  The second term vanishes for the
 need the first step only.
 
 The decompositions' rules are the tangents of their first-order VJPs
-(``ops/linalg.py``) with the outputs' gradients held fixed, so they share
+(``ops/matrix.py``) with the outputs' gradients held fixed, so they share
 those VJPs' conventions and limits: symmetric gradients for cholesky, eigh
 and hermitian svd / pinv; distinct eigen- and singular values where
 eigenvectors or singular vectors are used, and sign-invariant functions of
@@ -47,8 +47,8 @@ from .functional import _Slabs, _argnums, _call, _root_span, _run, _vector_bytes
 from .index_maps import operand_maps, reduce_map
 from .kernels import codes as C
 from .kernels._views import SMALL
-from .kernels.second import hvp_layout, sweep_block
-from .ops import linalg as L
+from .kernels.hvp import hvp_layout, sweep_block
+from .ops import matrix as L
 from .ops.custom import USER_OPS
 from .ops.registry import REGISTRY
 from .tape import current
@@ -365,7 +365,7 @@ def _einsum2(P, r):
             P.add(q, t)
 
 
-# -- decompositions: the tangent of each first-order VJP (ops/linalg.py) -------------------
+# -- decompositions: the tangent of each first-order VJP (ops/matrix.py) -------------------
 # Each VJP is a formula in the input, the op's outputs (or the factors kept
 # in ``tape.host``) and the outputs' gradients G.  Its tangent with G held
 # fixed follows by the product rule, reading the outputs' tangents that the

@@ -95,7 +95,7 @@ def _is_shape(x):
 
 
 def _host_shape(info, size):
-    """Output shape of a host record from what its VJP keeps (see ops/linalg.py,
+    """Output shape of a host record from what its VJP keeps (see ops/matrix.py,
     function.py): an output shape last, a tg.Function's output shapes, or
     matmul's two operand shapes."""
     if not isinstance(info, tuple) or not info:

@@ -277,7 +277,7 @@ def test_gradcheck_passes_and_names_the_worst_element():
     assert tg.gradcheck(_WrongSin.apply, x, raise_exception=False) is False
 
 
-# -- sparse blocks of adjoint vectors through matmul (ops/linalg.py) -------------------------
+# -- sparse blocks of adjoint vectors through matmul (ops/matrix.py) -------------------------
 SPARSE_CASES = {
     # unit seeds after elementwise ops: one nonzero per vector (distinct rows)
     "vector_rhs": (lambda A, x: tg.tanh(A @ x) * x[:3].sum(), (6, 5), (5,)),
@@ -292,7 +292,7 @@ SPARSE_CASES = {
 @pytest.mark.parametrize("name", sorted(SPARSE_CASES))
 @pytest.mark.parametrize("mode", ["reverse", "forward"])
 def test_sparse_and_dense_matmul_products_agree(name, mode, monkeypatch):
-    from tapegrad.ops import linalg as L
+    from tapegrad.ops import matrix as L
     f, sa, sx = SPARSE_CASES[name]
     rng = np.random.default_rng(3)
     A, x = rng.standard_normal(sa), rng.standard_normal(sx)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from tapegrad.kernels import codes as C
-from tapegrad.kernels import elementwise as E
+from tapegrad.kernels import elementwise_vjp as E
 from tapegrad.kernels import optable as OT
 from tapegrad.kernels import replay as R
-from tapegrad.kernels import second as KS
+from tapegrad.kernels import hvp as KS
 from tapegrad.kernels.coverage import as_python, check
 from tapegrad.kernels.unhandled import UnhandledCode
 from tapegrad.ops.registry import REGISTRY

@@ -201,7 +201,7 @@ def test_no_second_list_names_only_ops_in_the_table():
     assert set(NO_SECOND) <= set(CASES)
 
 
-# -- the compiled second-order sweep's branches (kernels/second.py) -----------------------
+# -- the compiled second-order sweep's branches (kernels/hvp.py) -----------------------
 def _fd_hessian(f, x, eps=1e-5):
     """The Hessian by central differences of tg.grad, column by column."""
     g = tg.grad(f)

@@ -19,10 +19,10 @@ from tapegrad import forward as FW
 from tapegrad import second as S2
 from tapegrad import tracing
 from tapegrad.kernels import codes as C
-from tapegrad.kernels import elementwise as E
+from tapegrad.kernels import elementwise_vjp as E
 from tapegrad.kernels import optable
 from tapegrad.kernels import replay as R
-from tapegrad.kernels import second as KS
+from tapegrad.kernels import hvp as KS
 from tapegrad.kernels.coverage import as_python, check, reaches_fallback
 from tapegrad.kernels.unhandled import FAMILIES, KINDS, UnhandledCode
 from tapegrad.ops.registry import REGISTRY, register

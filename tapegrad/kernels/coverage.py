@@ -11,10 +11,10 @@ import numpy as np
 from numba.core.registry import CPUDispatcher
 
 from . import codes as C
-from . import elementwise as E
+from . import elementwise_vjp as E
 from . import optable
 from . import replay as R
-from . import second as S
+from . import hvp as S
 from .unhandled import FAMILIES, KINDS, UnhandledCode
 
 _python_copies = {}

@@ -168,7 +168,7 @@ def _borrowed_load(tuple_type):
 #: the tape tuple stored at a pointer by :func:`call_entry`, borrowed
 load_tape = _borrowed_load(TAPE)
 
-#: the block sweeps' context (kernels/second.py): per-record adjoint strides,
+#: the block sweeps' context (kernels/hvp.py): per-record adjoint strides,
 #: tangent addresses, which records carry tangents, the vector count, and
 #: whether second-order terms are wanted
 BLOCK_CTX = types.Tuple((_I, _I, _B, types.int64, types.boolean))
@@ -215,7 +215,7 @@ def slot(T, r, kind, sub):
 
 
 # -- the entries: one per family, each a one-line call of its kernel ----------------
-from .elementwise import broadcast_vjp, nary_vjp, scalar_vjp, unary_vjp  # noqa: E402
+from .elementwise_vjp import broadcast_vjp, nary_vjp, scalar_vjp, unary_vjp  # noqa: E402
 from .structural import (concat_vjp, full_sum_vjp, gather_vjp, reduce_vjp,  # noqa: E402
                          scan_vjp, sum_vjp)
 from .user import user_vjp  # noqa: E402

@@ -4,7 +4,7 @@ kinds, saying which values its derivative rules read and how it curves.
 Everything that depends on those two facts is derived from here, never
 restated: which values the tape keeps for a record (``codes.READS_*``),
 which intermediates a fused replay segment recomputes in its reverse sweep
-(``tracing``), which ops have a second derivative (``kernels/second.py``:
+(``tracing``), which ops have a second derivative (``kernels/hvp.py``:
 the ``*_has_d2`` predicates) and which operands an op's second derivative
 couples in a Hessian's sparsity pattern (``sparsity``).
 
@@ -27,8 +27,8 @@ NaN must not change.
 * ``ALL``: every pair of operands (``power``, ``hypot``, ...).
 
 Adding an elementwise op: its sub code in codes.py, a row here, its forward
-(``kernels/replay.py``), derivative (``kernels/elementwise.py``) and second
-derivative (``kernels/second.py``) branches, its registration in
+(``kernels/replay.py``), derivative (``kernels/elementwise_vjp.py``) and second
+derivative (``kernels/hvp.py``) branches, its registration in
 ``ops/elementwise.py``, and a row in ``tests/op_cases.py``; the registry
 refuses a code that has no row here or no branch in one of the switches.
 """
@@ -80,7 +80,7 @@ TABLE = {C.K_UNARY: UNARY, C.K_SCALAR: SCALAR, C.K_NARY: NARY}
 
 # What the VJPs of the other kinds read: their inputs' values (x), their
 # output's (y), both or neither (a code missing here reads neither).  Kept in
-# step with the kernels in structural.py and the host rules of ops/linalg.py.
+# step with the kernels in structural.py and the host rules of ops/matrix.py.
 OTHER_READS = {
     (C.K_REDUCE, C.MAX): "xy", (C.K_REDUCE, C.MIN): "xy", (C.K_REDUCE, C.PROD): "xy",
     (C.K_REDUCE, C.LOGSUMEXP): "xy", (C.K_REDUCE, C.SOFTMAX): "y",

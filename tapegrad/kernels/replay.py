@@ -7,7 +7,7 @@ same ``value(T, r)`` views: the sweep then runs on the replayed values
 unchanged.  It returns at host records (matmul, solve, ...) so that Python
 computes those with NumPy, and at a failed guard, so that the trace is
 redone.  The scalar forwards (``f_unary``, ``f_scalar``, ``f_binary``) are
-written per sub code next to the derivatives in elementwise.py and follow
+written per sub code next to the derivatives in elementwise_vjp.py and follow
 NumPy's definitions, NaN and infinity handling included.
 """
 import math
@@ -24,11 +24,11 @@ from ._views import _voidptr, advance, copy_into, odometer, parent, rows_of, val
 # the VJP loops of a segment's records: one compiled function per family, a
 # call per block and record (inlined, they made one function too large to
 # compile in reasonable time and memory)
-from .elementwise import binary_loops as _binary_vjp_into
-from .elementwise import binary_one_side_loops as _binary_one_side_into
-from .elementwise import binary_self_loops as _binary_self_into
-from .elementwise import scalar_loops as _scalar_vjp_into
-from .elementwise import unary_loops as _unary_vjp_into
+from .elementwise_vjp import binary_loops as _binary_vjp_into
+from .elementwise_vjp import binary_one_side_loops as _binary_one_side_into
+from .elementwise_vjp import binary_self_loops as _binary_self_into
+from .elementwise_vjp import scalar_loops as _scalar_vjp_into
+from .elementwise_vjp import unary_loops as _unary_vjp_into
 from .structural import _out_map, _runs, _step
 from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
 from .unhandled import unhandled
@@ -924,7 +924,7 @@ def seg_backward(T, r0, r1, start, n, slot, need, reach, write, assign, vs, gs):
     (``need``), their adjoints live in the block scratch ``gs``; only the
     adjoints of records outside the segment (and of segment records that
     something outside reads) are written to memory.  The per-element VJPs
-    are elementwise.py's loops.
+    are elementwise_vjp.py's loops.
     """
     op, arg0, args, fp = T[0], T[1], T[4], T[6]
     vb, gb = vs.ctypes.data, gs.ctypes.data

@@ -35,7 +35,7 @@ def _unhandled_compiled(sub):
 
 
 #: kinds whose kernels switch on a closed set of subs (kernels/structural.py,
-#: forward.py, replay.py, user.py; tapegrad/second.py); their last branch
+#: tangents.py, replay.py, user.py; tapegrad/second.py); their last branch
 #: writes NaN
 FAMILIES = {
     C.K_REDUCE: (C.SUM, C.MEAN, C.MAX, C.MIN, C.PROD, C.LOGSUMEXP, C.SOFTMAX,

@@ -312,7 +312,7 @@ def norm(x, ord=None, axis=None, keepdims=False):
         out = pick(s, axis=other, keepdims=True)
         return out if keepdims else S.squeeze(out, axis=(r, c))
     if ord in (2, -2, "nuc"):
-        from .linalg import svd
+        from .matrix import svd
         sv = svd(S.moveaxis(x, (r, c), (-2, -1)), compute_uv=False)
         out = (Rd.max if ord == 2 else Rd.min if ord == -2 else Rd.sum)(sv, axis=-1)
         return S.expand_dims(out, tuple(sorted((r % nd, c % nd)))) if keepdims else out
@@ -346,7 +346,7 @@ def tensordot(a, b, axes=2):
     k = int(np.prod([a.shape[i] for i in ax_a]))
     a2 = S.reshape(S.transpose(a, free_a + ax_a), (-1, k))
     b2 = S.reshape(S.transpose(b, ax_b + free_b), (k, -1))
-    from .linalg import matmul
+    from .matrix import matmul
     out_shape = tuple(a.shape[i] for i in free_a) + tuple(b.shape[i] for i in free_b)
     return S.reshape(matmul(a2, b2), out_shape)
 
@@ -423,7 +423,7 @@ def cond(x, p=None):
     >>> tg.linalg.cond(tg.tensor([[2.0, 0.0], [0.0, 0.5]]))
     tensor(4.0)
     """
-    from .linalg import inv, svd
+    from .matrix import inv, svd
     x = _t(x)
     if p in (None, 2, -2):
         sv = svd(x, compute_uv=False)
@@ -445,7 +445,7 @@ def matrix_power(a, n):
             [0.0, 1.0]], grad_fn=<MmBackward>)
     """
     import operator
-    from .linalg import inv, matmul
+    from .matrix import inv, matmul
     a = _t(a)
     n = operator.index(n)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
@@ -491,7 +491,7 @@ def multi_dot(arrays, *, out=None):
     >>> tg.linalg.multi_dot([a, np.ones((3, 4)), np.ones(4)])
     tensor([12.0, 12.0], grad_fn=<ReshapeBackward>)
     """
-    from .linalg import matmul
+    from .matrix import matmul
     if out is not None:
         raise TypeError("tapegrad.linalg.multi_dot: out= is not supported")
     arrs = [_t(a) for a in arrays]
@@ -523,7 +523,7 @@ def multi_dot(arrays, *, out=None):
 def tensorinv(a, ind=2):
     """``numpy.linalg.tensorinv``: the inverse of ``a`` as a square matrix of
     its first ``ind`` axes against the rest, differentiable through inv."""
-    from .linalg import inv
+    from .matrix import inv
     a = _t(a)
     if ind <= 0:
         raise ValueError("Invalid ind argument.")
@@ -535,7 +535,7 @@ def tensorinv(a, ind=2):
 def tensorsolve(a, b, axes=None):
     """``numpy.linalg.tensorsolve``: solve ``tensordot(a, x, x.ndim) = b`` for
     x, differentiable in ``a`` and ``b`` through solve."""
-    from .linalg import solve
+    from .matrix import solve
     a, b = _t(a), _t(b)
     if axes is not None:
         order = [i for i in range(a.ndim) if i not in [k % a.ndim for k in axes]]

@@ -1,7 +1,7 @@
 """Elementwise ops: unary functions, arithmetic with broadcasting, where.
 
 Each op is one ``register`` row; the VJP is the kernel family's branch for
-its sub code (:mod:`tapegrad.kernels.elementwise`).
+its sub code (:mod:`tapegrad.kernels.elementwise_vjp`).
 """
 import numbers
 import operator

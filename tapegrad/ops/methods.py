@@ -8,7 +8,7 @@ from ..tape import _local, current
 from ..tensor import Tensor, _owner, _plain, bound
 from . import composite as K
 from . import elementwise as E
-from . import linalg as L
+from . import matrix as L
 from . import reductions as Rd
 from . import shape as S
 from .. import views as V

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import composite as K
 from . import elementwise as E
-from . import linalg as L
+from . import matrix as L
 from . import reductions as Rd
 from . import shape as S
 

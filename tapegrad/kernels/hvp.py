@@ -17,7 +17,7 @@ function made only of the common ops runs with no Python per record.
 
 Layouts: record v's p + 1 adjoints are rows ``stride[v]`` bytes apart from
 ``T[12][v]`` (``kernels/vector.py``); its tangents are a ``(size, p)`` block
-at ``tptr[v]`` (``kernels/forward.py``).  A record whose tangent the forward
+at ``tptr[v]`` (``kernels/tangents.py``).  A record whose tangent the forward
 sweep did not reach does not depend on the inputs, so no adjoint written to
 it could ever reach a differentiated leaf: the sweep skips such records and
 never writes to them.
@@ -37,8 +37,8 @@ from ._jit import inline, kernel
 from ._views import _voidptr, advance, claim, odometer, parent, value
 from .dispatch import (FAILED, MISSING, SIG_CTX, Families, call_entry_ctx, load_block_ctx,
                        load_tape)
-from .elementwise import d_binary, d_scalar, d_unary
-from .forward import fwd_layout
+from .elementwise_vjp import d_binary, d_scalar, d_unary
+from .tangents import fwd_layout
 from .structural import _out_map
 from .sweep import layout
 from .unhandled import unhandled
@@ -428,7 +428,7 @@ def _gather_entry(tp, cp, r, sub):
 
 
 #: the block sweep's rule groups, by slot (-1 from ``block_slot``: Python)
-BLOCK = Families("second", SIG_CTX, {
+BLOCK = Families("hvp", SIG_CTX, {
     C.K_UNARY: (_one_operand_entry, "one-operand block VJPs"),
     C.K_NARY: (_binary_entry, "binary block VJPs"),
     C.K_REDUCE: (_sum_entry, "sum/mean block VJPs"),

@@ -29,7 +29,7 @@ from . import codes as C
 from ._jit import inline, inner, kernel
 from ._views import _voidptr, advance, copy_into, odometer, parent, rows_of, value
 from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
-from .elementwise import d_binary, d_scalar, d_unary
+from .elementwise_vjp import d_binary, d_scalar, d_unary
 from .structural import _out_map
 from .user import call_d2, call_d3
 
@@ -524,7 +524,7 @@ def _user_entry(tp, r, sub, p):
 #: slot of their own (called as the reverse sweeps call theirs:
 #: kernels/dispatch.py)
 SUM_JVP = 15
-JVP = Families("forward", SIG_EXTRA, {
+JVP = Families("tangents", SIG_EXTRA, {
     C.K_UNARY: (_unary_entry, "unary tangent rules"),
     C.K_SCALAR: (_scalar_entry, "with-a-constant tangent rules"),
     C.K_NARY: (_nary_entry, "binary tangent rules"),
