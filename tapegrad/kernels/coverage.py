@@ -11,10 +11,9 @@ import numpy as np
 from numba.core.registry import CPUDispatcher
 
 from . import codes as C
-from . import elementwise_vjp as E
 from . import optable
 from . import replay as R
-from . import hvp as S
+from . import rules as RU
 from .unhandled import FAMILIES, KINDS, UnhandledCode
 
 _python_copies = {}
@@ -58,19 +57,19 @@ def switches(kind, sub):
     x, y, c = 0.5, 0.25, 0.75  # probes: any values reach the op's branch
     out = []
     if kind == C.K_UNARY:
-        out += [("d_unary", E.d_unary, (sub, x, y)), ("f_unary", R.f_unary, (sub, x))]
-        if as_python(S.unary_has_d2)(sub):
-            out.append(("d2_unary", S.d2_unary, (sub, x, y)))
+        out += [("d_unary", RU.d_unary, (sub, x, y)), ("f_unary", RU.f_unary, (sub, x))]
+        if as_python(RU.unary_has_d2)(sub):
+            out.append(("d2_unary", RU.d2_unary, (sub, x, y)))
     elif kind == C.K_SCALAR:
-        out += [("d_scalar", E.d_scalar, (sub, x, y, c)),
-                ("f_scalar", R.f_scalar, (sub, x, c))]
-        if as_python(S.scalar_has_d2)(sub):
-            out.append(("d2_scalar", S.d2_scalar, (sub, x, y, c)))
+        out += [("d_scalar", RU.d_scalar, (sub, x, y, c)),
+                ("f_scalar", RU.f_scalar, (sub, x, c))]
+        if as_python(RU.scalar_has_d2)(sub):
+            out.append(("d2_scalar", RU.d2_scalar, (sub, x, y, c)))
     elif kind == C.K_NARY and sub != C.WHERE:  # where: its own branch in every kernel
-        out += [("d_binary", E.d_binary, (sub, x, c, y)),
-                ("f_binary", R.f_binary, (sub, x, c))]
-        if as_python(S.nary_has_d2)(sub):
-            out.append(("d2_binary", S.d2_binary, (sub, x, c, y)))
+        out += [("d_binary", RU.d_binary, (sub, x, c, y)),
+                ("f_binary", RU.f_binary, (sub, x, c))]
+        if as_python(RU.nary_has_d2)(sub):
+            out.append(("d2_binary", RU.d2_binary, (sub, x, c, y)))
     elif kind == C.K_NONE and sub >= R.CMP_FIRST:
         out.append(("f_compare", R.f_compare, (sub, x, c)))
     return out

@@ -1,178 +1,20 @@
 """VJP kernels of elementwise ops: unary, with a scalar constant, broadcasting.
 
 Each op's derivative is written once, as a scalar function of the input and
-output values (``d_unary``, ``d_scalar``, ``d_binary``).  The array kernels
-call them in loops specialised per op (the sub code is a compile-time
+output values (``rules.py``: ``d_unary``, ``d_scalar``, ``d_binary``, beside
+the op's forward and second derivative).  The array kernels here call them
+in loops specialised per op (the sub code is a compile-time
 constant in each branch, so the switch folds away and the loop vectorises);
 the sweep calls them directly for one-element records.
 
 Derivative conventions at non-smooth points follow PyTorch: ``abs'(0) = 0``;
 ``maximum``/``minimum`` split the gradient equally between tied operands.
 """
-import math
-
-import numpy as np
-
-_LN2 = math.log(2.0)
-_LN10 = math.log(10.0)
-
 from . import codes as C
 from ._jit import inline, inner
 from ._views import (adjoint, advance, alias, claim, claim_zeroed, fparam, odometer,
                      parent, value)
-from .unhandled import unhandled
-
-
-@inline
-def d_unary(sub, x, y):
-    """dy/dx of ``y = f(x)`` at one element."""
-    if sub == C.IDENT or sub >= C.VIEW_FIRST:
-        return 1.0
-    if sub == C.NEG:
-        return -1.0
-    if sub == C.EXP:
-        return y
-    if sub == C.LOG:
-        return 1.0 / x
-    if sub == C.LOG1P:
-        return 1.0 / (1.0 + x)
-    if sub == C.EXPM1:
-        return y + 1.0
-    if sub == C.SQRT:
-        return 0.5 / y
-    if sub == C.SQUARE:
-        return 2.0 * x
-    if sub == C.SIN:
-        return math.cos(x)
-    if sub == C.COS:
-        return -math.sin(x)
-    if sub == C.TAN:
-        return 1.0 + y * y
-    if sub == C.TANH:
-        return 1.0 - y * y
-    if sub == C.SINH:
-        return math.cosh(x)
-    if sub == C.COSH:
-        return math.sinh(x)
-    if sub == C.ARCSIN:
-        return 1.0 / math.sqrt(1.0 - x * x)
-    if sub == C.ARCCOS:
-        return -1.0 / math.sqrt(1.0 - x * x)
-    if sub == C.ARCTAN:
-        return 1.0 / (1.0 + x * x)
-    if sub == C.ABS or sub == C.FABS:
-        return np.sign(x)
-    if sub == C.RECIPROCAL:
-        return -y * y
-    if sub == C.EXP2:
-        return y * _LN2
-    if sub == C.LOG2:
-        return 1.0 / (x * _LN2)
-    if sub == C.LOG10:
-        return 1.0 / (x * _LN10)
-    if sub == C.CBRT:
-        return 1.0 / (3.0 * y * y)
-    if sub == C.ARCSINH:
-        return 1.0 / math.sqrt(x * x + 1.0)
-    if sub == C.ARCCOSH:
-        return 1.0 / math.sqrt(x * x - 1.0)
-    if sub == C.ARCTANH:
-        return 1.0 / (1.0 - x * x)
-    if sub == C.DEG2RAD:
-        return math.pi / 180.0
-    if sub == C.RAD2DEG:
-        return 180.0 / math.pi
-    if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:  # piecewise constant
-        return 0.0
-    return unhandled(sub)
-
-
-@inline
-def d_scalar(sub, x, y, c):
-    """dy/dx of ``y = x op c`` or ``y = c op x`` at one element."""
-    if sub == C.ADDC:
-        return 1.0
-    if sub == C.MULC:
-        return c
-    if sub == C.DIVC:
-        return 1.0 / c
-    if sub == C.RSUBC:
-        return -1.0
-    if sub == C.RDIVC:
-        return -y / x
-    if sub == C.POWC:
-        # squares and cubes (the common exponents) without a pow() call per
-        # element, which also keeps the loop vectorised; the same numbers,
-        # since x ** 1.0 and x ** 2.0 are exact
-        if c == 2.0:
-            return 2.0 * x
-        if c == 3.0:
-            return 3.0 * (x * x)
-        return c * x ** (c - 1.0) if c != 0.0 else 0.0
-    if sub == C.RPOWC:  # d c**x = c**x log c; the limit for c == 0 is 0
-        return y * math.log(c) if c != 0.0 else 0.0
-    return unhandled(sub)
-
-
-@inline
-def d_binary(sub, a, b, y):
-    """(dy/da, dy/db) of ``y = a op b`` at one element."""
-    if sub == C.ADD:
-        return 1.0, 1.0
-    if sub == C.SUB:
-        return 1.0, -1.0
-    if sub == C.MUL:
-        return b, a
-    if sub == C.DIV:
-        return 1.0 / b, -y / b
-    if sub == C.POW or sub == C.FLOAT_POWER:
-        da = b * a ** (b - 1.0) if b != 0.0 else 0.0
-        # d/db a**b = a**b log a; the limit at a == 0 (b > 0) is 0, as in PyTorch
-        db = y * math.log(a) if a != 0.0 else 0.0
-        return da, db
-    if sub == C.ARCTAN2:
-        r2 = a * a + b * b
-        return b / r2, -a / r2
-    if sub == C.HYPOT:
-        return a / y, b / y
-    if sub == C.LOGADDEXP:
-        return math.exp(a - y), math.exp(b - y)
-    if sub == C.LOGADDEXP2:
-        return 2.0 ** (a - y), 2.0 ** (b - y)
-    if sub == C.COPYSIGN:  # |a| with b's sign
-        return math.copysign(1.0, a) * math.copysign(1.0, b), 0.0
-    if sub == C.FMOD:  # a - trunc(a / b) * b
-        return 1.0, -float(np.trunc(a / b))
-    if sub == C.REMAINDER:  # a - floor(a / b) * b
-        return 1.0, -math.floor(a / b)
-    if sub == C.FMAX or sub == C.FMIN:  # NaN loses (it wins in maximum/minimum)
-        if a != a:
-            return 0.0, 1.0
-        if b != b:
-            return 1.0, 0.0
-        if a == b:
-            return 0.5, 0.5
-        return (1.0, 0.0) if (a > b) == (sub == C.FMAX) else (0.0, 1.0)
-    if sub >= C.NARY_ZERO_FIRST:  # piecewise constant (floor_divide, heaviside)
-        return 0.0, 0.0
-    if sub == C.MAXIMUM:
-        if a > b:
-            return 1.0, 0.0
-        if a < b:
-            return 0.0, 1.0
-        if a == b:
-            return 0.5, 0.5
-        return (1.0, 0.0) if a != a else (0.0, 1.0)  # NaN wins, as in NumPy
-    if sub == C.MINIMUM:
-        if a < b:
-            return 1.0, 0.0
-        if a > b:
-            return 0.0, 1.0
-        if a == b:
-            return 0.5, 0.5
-        return (1.0, 0.0) if a != a else (0.0, 1.0)
-    return unhandled(sub), unhandled(sub)
-
+from .rules import d_binary, d_scalar, d_unary
 
 # -- array kernels ---------------------------------------------------------------
 _CONST = C.code(C.K_NONE, C.CONST)

@@ -26,160 +26,24 @@ Without the second-order terms the same sweep is plain vector reverse mode
 (``functional._run``): Jacobians and batched VJPs take the common records
 as whole (p, size) blocks instead of one vector at a time.
 """
-import math
 
 import numba
 import numpy as np
 
 from . import codes as C
-from . import optable
 from ._jit import inline, kernel
 from ._views import _voidptr, advance, claim, odometer, parent, value
 from .dispatch import (FAILED, MISSING, SIG_CTX, Families, call_entry_ctx, load_block_ctx,
                        load_tape)
-from .elementwise_vjp import d_binary, d_scalar, d_unary
 from .tangents import fwd_layout
 from .structural import _out_map
 from .sweep import layout
-from .unhandled import unhandled
+from .rules import (d2_binary, d2_scalar, d2_unary, d_binary, d_scalar, d_unary, nary_has_d2,
+                    scalar_has_d2, unary_has_d2)
 from .vector import vec_layout
 
-_LN2, _LN10 = math.log(2.0), math.log(10.0)
 _CONST = C.code(C.K_NONE, C.CONST)
 _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
-
-
-# -- second derivatives, per sub code -----------------------------------------------------
-# Each reads only the values the tape keeps for the op's VJP (optable.READS_*).
-# The *_has_d2 predicates say which subs have a nonzero second derivative
-# (kernels/optable.py: their curve); every such sub must have a branch in its
-# d2_* function, whose last branch is ``unhandled`` (NaN), not a zero.
-_UNARY_D2 = optable.has_d2_array(C.K_UNARY)
-_SCALAR_D2 = optable.has_d2_array(C.K_SCALAR)
-_NARY_D2 = optable.has_d2_array(C.K_NARY)
-
-
-@inline
-def unary_has_d2(sub):
-    return _UNARY_D2[sub]
-
-
-@inline
-def d2_unary(sub, x, y):
-    """d^2y/dx^2 of ``y = f(x)`` at one element (0 for the linear subs)."""
-    if not unary_has_d2(sub):
-        return 0.0
-    if sub == C.EXP:
-        return y
-    if sub == C.LOG:
-        return -1.0 / (x * x)
-    if sub == C.LOG1P:
-        return -1.0 / ((1.0 + x) * (1.0 + x))
-    if sub == C.EXPM1:
-        return y + 1.0
-    if sub == C.SQRT:
-        return -0.25 / (y * y * y)
-    if sub == C.SQUARE:
-        return 2.0
-    if sub == C.SIN:
-        return -math.sin(x)
-    if sub == C.COS:
-        return -math.cos(x)
-    if sub == C.TAN:
-        return 2.0 * y * (1.0 + y * y)
-    if sub == C.TANH:
-        return -2.0 * y * (1.0 - y * y)
-    if sub == C.SINH:
-        return math.sinh(x)
-    if sub == C.COSH:
-        return math.cosh(x)
-    if sub == C.ARCSIN:
-        return x / (1.0 - x * x) ** 1.5
-    if sub == C.ARCCOS:
-        return -x / (1.0 - x * x) ** 1.5
-    if sub == C.ARCTAN:
-        return -2.0 * x / ((1.0 + x * x) * (1.0 + x * x))
-    if sub == C.RECIPROCAL:
-        return 2.0 * y * y * y
-    if sub == C.EXP2:
-        return y * _LN2 * _LN2
-    if sub == C.LOG2:
-        return -1.0 / (x * x * _LN2)
-    if sub == C.LOG10:
-        return -1.0 / (x * x * _LN10)
-    if sub == C.CBRT:
-        return -2.0 / (9.0 * y ** 5)
-    if sub == C.ARCSINH:
-        return -x / (x * x + 1.0) ** 1.5
-    if sub == C.ARCCOSH:
-        return -x / (x * x - 1.0) ** 1.5
-    if sub == C.ARCTANH:
-        return 2.0 * x / ((1.0 - x * x) * (1.0 - x * x))
-    return unhandled(sub)
-
-
-@inline
-def scalar_has_d2(sub):
-    return _SCALAR_D2[sub]
-
-
-@inline
-def d2_scalar(sub, x, y, c):
-    """d^2y/dx^2 of ``y = x op c`` or ``c op x`` (0 for the linear subs)."""
-    if not scalar_has_d2(sub):
-        return 0.0
-    if sub == C.RDIVC:  # c / x
-        return 2.0 * y / (x * x)
-    if sub == C.POWC:  # x ** c
-        if c == 0.0 or c == 1.0:
-            return 0.0
-        if c == 2.0:  # squares and cubes without a pow() per element
-            return 2.0
-        if c == 3.0:
-            return 6.0 * x
-        return c * (c - 1.0) * x ** (c - 2.0)
-    if sub == C.RPOWC:  # c ** x
-        if c == 0.0:
-            return 0.0
-        lc = math.log(c)
-        return y * lc * lc
-    return unhandled(sub)
-
-
-@inline
-def nary_has_d2(sub):
-    return _NARY_D2[sub]
-
-
-@inline
-def d2_binary(sub, a, b, y):
-    """(d2/da2, d2/da db, d2/db2) of ``y = a op b`` at one element."""
-    if not nary_has_d2(sub):
-        return 0.0, 0.0, 0.0
-    if sub == C.MUL:
-        return 0.0, 1.0, 0.0
-    if sub == C.DIV:
-        return 0.0, -1.0 / (b * b), 2.0 * y / (b * b)
-    if sub == C.POW or sub == C.FLOAT_POWER:
-        aa = b * (b - 1.0) * a ** (b - 2.0)
-        if a == 0.0:  # the log terms take their limit 0, as the first derivative does
-            return aa, (1.0 if b == 1.0 else 0.0), 0.0
-        la = math.log(abs(a))
-        return aa, a ** (b - 1.0) * (1.0 + b * la), y * la * la
-    if sub == C.ARCTAN2:
-        r2 = a * a + b * b
-        q = r2 * r2
-        return -2.0 * a * b / q, (a * a - b * b) / q, 2.0 * a * b / q
-    if sub == C.HYPOT:
-        y3 = y * y * y
-        return b * b / y3, -a * b / y3, a * a / y3
-    if sub == C.LOGADDEXP:
-        s = math.exp(a - y) * math.exp(b - y)
-        return s, -s, s
-    if sub == C.LOGADDEXP2:
-        s = 2.0 ** (a - y) * 2.0 ** (b - y) * _LN2
-        return s, -s, s
-    return unhandled(sub), unhandled(sub), unhandled(sub)
 
 
 # -- views ----------------------------------------------------------------------------------

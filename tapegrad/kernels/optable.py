@@ -26,11 +26,11 @@ NaN must not change.
 * ``QUOTIENT``: ``a / b``: the mixed partial and the one in ``b``;
 * ``ALL``: every pair of operands (``power``, ``hypot``, ...).
 
-Adding an elementwise op: its sub code in codes.py, a row here, its forward
-(``kernels/replay.py``), derivative (``kernels/elementwise_vjp.py``) and second
-derivative (``kernels/hvp.py``) branches, its registration in
-``ops/elementwise.py``, and a row in ``tests/op_cases.py``; the registry
-refuses a code that has no row here or no branch in one of the switches.
+Adding an elementwise op: its sub code in codes.py, a row here, its
+forward, derivative and (if it curves) second derivative branches side by
+side in ``rules.py``, its registration in ``ops/elementwise.py``, and a row
+in ``tests/op_cases.py``; the registry refuses a code that has no row here
+or no branch in one of the switches.
 """
 import numpy as np
 

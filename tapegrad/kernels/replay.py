@@ -7,10 +7,9 @@ same ``value(T, r)`` views: the sweep then runs on the replayed values
 unchanged.  It returns at host records (matmul, solve, ...) so that Python
 computes those with NumPy, and at a failed guard, so that the trace is
 redone.  The scalar forwards (``f_unary``, ``f_scalar``, ``f_binary``) are
-written per sub code next to the derivatives in elementwise_vjp.py and follow
-NumPy's definitions, NaN and infinity handling included.
+written per sub code beside the derivatives in rules.py and follow NumPy's
+definitions, NaN and infinity handling included.
 """
-import math
 
 import numba
 import numpy as np
@@ -31,6 +30,7 @@ from .elementwise_vjp import scalar_loops as _scalar_vjp_into
 from .elementwise_vjp import unary_loops as _unary_vjp_into
 from .structural import _out_map, _runs, _step
 from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
+from .rules import f_binary, f_scalar, f_unary
 from .unhandled import unhandled
 from .user import call_d2
 
@@ -44,8 +44,6 @@ LESS, LESS_EQUAL, GREATER, GREATER_EQUAL, EQUAL, NOT_EQUAL = range(CMP_FIRST, CM
 #: guard kinds (``guard[r]``): the value's truth, or the exact value
 G_TRUTH = 1
 G_VALUE = 2
-
-_LN2 = math.log(2.0)
 
 
 @intrinsic
@@ -62,168 +60,6 @@ def call_d1(typingctx, addr, x):
         return builder.call(fn, [xv])
 
     return sig, codegen
-
-
-# -- scalar forwards ---------------------------------------------------------------
-@inline
-def f_unary(sub, x):
-    """``f(x)`` of a K_UNARY sub code at one element."""
-    if sub == C.IDENT or sub >= C.VIEW_FIRST:
-        return x
-    if sub == C.NEG:
-        return -x
-    if sub == C.EXP:
-        return np.exp(x)
-    if sub == C.LOG:
-        return np.log(x)
-    if sub == C.LOG1P:
-        return np.log1p(x)
-    if sub == C.EXPM1:
-        return np.expm1(x)
-    if sub == C.SQRT:
-        return np.sqrt(x)
-    if sub == C.SQUARE:
-        return x * x
-    if sub == C.SIN:
-        return np.sin(x)
-    if sub == C.COS:
-        return np.cos(x)
-    if sub == C.TAN:
-        return np.tan(x)
-    if sub == C.TANH:
-        return np.tanh(x)
-    if sub == C.SINH:
-        return np.sinh(x)
-    if sub == C.COSH:
-        return np.cosh(x)
-    if sub == C.ARCSIN:
-        return np.arcsin(x)
-    if sub == C.ARCCOS:
-        return np.arccos(x)
-    if sub == C.ARCTAN:
-        return np.arctan(x)
-    if sub == C.ABS or sub == C.FABS:
-        return abs(x)
-    if sub == C.RECIPROCAL:
-        return 1.0 / x
-    if sub == C.EXP2:
-        return np.exp2(x)
-    if sub == C.LOG2:
-        return np.log2(x)
-    if sub == C.LOG10:
-        return np.log10(x)
-    if sub == C.CBRT:
-        return np.cbrt(x)
-    if sub == C.ARCSINH:
-        return np.arcsinh(x)
-    if sub == C.ARCCOSH:
-        return np.arccosh(x)
-    if sub == C.ARCTANH:
-        return np.arctanh(x)
-    if sub == C.DEG2RAD:
-        return x * (math.pi / 180.0)
-    if sub == C.RAD2DEG:
-        return x * (180.0 / math.pi)
-    if sub == C.ZERO:
-        return np.sign(x)
-    if sub == C.ZERO_FIRST:
-        return np.floor(x)
-    if sub == C.ZERO_FIRST + 1:
-        return np.ceil(x)
-    if sub == C.ZERO_FIRST + 2:
-        return np.trunc(x)
-    if sub == C.ZERO_FIRST + 3 or sub == C.ZERO_FIRST + 4:
-        # rint, and round with decimals=0 (trace checks that no other was used)
-        return np.rint(x)
-    return unhandled(sub)
-
-
-@inline
-def f_scalar(sub, x, c):
-    """``x op c`` or ``c op x`` of a K_SCALAR sub code (``x - c`` is ADDC of -c)."""
-    if sub == C.ADDC:
-        return x + c
-    if sub == C.MULC:
-        return x * c
-    if sub == C.DIVC:
-        return x / c
-    if sub == C.RSUBC:
-        return c - x
-    if sub == C.RDIVC:
-        return c / x
-    if sub == C.POWC:
-        return x * x if c == 2.0 else np.power(x, c)  # a square: no pow() per element
-    if sub == C.RPOWC:
-        return np.power(c, x)
-    return unhandled(sub)
-
-
-@inline
-def _fmod_floor(a, b):
-    """NumPy's ``divmod`` of floats: (floor quotient, remainder with b's sign)."""
-    if b == 0.0:
-        return a / b, np.fmod(a, b)
-    mod = np.fmod(a, b)
-    div = (a - mod) / b
-    if mod != 0.0:
-        if (b < 0.0) != (mod < 0.0):
-            mod += b
-            div -= 1.0
-    else:
-        mod = math.copysign(0.0, b)
-    if div != 0.0:
-        fl = np.floor(div)
-        if div - fl > 0.5:
-            fl += 1.0
-    else:
-        fl = math.copysign(0.0, a / b)
-    return fl, mod
-
-
-@inline
-def f_binary(sub, a, b):
-    """``a op b`` of a K_NARY sub code (not WHERE) at one element."""
-    if sub == C.ADD:
-        return a + b
-    if sub == C.SUB:
-        return a - b
-    if sub == C.MUL:
-        return a * b
-    if sub == C.DIV:
-        return a / b
-    if sub == C.POW or sub == C.FLOAT_POWER:
-        return np.power(a, b)
-    if sub == C.MAXIMUM:
-        return a if (a >= b or a != a) else b
-    if sub == C.MINIMUM:
-        return a if (a <= b or a != a) else b
-    if sub == C.FMAX:
-        return b if (a < b or a != a) else a
-    if sub == C.FMIN:
-        return b if (a > b or a != a) else a
-    if sub == C.ARCTAN2:
-        return np.arctan2(a, b)
-    if sub == C.HYPOT:
-        return np.hypot(a, b)
-    if sub == C.LOGADDEXP:
-        return np.logaddexp(a, b)
-    if sub == C.LOGADDEXP2:
-        return np.logaddexp2(a, b)
-    if sub == C.COPYSIGN:
-        return math.copysign(a, b)
-    if sub == C.FMOD:
-        return np.fmod(a, b)
-    if sub == C.REMAINDER:
-        return _fmod_floor(a, b)[1]
-    if sub == C.NARY_ZERO_FIRST:  # floor_divide
-        return _fmod_floor(a, b)[0]
-    if sub == C.NARY_ZERO_FIRST + 1:  # heaviside(a, b): b at a == 0
-        if a != a:
-            return a
-        if a == 0.0:
-            return b
-        return 1.0 if a > 0.0 else 0.0
-    return unhandled(sub)
 
 
 @inline

@@ -10,7 +10,7 @@ from . import codes as C
 from ._jit import inline, kernel
 from ._views import adjoint_span, claim, fparam
 from .dispatch import FAILED, MISSING, TABLE, call_entry, resolve, slot
-from .elementwise_vjp import d_binary, d_scalar, d_unary
+from .rules import d_binary, d_scalar, d_unary
 
 
 @inline

@@ -29,7 +29,7 @@ from . import codes as C
 from ._jit import inline, inner, kernel
 from ._views import _voidptr, advance, copy_into, odometer, parent, rows_of, value
 from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
-from .elementwise_vjp import d_binary, d_scalar, d_unary
+from .rules import d_binary, d_scalar, d_unary
 from .structural import _out_map
 from .user import call_d2, call_d3
 
