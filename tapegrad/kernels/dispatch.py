@@ -215,6 +215,10 @@ def slot(T, r, kind, sub):
 
 
 # -- the entries: one per family, each a one-line call of its kernel ----------------
+# Written out one by one, not made by a factory: Numba caches a function under
+# its qualified name and source line, so entries made by one factory would
+# share a cache slot and could load each other's machine code.  The other
+# Families tables (replay.py, tangents.py, hvp.py) follow the same rule.
 from .elementwise_vjp import broadcast_vjp, nary_vjp, scalar_vjp, unary_vjp  # noqa: E402
 from .structural import (concat_vjp, full_sum_vjp, gather_vjp, reduce_vjp,  # noqa: E402
                          scan_vjp, sum_vjp)
