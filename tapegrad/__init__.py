@@ -21,7 +21,7 @@ from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import AccumulateGrad, Node
 from .ops.elementwise import (
     abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt,
-    ceil, clip, copysign, cos, cosh, deg2rad, degrees, divide, equal, exp, exp2, expm1,
+    ceil, copysign, cos, cosh, deg2rad, degrees, divide, equal, exp, exp2, expm1,
     fabs, float_power, floor, floor_divide, fmax, fmin, fmod, greater, greater_equal,
     heaviside, hypot, less, less_equal, log, log1p, log2, log10, logaddexp, logaddexp2,
     maximum, minimum, mod, multiply, negative, not_equal, positive, power, rad2deg,
@@ -29,13 +29,13 @@ from .ops.elementwise import (
     tan, tanh, true_divide, trunc, where)
 from .ops.composite import (
     array_split, atleast_1d, atleast_2d, atleast_3d, average, column_stack, dstack, hsplit,
-    hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
+    clip, dot, hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
     select, std, tensordot, var, vdot, vsplit, vstack)
 from .ops.custom import ElementwiseOp, elementwise
 from .functional import (
     GradcheckError, grad, gradcheck, jacobian, value_and_grad, vjp)
 from . import autograd
-from .ops.matrix import dot, einsum, matmul
+from .ops.matrix import einsum, matmul
 from . import linalg
 from .ops.reductions import (
     amax, amin, cumprod, cumsum, log_softmax, logsumexp, max, mean, min, prod, softmax, sum)

@@ -10,13 +10,16 @@ are taken again from its new value -- what PyTorch does when it rebases a
 base's history after an in-place write through a view.  Advanced indexing
 (integer arrays, masks) copies, in NumPy and here, so writes into its result
 stay there.
+
+This module keeps the bookkeeping (which tensor is a view of which, and
+whether a write is allowed); ``ops/view_writes.py`` carries a write up the
+chain with the recorded ops.
 """
 import weakref
 
 import numpy as np
 
 from .tape import current
-from .tensor import Tensor
 
 
 def is_basic(key):
@@ -65,42 +68,3 @@ def check_writable(t):
             "a view of a leaf tensor that requires grad is being used in an in-place "
             "operation (as in PyTorch, this is not allowed); write into a copy (y = x * 1.0; "
             "y[1:3] = v) or update the leaf under `with tg.no_grad():`")
-
-
-def write(t, new, become):
-    """Give tensor ``t`` the recorded new value ``new`` and pass it up to t's
-    bases (see the module docstring); ``become(a, b)`` lets a take b's place."""
-    from .ops.shape import getitem, index_put
-    check_writable(t)
-    chain, _ = _chain(t)
-    # compute every new value first: a failure leaves every tensor as it was
-    values = [new]
-    for _, base, key in chain:
-        values.append(index_put(base, key, values[-1]))
-    become(t, new)
-    for (_, base, key), value in zip(chain, values[1:]):
-        if not base._requires_grad and isinstance(base._data, np.ndarray) \
-                and base._data.flags.writeable:
-            # a plain base: NumPy views of its memory see the numbers too
-            base._data[key] = value._data[key]
-        become(base, value)
-    for (v, base, _) in chain:
-        _retake(base, skip=v)
-
-
-def _retake(base, skip):
-    """Take the live views of ``base`` (other than ``skip``) again from its
-    new value, and theirs from theirs."""
-    from .ops.shape import getitem
-    views = getattr(base, "_views", None)
-    if not views:
-        return
-    live = [w() for w in views]
-    for w in live:
-        if w is None or w is skip or getattr(w, "_vw", (None,))[0] is not base:
-            continue
-        fresh = getitem(base, w._vw[1])
-        for slot in ("_data", "_requires_grad", "_tok", "_rec"):
-            if hasattr(fresh, slot):
-                setattr(w, slot, getattr(fresh, slot))
-        _retake(w, skip=None)

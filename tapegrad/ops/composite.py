@@ -7,45 +7,17 @@ values and the gradients against finite differences.
 """
 import numpy as np
 
-from ..tape import _local
 from ..tensor import Tensor, _plain
 from . import elementwise as E
 from . import reductions as Rd
 from . import shape as S
+from .guarded import _tracing, on_values  # noqa: F401  (on_values: part of this module's API)
+from .matrix import _data as _values
+from .matrix import matmul
 
 
 def _t(x):
     return x if isinstance(x, Tensor) else _plain(np.asarray(x))
-
-
-def _tracing():
-    tape = _local.__dict__.get("tape")
-    return tape if tape is not None and tape.tracing else None
-
-
-def on_values(fn, *args, _exact=False, **kwargs):
-    """``fn(*args, **kwargs)`` on the values of any tensors among the
-    arguments (also inside list and tuple arguments): a result that carries
-    no gradient, such as an index, a count or a mask.
-
-    While ``tg.trace`` records, a traced value among the arguments makes the
-    call a guard (``TraceTape.call``): a replay runs ``fn`` again on the
-    replayed values and traces again when the result changes.
-
-    Examples
-    --------
-    >>> import numpy as np, tapegrad as tg
-    >>> from tapegrad.ops.composite import on_values
-    >>> int(on_values(np.argmax, tg.tensor([1.0, 3.0, 2.0], requires_grad=True)))
-    1
-    """
-    tape = _tracing()
-    if tape is not None:
-        return tape.call(fn, args, kwargs, exact=_exact)
-    conv = lambda x: np.asarray(x._data) if isinstance(x, Tensor) else x  # noqa: E731
-    args = [conv(a) if not isinstance(a, (list, tuple)) else type(a)(conv(x) for x in a)
-            for a in args]
-    return fn(*args, **{k: conv(v) for k, v in kwargs.items()})
 
 
 def _count(a, axis):
@@ -329,6 +301,60 @@ def vdot(a, b):
     return Rd.sum(S.ravel(a) * S.ravel(b))
 
 
+def clip(a, a_min=None, a_max=None):
+    """``numpy.clip``; the gradient passes where ``a_min <= a <= a_max``.
+
+    Tensor bounds receive the gradient where they clip.
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> tg.clip(tg.tensor([-2.0, 0.5, 3.0]), -1.0, 1.0)
+    tensor([-1.0, 0.5, 1.0])
+    """
+    if a_min is None and a_max is None:
+        raise ValueError("clip needs at least one of a_min and a_max")
+    out = a
+    if a_min is not None:
+        out = E.where(E.less(out, a_min), a_min, out)
+    if a_max is not None:
+        out = E.where(E.greater(out, a_max), a_max, out)
+    if not isinstance(out, Tensor):
+        return out
+    # the forward must equal NumPy's exactly (dtype included)
+    ref = np.clip(a._data if isinstance(a, Tensor) else a,
+                  a_min._data if isinstance(a_min, Tensor) else a_min,
+                  a_max._data if isinstance(a_max, Tensor) else a_max)
+    if out._data.dtype != ref.dtype:
+        out = S.astype(out, ref.dtype)
+    return out
+
+
+def dot(a, b):
+    """``numpy.dot``: products of scalars, vectors and matrices, and for N-d
+    operands the sum over the last axis of a and the second-to-last of b
+    (the last of b if it is 1-D).
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> a = tg.tensor(np.ones((2, 3, 4)), requires_grad=True)
+    >>> tg.dot(a, np.ones((5, 4, 6))).shape
+    (2, 3, 5, 6)
+    """
+    nda, ndb = np.ndim(a), np.ndim(b)
+    if nda == 0 or ndb == 0:
+        return E.multiply(a, b)
+    if nda > 2 or ndb > 2:
+        sa, sb = np.shape(_values(a)), np.shape(_values(b))
+        if sa[-1] != sb[-1 if ndb == 1 else -2]:
+            raise ValueError(f"shapes {sa} and {sb} not aligned: {sa[-1]} (dim {nda - 1}) "
+                             f"!= {sb[-1 if ndb == 1 else -2]} (dim {max(ndb - 2, 0)})")
+        # the free axes of a, then b's without its second-to-last: tensordot's order
+        return tensordot(a, b, axes=([-1], [-1 if ndb == 1 else -2]))
+    return matmul(a, b)
+
+
 def tensordot(a, b, axes=2):
     """``numpy.tensordot``: transposes and reshapes around one matmul."""
     a, b = _t(a), _t(b)
@@ -346,7 +372,6 @@ def tensordot(a, b, axes=2):
     k = int(np.prod([a.shape[i] for i in ax_a]))
     a2 = S.reshape(S.transpose(a, free_a + ax_a), (-1, k))
     b2 = S.reshape(S.transpose(b, ax_b + free_b), (k, -1))
-    from .matrix import matmul
     out_shape = tuple(a.shape[i] for i in free_a) + tuple(b.shape[i] for i in free_b)
     return S.reshape(matmul(a2, b2), out_shape)
 
@@ -491,7 +516,6 @@ def multi_dot(arrays, *, out=None):
     >>> tg.linalg.multi_dot([a, np.ones((3, 4)), np.ones(4)])
     tensor([12.0, 12.0], grad_fn=<ReshapeBackward>)
     """
-    from .matrix import matmul
     if out is not None:
         raise TypeError("tapegrad.linalg.multi_dot: out= is not supported")
     arrs = [_t(a) for a in arrays]

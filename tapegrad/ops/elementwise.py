@@ -379,36 +379,6 @@ def where(condition, x, y):
     return _result(tape, r, data)
 
 
-def clip(a, a_min=None, a_max=None):
-    """``numpy.clip``; the gradient passes where ``a_min <= a <= a_max``.
-
-    Tensor bounds receive the gradient where they clip.
-
-    Examples
-    --------
-    >>> import tapegrad as tg
-    >>> tg.clip(tg.tensor([-2.0, 0.5, 3.0]), -1.0, 1.0)
-    tensor([-1.0, 0.5, 1.0])
-    """
-    if a_min is None and a_max is None:
-        raise ValueError("clip needs at least one of a_min and a_max")
-    out = a
-    if a_min is not None:
-        out = where(less(out, a_min), a_min, out)
-    if a_max is not None:
-        out = where(greater(out, a_max), a_max, out)
-    if not isinstance(out, Tensor):
-        return out
-    # the forward must equal NumPy's exactly (dtype included)
-    ref = np.clip(a._data if isinstance(a, Tensor) else a,
-                  a_min._data if isinstance(a_min, Tensor) else a_min,
-                  a_max._data if isinstance(a_max, Tensor) else a_max)
-    if out._data.dtype != ref.dtype:
-        from .shape import astype
-        out = astype(out, ref.dtype)
-    return out
-
-
 # -- comparisons: boolean tensors that carry no gradient -------------------------
 def _def_compare(fn):
     def op(a, b):

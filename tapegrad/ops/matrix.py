@@ -163,33 +163,6 @@ def matmul(a, b):
     return _result(tape, r, data)
 
 
-def dot(a, b):
-    """``numpy.dot``: products of scalars, vectors and matrices, and for N-d
-    operands the sum over the last axis of a and the second-to-last of b
-    (the last of b if it is 1-D).
-
-    Examples
-    --------
-    >>> import numpy as np, tapegrad as tg
-    >>> a = tg.tensor(np.ones((2, 3, 4)), requires_grad=True)
-    >>> tg.dot(a, np.ones((5, 4, 6))).shape
-    (2, 3, 5, 6)
-    """
-    nda, ndb = np.ndim(a), np.ndim(b)
-    if nda == 0 or ndb == 0:
-        return multiply(a, b)
-    if nda > 2 or ndb > 2:
-        sa, sb = np.shape(_data(a)), np.shape(_data(b))
-        if sa[-1] != sb[-1 if ndb == 1 else -2]:
-            raise ValueError(f"shapes {sa} and {sb} not aligned: {sa[-1]} (dim {nda - 1}) "
-                             f"!= {sb[-1 if ndb == 1 else -2]} (dim {max(ndb - 2, 0)})")
-        # the free axes of a, then b's without its second-to-last: tensordot's order
-        from .composite import tensordot
-        return tensordot(a, b, axes=([-1], [-1 if ndb == 1 else -2]))
-    return matmul(a, b)
-
-
-
 # -- inverse, solve, determinants: LAPACK through NumPy -----------------------
 def _T(m):
     return np.swapaxes(m, -1, -2)

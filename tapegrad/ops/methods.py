@@ -12,6 +12,7 @@ from . import matrix as L
 from . import reductions as Rd
 from . import shape as S
 from .. import views as V
+from . import view_writes
 from .numpy_api import HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, unsupported
 
 
@@ -68,7 +69,7 @@ def _record_write(self, compute):
         _become(self, compute())
         return
     V.check_writable(self)
-    V.write(self, compute(), _become)
+    view_writes.write(self, compute(), _become)
 
 
 def _become(self, new):
@@ -242,7 +243,7 @@ _METHODS = {
     "reshape": S.reshape, "ravel": S.ravel, "flatten": S.ravel,
     "transpose": lambda self, *axes: S.transpose(
         self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)),
-    "swapaxes": S.swapaxes, "squeeze": S.squeeze, "clip": E.clip, "dot": L.dot,
+    "swapaxes": S.swapaxes, "squeeze": S.squeeze, "clip": K.clip, "dot": K.dot,
     "astype": S.astype,
     "exp": E.exp, "log": E.log, "sqrt": E.sqrt, "sin": E.sin, "cos": E.cos,
     "tanh": E.tanh, "abs": E.absolute, "unbind": S.unbind, "split": S.split,

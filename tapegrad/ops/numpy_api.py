@@ -51,7 +51,7 @@ HANDLED_FUNCTIONS = {
     np.roll: S.roll, np.tile: S.tile, np.repeat: S.repeat, np.diagonal: S.diagonal,
     np.take: S.take, np.take_along_axis: S.take_along_axis, np.sort: S.sort,
     np.triu: S.triu, np.tril: S.tril, np.diag: S.diag, np.pad: S.pad,
-    np.where: E.where, np.clip: E.clip, np.dot: L.dot, np.abs: E.absolute,
+    np.where: E.where, np.clip: K.clip, np.dot: K.dot, np.abs: E.absolute,
     np.round: E.round, np.around: E.round, np.cumsum: Rd.cumsum, np.cumprod: Rd.cumprod,
     np.var: K.var, np.std: K.std, np.ptp: K.ptp, np.average: K.average,
     np.nansum: K.nansum, np.nanmean: K.nanmean, np.nanmax: K.nanmax, np.nanmin: K.nanmin,

@@ -72,7 +72,7 @@ def _masked(op, pyname, a, axis, keepdims, where):
     from .elementwise import where as select_where
     mask = np.asarray(where._data if isinstance(where, Tensor) else where, dtype=bool)
     if pyname == "mean":
-        from .composite import on_values  # in a trace: guarded if the mask is traced
+        from .guarded import on_values  # in a trace: guarded if the mask is traced
         count = on_values(lambda m: np.sum(np.broadcast_to(m, np.shape(a)), axis=axis,
                                            keepdims=keepdims), where)
         return sum(select_where(mask, a, 0.0), axis=axis, keepdims=keepdims) / count

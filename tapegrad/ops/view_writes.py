@@ -1,0 +1,46 @@
+"""A write into a view tensor carried up to its bases, recorded
+(``tapegrad/views.py`` has the bookkeeping and the rules): the view takes its
+new value, each base up the chain becomes ``index_put(base, key, view)``, and
+the other live views of a changed base are taken again from its new value.
+"""
+import numpy as np
+
+from ..views import _chain, check_writable
+from .shape import getitem, index_put
+
+
+def write(t, new, become):
+    """Give tensor ``t`` the recorded new value ``new`` and pass it up to t's
+    bases (see the module docstring); ``become(a, b)`` lets a take b's place."""
+    check_writable(t)
+    chain, _ = _chain(t)
+    # compute every new value first: a failure leaves every tensor as it was
+    values = [new]
+    for _, base, key in chain:
+        values.append(index_put(base, key, values[-1]))
+    become(t, new)
+    for (_, base, key), value in zip(chain, values[1:]):
+        if not base._requires_grad and isinstance(base._data, np.ndarray) \
+                and base._data.flags.writeable:
+            # a plain base: NumPy views of its memory see the numbers too
+            base._data[key] = value._data[key]
+        become(base, value)
+    for (v, base, _) in chain:
+        _retake(base, skip=v)
+
+
+def _retake(base, skip):
+    """Take the live views of ``base`` (other than ``skip``) again from its
+    new value, and theirs from theirs."""
+    views = getattr(base, "_views", None)
+    if not views:
+        return
+    live = [w() for w in views]
+    for w in live:
+        if w is None or w is skip or getattr(w, "_vw", (None,))[0] is not base:
+            continue
+        fresh = getitem(base, w._vw[1])
+        for slot in ("_data", "_requires_grad", "_tok", "_rec"):
+            if hasattr(fresh, slot):
+                setattr(w, slot, getattr(fresh, slot))
+        _retake(w, skip=None)
