@@ -1,0 +1,469 @@
+"""Differential fuzzing of in-place writes and create_graph programs against PyTorch.
+
+Hypothesis draws small straight-line programs (``tests/inplace_programs.py``:
+float64 leaves of 1-d and 2-d shapes, a few with more than 16 elements, which
+the tape keeps by reference) mixing elementwise ops (sin, cos, tanh, exp,
+square, +, -, *, /, ** 2), sums and means, basic-index views and
+advanced-index copies, in-place writes with grad mode on (``t += c``,
+``t *= v``, ``t[k] = v``, ``t[k] += c``, into non-leaf tensors and their views;
+into a leaf or a view of one, which both libraries refuse), writes the graph
+does not see (``t += c``, ``t[k] = v`` under ``no_grad``, ``t.data -= c``,
+``t.detach()[k] = v``, into leaves, views and non-leaf tensors), backward
+passes in the middle with SGD steps on ``.data`` between them, and a final
+``backward`` with a random seed (sometimes ``inputs=``).  A second family
+takes a first gradient with ``tg.autograd.grad(..., create_graph=True)`` and
+differentiates a function of it again (gradient penalty, Hessian-vector
+product by hand, mixed with more ops and writes) by ``backward`` or
+``tg.autograd.grad``.
+
+Each program runs on tapegrad and twice on PyTorch (float64; see
+``inplace_programs``: ``real``, exactly as written, and ``functional``, which
+computes the recorded in-place writes out of place as tapegrad documents it
+does).  Asserted: both raise at the same step or neither does; an error
+PyTorch reports as "modified by an inplace operation" is a RuntimeError with
+that phrase in tapegrad; a failed backward leaves every ``.grad`` as it was;
+otherwise every variable's final value and every leaf's ``.grad`` agree to
+1e-10 relative.  PyTorch's ``real`` run checks the ``functional`` oracle
+wherever PyTorch itself gives a result.
+
+Every program runs on a fresh thread (``in_fresh_thread``) and returns only
+NumPy arrays and strings: no tensor stays on the main thread's tape, which
+other, order-dependent tests read.
+
+Normal run: 40 programs per family.  ``TAPEGRAD_FUZZ_LONG=1``: 2,000 per
+family (``TAPEGRAD_FUZZ_EXAMPLES`` sets the number).  Known bugs have strict
+xfail reproducers below; the generator leaves their program shapes out
+(``TAPEGRAD_FUZZ_KNOWN_BUGS=1`` puts them back, to check a fix).
+"""
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import inplace_programs as ip
+from oracle import in_fresh_thread
+
+torch = pytest.importorskip("torch")
+
+import tapegrad as tg  # noqa: E402  (after the skip: nothing to do without torch)
+
+LONG = os.environ.get("TAPEGRAD_FUZZ_LONG") == "1"
+EXAMPLES = int(os.environ.get("TAPEGRAD_FUZZ_EXAMPLES", "2000" if LONG else "40"))
+WITH_KNOWN_BUGS = os.environ.get("TAPEGRAD_FUZZ_KNOWN_BUGS") == "1"
+RTOL = 1e-10
+INPLACE_PHRASE = "modified by an inplace operation"
+
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.filter_too_much])
+
+
+@st.composite
+def inplace_programs(draw):
+    return ip.make_inplace_program(ip.Draw(draw=draw), known_bugs_excluded=not WITH_KNOWN_BUGS)
+
+
+@st.composite
+def create_graph_programs(draw):
+    return ip.make_create_graph_program(ip.Draw(draw=draw),
+                                        known_bugs_excluded=not WITH_KNOWN_BUGS)
+
+
+# -- the comparison --------------------------------------------------------------------------
+def run_tapegrad(prog):
+    """tapegrad's run, on a fresh thread (its own tape); only arrays come back."""
+    return in_fresh_thread(lambda: ip.run(prog, "tg"))
+
+
+def _close(a, b, what, prog, none_is_zero=False):
+    if none_is_zero and (a is None) != (b is None):   # see _CREATE_GRAPH_NONE below
+        a, b = (np.zeros_like(b) if a is None else a), (np.zeros_like(a) if b is None else b)
+    if a is None or b is None:
+        assert a is None and b is None, f"{what}: {a!r} against {b!r}\n{prog!r}"
+        return
+    assert a.shape == b.shape, f"{what}: shape {a.shape} against {b.shape}\n{prog!r}"
+    scale = max(1.0, float(np.nanmax(np.abs(b), initial=0.0))) if b.size else 1.0
+    np.testing.assert_allclose(a, b, rtol=RTOL, atol=RTOL * scale, equal_nan=True,
+                               err_msg=f"{what}\n{prog!r}")
+
+
+def _same_numbers(a, b, who, prog, none_is_zero=False):
+    assert set(a.values) == set(b.values)
+    for k in sorted(b.values):
+        _close(a.values[k], b.values[k], f"{who}: value of variable {k}", prog, none_is_zero)
+    for i, (ga, gb) in enumerate(zip(a.grads, b.grads)):
+        _close(ga, gb, f"{who}: .grad of leaf {i}", prog, none_is_zero)
+
+
+# Documented (README: create_graph=True returns "tensors of the graph", GradBackward):
+# tapegrad's first gradients always carry a graph to every leaf of the first graph, where
+# PyTorch's gradient of a function linear in a leaf has none.  Where PyTorch then gives
+# None (no path) or refuses the backward ("does not require grad"), tapegrad gives zeros.
+# The functional oracle writes this out (inplace_programs.run); the real PyTorch run is
+# compared with it up to exactly that.
+_CREATE_GRAPH_NONE = "does not require grad and does not have a grad_fn"
+
+
+def _after_create_graph(prog, si):
+    return any(s[0] == "grad" and s[4] for s in prog.steps[:si])
+
+
+def check(prog):
+    """Run prog on tapegrad and PyTorch and compare (see the module docstring)."""
+    real = ip.run(prog, "torch")
+    func = ip.run(prog, "torch", functional=True)
+    got = run_tapegrad(prog)
+
+    # the oracle first: where PyTorch itself gives a result, the functional run gives it too
+    cg = _after_create_graph(prog, len(prog.steps))
+    if real.error is None:
+        assert func.error is None, f"oracle: functional torch raised {func.error}\n{prog!r}"
+        _same_numbers(func, real, "oracle (functional torch against torch)", prog,
+                      none_is_zero=cg)
+    elif func.error is None:
+        # documented: tapegrad's recorded writes are functional updates, so a graph that
+        # saved the old value keeps it where PyTorch refuses the backward; and the
+        # create_graph difference above
+        assert (INPLACE_PHRASE in real.error[2]
+                and prog.has_recorded_write_before(real.error[0])) or (
+                    _CREATE_GRAPH_NONE in real.error[2]
+                    and _after_create_graph(prog, real.error[0])), \
+            f"oracle: torch raised {real.error}, functional torch did not\n{prog!r}"
+    else:
+        assert real.error[0] <= func.error[0], \
+            f"oracle: functional torch raised {func.error}, torch {real.error}\n{prog!r}"
+
+    # tapegrad against the oracle
+    if func.error is not None:
+        assert got.error is not None, \
+            f"tapegrad gave no error where PyTorch raised {func.error}\n{prog!r}"
+        assert got.error[0] == func.error[0], \
+            f"tapegrad raised {got.error}, PyTorch at another step: {func.error}\n{prog!r}"
+        if INPLACE_PHRASE in func.error[2]:
+            assert got.error[1] == "RuntimeError" and INPLACE_PHRASE in got.error[2], \
+                f"tapegrad raised {got.error} for PyTorch's {func.error}\n{prog!r}"
+        else:
+            assert got.error[1] == func.error[1], \
+                f"tapegrad raised {got.error} for PyTorch's {func.error}\n{prog!r}"
+        assert got.grads_kept, f"a failed backward changed .grad: {got.error}\n{prog!r}"
+        return "error"
+    assert got.error is None, f"tapegrad raised {got.error}; PyTorch ran\n{prog!r}"
+    _same_numbers(got, func, "tapegrad against torch", prog)
+    return "ok"
+
+
+# -- the fuzz tests ----------------------------------------------------------------------------
+@FUZZ
+@given(prog=inplace_programs())
+def test_inplace_programs_match_torch(prog):
+    check(prog)
+
+
+@FUZZ
+@given(prog=create_graph_programs())
+def test_create_graph_programs_match_torch(prog):
+    check(prog)
+
+
+def test_generator_covers_its_step_kinds_and_both_outcomes():
+    """Seeded programs (no Hypothesis) use every step kind, every write kind, the
+    program shapes that matter here, and end both in errors and in numbers."""
+    kinds, writes, notes, outcomes = set(), set(), set(), []
+    for seed in range(120):
+        rng = np.random.default_rng(seed)
+        maker = ip.make_inplace_program if seed % 3 else ip.make_create_graph_program
+        prog = maker(ip.Draw(rng=rng), known_bugs_excluded=not WITH_KNOWN_BUGS)
+        kinds |= {s[0] for s in prog.steps}
+        writes |= {s[2] for s in prog.steps if s[0] in ("rec", "raw")}
+        notes |= set(prog.notes)
+        outcomes.append(check(prog))
+    assert kinds >= {"leaf", "unary", "scalar", "binary", "reduce", "view", "take", "rec",
+                     "raw", "mid", "sgd", "grad", "backward"}, kinds
+    assert writes >= set(ip.REC_KINDS) | set(ip.RAW_KINDS), writes
+    assert notes >= {"rec_into_view", "rec_into_leaf", "raw_into_leaf", "raw_into_leaf_view",
+                     "raw_into_viewed", "penalty", "hvp", "mixed", "free"}, notes
+    assert outcomes.count("error") >= 10 and outcomes.count("ok") >= 40, \
+        (outcomes.count("error"), outcomes.count("ok"))
+
+
+def test_the_check_catches_a_wrong_gradient(monkeypatch):
+    """Not vacuous: a tapegrad sin whose gradient is wrong fails the comparison."""
+    d = ip.Draw(rng=np.random.default_rng(0))
+    prog = ip.Program("inplace", [d.values((3,))],
+                      [("leaf", 0), ("unary", "sin", 0), ("rec", 1, "imul_c", 2.0),
+                       ("backward", 1, d.values((3,)), None)], [0, 1])
+    check(prog)
+    real_sin = tg.sin
+    monkeypatch.setattr(tg, "sin", lambda x: real_sin(x.detach()) + (x - x.detach()))
+    with pytest.raises(AssertionError, match="grad of leaf 0"):
+        check(prog)
+
+
+# -- known bugs: the smallest programs, strict xfail ---------------------------------------------
+# Each was found by the fuzzer above and minimised by hand; the generator leaves its program
+# shape out (inplace_programs, "KNOWN BUG X").  When one is fixed, its test XPASSes (a failure
+# under strict): remove the xfail and the exclusion, and run with TAPEGRAD_FUZZ_KNOWN_BUGS=1.
+def P(leaves, *steps):
+    """A hand-written program: leaves (lists), steps; every variable compared."""
+    leaves = [np.asarray(a, dtype=np.float64) for a in leaves]
+    n = sum(1 for s in steps if s[0] == "leaf") + sum(
+        1 for s in steps if s[0] in ("unary", "scalar", "binary", "reduce", "view", "take"))
+    n += sum(len(s[2]) for s in steps if s[0] == "grad")
+    return ip.Program("hand", leaves, list(steps), list(range(n)))
+
+
+def known_bug(reason):
+    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
+
+
+ONE = ("f", 9.0)   # the value unrecorded writes put in
+
+
+@known_bug("BUG A: a recorded write into a tensor does not reach the views taken of it: "
+           "x = tg.tensor([1., 2., 3.], requires_grad=True); h = x * 2.0; v = h[0:2]; "
+           "h *= 3.0  ->  v stays [2, 4] (PyTorch: [6, 12]), and (v * v).sum().backward() "
+           "gives x.grad [8, 16, 0] (PyTorch: [72, 144, 0]).  The same after h[0] = 9.0, and "
+           "for w = v[0:1] after v += 1 (a view of a written view).  tapegrad/views.py write() "
+           "retakes the views of the written tensor's bases, never its own.")
+def test_known_bug_write_into_a_base_leaves_its_views_stale():
+    check(P([[1.0, 2.0, 3.0]], ("leaf", 0), ("scalar", "mul", 0, 2.0),
+            ("view", 1, (("s", 0, 2, 1),)), ("rec", 1, "imul_c", 3.0),
+            ("binary", "mul", 2, 2), ("backward", 3, np.ones(2), None)))
+
+
+@known_bug("BUG B: after a recorded write into a view, the view stops sharing memory with "
+           "its base: x = tg.tensor([1., 2., 3.], requires_grad=True); h = x * 2.0; "
+           "v = h[0:2]; v += 1.0; h.detach()[0] = 9.0  ->  v stays [3, 5] (PyTorch: "
+           "[9, 5]); v.detach()[0] = 9.0 does not reach h either.")
+def test_known_bug_recorded_write_into_a_view_unshares_its_memory():
+    check(P([[1.0, 2.0, 3.0]], ("leaf", 0), ("scalar", "mul", 0, 2.0),
+            ("view", 1, (("s", 0, 2, 1),)), ("rec", 2, "iadd_c", 1.0),
+            ("raw", 1, "detach_set", ((("i", 0),), ONE)), ("backward", 2, np.ones(2), None)))
+
+
+@pytest.mark.parametrize("n", [3, 40])
+@known_bug("BUG C: an unrecorded write into a tensor is not seen by a graph that saved a "
+           "view of it: x = tg.tensor(np.linspace(0.1, 1, n), requires_grad=True); "
+           "s = tg.sin(x[0:n-1]); with tg.no_grad(): x[0] = 9.0; s.sum().backward()  ->  "
+           "PyTorch raises 'modified by an inplace operation'; tapegrad raises nothing and "
+           "uses the old value (n <= 16: the view's record keeps a copy) or, silently, the "
+           "new one (n = 40: x.grad[0] = cos(9)).  Non-leaf bases alike (h = x * 2).")
+def test_known_bug_unrecorded_write_into_a_base_misses_saved_views(n):
+    check(P([np.linspace(0.1, 1.0, n)], ("leaf", 0), ("view", 0, (("s", 0, n - 1, 1),)),
+            ("unary", "sin", 1), ("raw", 0, "ng_set", ((("i", 0),), ONE)),
+            ("backward", 2, np.ones(n - 1), None)))
+
+
+@known_bug("BUG C2: a view of at most 16 elements keeps, in its record, the value it had "
+           "when taken; after an unrecorded write into its base, an op recorded later that "
+           "saves the view differentiates with the old value: "
+           "x = tg.tensor([1., 2., 3.], requires_grad=True); v = x[0:2]; "
+           "with tg.no_grad(): x[0] = 5.0; tg.square(v).sum().backward()  ->  v shows "
+           "[5, 2] but x.grad = [2, 4, 0] (PyTorch: [10, 4, 0]).  The SGD pattern "
+           "(views taken once, p.data -= lr * p.grad each step) gets wrong gradients.")
+def test_known_bug_view_saved_after_a_write_into_its_base_is_stale():
+    check(P([[1.0, 2.0, 3.0]], ("leaf", 0), ("view", 0, (("s", 0, 2, 1),)),
+            ("raw", 0, "ng_set", ((("i", 0),), ("f", 5.0))), ("unary", "square", 1),
+            ("backward", 2, np.ones(2), None)))
+
+
+@known_bug("BUG D: an unrecorded write into a tensor that is not a leaf poisons every graph "
+           "recorded after it: x = tg.tensor([0.5, 1.7, -1.7], requires_grad=True); "
+           "h = x * 2.0; with tg.no_grad(): h *= 3.0; tg.cos(h).sum().backward()  ->  "
+           "RuntimeError '... modified by an inplace operation ... saved by CosBackward' "
+           "(PyTorch: x.grad = -2 sin(6x)).  Same for h.detach()[0] = 3, h.data -= 1, "
+           "writes into a view of h, and h[0] = 5 (index_put saves h) afterwards; "
+           "_written() marks h's own record stale and h never gets a new one (a leaf "
+           "does: _ltok = None).")
+def test_known_bug_unrecorded_write_into_a_non_leaf_breaks_later_graphs():
+    check(P([[0.5, 1.7, -1.7]], ("leaf", 0), ("scalar", "mul", 0, 2.0),
+            ("raw", 1, "ng_imul", 3.0), ("unary", "cos", 1), ("backward", 2, np.ones(3), None)))
+
+
+@known_bug("BUG E: the array of x[:, idx] is read-only; an unrecorded write into it copies "
+           "and its views keep the old value: x = tg.tensor([[1., 2.], [3., 4.]], "
+           "requires_grad=True); t = x[:, np.array([1])]; v = t[0:1]; "
+           "with tg.no_grad(): t[0] = 9.0  ->  t shows [[9], [4]] but v stays [[2]] "
+           "(PyTorch: [[9]]).  (_set_value's copy-on-write branch.)")
+def test_known_bug_unrecorded_write_into_a_read_only_result_unshares_it():
+    check(P([[[1.0, 2.0], [3.0, 4.0]]], ("leaf", 0),
+            ("take", 0, (("s", None, None, 1), ("a", (1,)))), ("view", 1, (("s", 0, 1, 1),)),
+            ("raw", 1, "ng_set", ((("i", 0),), ONE)), ("backward", 2, np.ones((1, 1)), None)))
+
+
+@known_bug("BUG F: after an unrecorded write into a leaf (no_grad, .data, detach(), or into "
+           "a view of it), backward(inputs=[leaf]) and tg.autograd.grad miss the leaf for "
+           "graphs recorded through its earlier record: x = tg.tensor([1., 2.], "
+           "requires_grad=True); y = x * 3.0; x.data -= 0.5; "
+           "y.sum().backward(inputs=[x])  ->  x.grad is None (PyTorch: [3, 3]); "
+           "tg.autograd.grad(y.sum(), [x]) raises 'appears to not have been used'.")
+def test_known_bug_inputs_miss_a_leaf_written_without_a_record():
+    check(P([[1.0, 2.0]], ("leaf", 0), ("scalar", "mul", 0, 3.0), ("raw", 0, "data_isub", 0.5),
+            ("backward", 1, np.ones(2), (0,))))
+
+
+@known_bug("BUG L: create_graph=True with allow_unused=True and no input used raises "
+           "IndexError (functional.py, _GraphGrad.forward: spec.outputs[0] of an empty "
+           "tuple): x = tg.tensor([1., 2.], requires_grad=True); w = tg.tensor([3.], "
+           "requires_grad=True); tg.autograd.grad((w * w).sum(), [x], create_graph=True, "
+           "allow_unused=True)  ->  IndexError (PyTorch: (None,)).  Bug F leads here too: "
+           "y = tg.exp(x); with tg.no_grad(): x += 0.25; then the same call on y.sum().")
+def test_known_bug_create_graph_with_no_used_input_crashes():
+    check(P([[1.0, 2.0], [3.0]], ("leaf", 0), ("leaf", 1), ("binary", "mul", 1, 1),
+            ("reduce", "sum", 2, None, False), ("grad", 3, (0,), None, True, (1,))))
+
+
+@known_bug("BUG K: a create_graph=True gradient keeps its records live after every tensor "
+           "is dropped, so the thread's tape never resets and grows without bound: "
+           "def step(): x = tg.tensor([0.3, -0.7, 1.1], requires_grad=True); "
+           "(g,) = tg.autograd.grad((tg.sin(x) * x).sum(), x, create_graph=True); "
+           "tg.autograd.grad((g * 2.0).sum(), x)  --  5,000 calls leave 30,050 live "
+           "records (4.5 MB) in tg.tape_stats(); without create_graph the tape resets.  "
+           "This is why tests/test_viz.py fails after the create_graph tests of "
+           "tests/test_writes_and_nesting.py on one thread.")
+def test_known_bug_create_graph_keeps_the_tape_alive():
+    def steps():
+        import gc
+
+        def step():
+            x = tg.tensor([0.3, -0.7, 1.1], requires_grad=True)
+            (g,) = tg.autograd.grad((tg.sin(x) * x).sum(), x, create_graph=True)
+            tg.autograd.grad((g * 2.0).sum(), x)
+        step()
+        gc.collect()
+        x = tg.tensor([1.0], requires_grad=True)
+        return (x * 2.0)._rec                # 1 on a tape that reset
+    assert in_fresh_thread(steps) <= 1
+
+
+@known_bug("BUG G: x[i] of a 1-d tensor keeps a NumPy scalar, not a view of x's memory, so "
+           "an unrecorded write into x does not reach it: x = tg.tensor([1., 2., 3.], "
+           "requires_grad=True); v = x[1]; x.detach()[1] = 9.0  ->  v stays 2.0 (PyTorch: "
+           "9.0; x[1:2] and the rows of 2-d tensors are right).")
+def test_known_bug_zero_d_view_misses_unrecorded_writes_into_its_base():
+    check(P([[1.0, 2.0, 3.0]], ("leaf", 0), ("view", 0, (("i", 1),)),
+            ("raw", 0, "detach_set", ((("i", 1),), ONE)), ("backward", 1, np.float64(1.0), None)))
+
+
+@known_bug("BUG H: backward(inputs=) checks saved values on paths that reach no input, "
+           "which PyTorch never reads: x = tg.tensor([1., 2.], requires_grad=True); "
+           "w = tg.tensor([3., 4.], requires_grad=True); h = w * 1.0; y = x + h * h; "
+           "with tg.no_grad(): h += 1.0; y.sum().backward(inputs=[x])  ->  RuntimeError "
+           "'modified by an inplace operation' (PyTorch: x.grad = [1, 1]).")
+def test_known_bug_inputs_check_records_off_their_paths():
+    check(P([[1.0, 2.0], [3.0, 4.0]], ("leaf", 0), ("leaf", 1), ("scalar", "mul", 1, 1.0),
+            ("binary", "mul", 2, 2), ("binary", "add", 0, 3), ("raw", 2, "ng_iadd", 1.0),
+            ("backward", 4, np.ones(2), (0,))))
+
+
+@pytest.mark.parametrize("n", [3, 24])
+@known_bug("BUG I: the second backward after create_graph=True does not see an unrecorded "
+           "write into a non-leaf value the first graph saved: x = tg.tensor("
+           "np.linspace(0.1, 1, n), requires_grad=True); h = x * 1.0; "
+           "(g,) = tg.autograd.grad(tg.sin(h).sum(), [x], create_graph=True); "
+           "with tg.no_grad(): h += 3.0; (g * g).sum().backward()  ->  PyTorch raises "
+           "'modified by an inplace operation'; tapegrad raises nothing and uses the old "
+           "value (n = 3) or, silently, the new one (n = 24: wrong x.grad).")
+def test_known_bug_create_graph_misses_writes_into_the_first_graph(n):
+    check(P([np.linspace(0.1, 1.0, n)], ("leaf", 0), ("scalar", "mul", 0, 1.0),
+            ("unary", "sin", 1), ("reduce", "sum", 2, None, False),
+            ("grad", 3, (0,), None, True, (0,)), ("raw", 1, "ng_iadd", 3.0),
+            ("binary", "mul", 4, 4), ("reduce", "sum", 5, None, False),
+            ("backward", 6, None, None)))
+
+
+# -- differences in what is saved: tapegrad raises where PyTorch computes ---------------------
+# Not wrong numbers: tapegrad keeps (and checks) a value PyTorch does not save, so a write
+# into it raises the in-place error in tapegrad alone.  Undocumented; strict xfail so that a
+# change shows.  The generator leaves these shapes out (c / x and products with constant
+# arrays are not generated; no unrecorded writes into a quotient, or into the first graph
+# after create_graph=True).
+def _tg_then_torch(body):
+    """body(m, tensor) on tapegrad (fresh thread) and torch: (error or None, grad)."""
+    def one(lib):
+        m = tg if lib == "tg" else torch
+        mk = (lambda v: tg.tensor(np.array(v), requires_grad=True)) if lib == "tg" else \
+             (lambda v: torch.tensor(np.array(v), dtype=torch.float64, requires_grad=True))
+        try:
+            return None, np.array(body(m, mk, lib == "tg"), dtype=np.float64)
+        except RuntimeError as e:
+            return str(e), None
+    return in_fresh_thread(lambda: one("tg")), one("torch")
+
+
+def _const(is_tg, a):
+    return np.array(a) if is_tg else torch.tensor(a, dtype=torch.float64)
+
+
+def _no_grad(m):
+    return m.no_grad()
+
+
+def _grad(x, is_tg):
+    return np.array(x.grad.numpy(), copy=True)   # tapegrad's and torch's .numpy() alike
+
+
+def _rdiv(m, mk, is_tg):
+    x = mk([0.5, 2.0]); y = 1.5 / x                       # noqa: E702
+    with _no_grad(m):
+        x += 1.0
+    y.sum().backward()
+    return _grad(x, is_tg)
+
+
+def _mul_const_array(m, mk, is_tg):
+    x = mk([0.5, 2.0]); y = x * _const(is_tg, [2.0, 3.0])  # noqa: E702
+    with _no_grad(m):
+        x += 1.0
+    y.sum().backward()
+    return _grad(x, is_tg)
+
+
+def _div_const_array(m, mk, is_tg):
+    x = mk([0.5, 2.0]); y = x / _const(is_tg, [2.0, 3.0])  # noqa: E702
+    with _no_grad(m):
+        x += 1.0
+    y.sum().backward()
+    return _grad(x, is_tg)
+
+
+def _quotient(m, mk, is_tg):
+    a, b = mk([0.5, 2.0]), mk([1.5, -1.0])
+    q = (a * 1.0) / (b * 1.0)
+    r = q * 2.0
+    with _no_grad(m):
+        q += 1.0
+    r.sum().backward()
+    return _grad(a, is_tg)
+
+
+def _create_graph_leaf(m, mk, is_tg):
+    x = mk([0.1, 0.5, 1.0])
+    h = x * 1.0
+    (g,) = m.autograd.grad(m.sin(h).sum(), [x], create_graph=True)
+    with _no_grad(m):
+        x += 3.0
+    (g * g).sum().backward()
+    return _grad(x, is_tg)
+
+
+@pytest.mark.parametrize("body", [_rdiv, _mul_const_array, _div_const_array, _quotient,
+                                  _create_graph_leaf],
+                         ids=["c/x saves x (PyTorch: the result)",
+                              "x * const array saves x",
+                              "x / const array saves x",
+                              "a / b saves the quotient",
+                              "create_graph second pass checks the leaves"])
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="DIFFERENCE: tapegrad saves a value PyTorch does not and raises "
+                          "'modified by an inplace operation' after an unrecorded write "
+                          "into it, where PyTorch computes the right gradient, e.g. "
+                          "x = tg.tensor([0.5, 2.], requires_grad=True); y = 1.5 / x; "
+                          "with tg.no_grad(): x += 1; y.sum().backward()")
+def test_known_difference_saved_values(body):
+    (tg_err, tg_grad), (torch_err, torch_grad) = _tg_then_torch(body)
+    assert torch_err is None
+    assert tg_err is None, tg_err
+    np.testing.assert_allclose(tg_grad, torch_grad, rtol=RTOL)
