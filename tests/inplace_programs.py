@@ -739,11 +739,10 @@ class Gen:
             # record stale for good (and the records of the tensors it shares memory with),
             # so a graph recorded after the write that saves one of them raises PyTorch's
             # in-place error spuriously.
-            # KNOWN BUG C2 (test_known_bug_view_saved_after_a_write_into_its_base_is_stale): a
-            # view of at most 16 elements keeps the value it had when taken in its record;
-            # after an unrecorded write into its base, an op recorded later that saves the
-            # view differentiates with the old value.
-            # Neither is saved by an op again (until a recorded write gives new records).
+            # (Views of a written leaf are taken again from its new value, see
+            # test_view_saved_after_a_write_into_its_base_reads_the_new_value; they are
+            # left out here with the rest of the family while D stands.)
+            # None is saved by an op again (until a recorded write gives new records).
             for m in self.family_of(t):
                 if not self.vars[m].leaf:
                     self.vars[m].stale_marked = True

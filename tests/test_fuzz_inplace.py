@@ -233,37 +233,26 @@ def test_known_bug_write_into_a_base_leaves_its_views_stale():
             ("binary", "mul", 2, 2), ("backward", 3, np.ones(2), None)))
 
 
-@known_bug("BUG B: after a recorded write into a view, the view stops sharing memory with "
-           "its base: x = tg.tensor([1., 2., 3.], requires_grad=True); h = x * 2.0; "
-           "v = h[0:2]; v += 1.0; h.detach()[0] = 9.0  ->  v stays [3, 5] (PyTorch: "
-           "[9, 5]); v.detach()[0] = 9.0 does not reach h either.")
-def test_known_bug_recorded_write_into_a_view_unshares_its_memory():
+# After a recorded write into a view (v += 1), the view and its base still
+# share memory: later unrecorded writes into either reach the other.
+def test_recorded_write_into_a_view_keeps_sharing_its_memory():
     check(P([[1.0, 2.0, 3.0]], ("leaf", 0), ("scalar", "mul", 0, 2.0),
             ("view", 1, (("s", 0, 2, 1),)), ("rec", 2, "iadd_c", 1.0),
             ("raw", 1, "detach_set", ((("i", 0),), ONE)), ("backward", 2, np.ones(2), None)))
 
 
 @pytest.mark.parametrize("n", [3, 40])
-@known_bug("BUG C: an unrecorded write into a tensor is not seen by a graph that saved a "
-           "view of it: x = tg.tensor(np.linspace(0.1, 1, n), requires_grad=True); "
-           "s = tg.sin(x[0:n-1]); with tg.no_grad(): x[0] = 9.0; s.sum().backward()  ->  "
-           "PyTorch raises 'modified by an inplace operation'; tapegrad raises nothing and "
-           "uses the old value (n <= 16: the view's record keeps a copy) or, silently, the "
-           "new one (n = 40: x.grad[0] = cos(9)).  Non-leaf bases alike (h = x * 2).")
-def test_known_bug_unrecorded_write_into_a_base_misses_saved_views(n):
+# An unrecorded write into a tensor marks the records of its live views stale:
+# a graph that saved a view's old value raises PyTorch's in-place error.
+def test_unrecorded_write_into_a_base_reaches_saved_live_views(n):
     check(P([np.linspace(0.1, 1.0, n)], ("leaf", 0), ("view", 0, (("s", 0, n - 1, 1),)),
             ("unary", "sin", 1), ("raw", 0, "ng_set", ((("i", 0),), ONE)),
             ("backward", 2, np.ones(n - 1), None)))
 
 
-@known_bug("BUG C2: a view of at most 16 elements keeps, in its record, the value it had "
-           "when taken; after an unrecorded write into its base, an op recorded later that "
-           "saves the view differentiates with the old value: "
-           "x = tg.tensor([1., 2., 3.], requires_grad=True); v = x[0:2]; "
-           "with tg.no_grad(): x[0] = 5.0; tg.square(v).sum().backward()  ->  v shows "
-           "[5, 2] but x.grad = [2, 4, 0] (PyTorch: [10, 4, 0]).  The SGD pattern "
-           "(views taken once, p.data -= lr * p.grad each step) gets wrong gradients.")
-def test_known_bug_view_saved_after_a_write_into_its_base_is_stale():
+# After an unrecorded write into a base, a view taken before it is taken
+# again from the new value, so a graph recorded later reads it.
+def test_view_saved_after_a_write_into_its_base_reads_the_new_value():
     check(P([[1.0, 2.0, 3.0]], ("leaf", 0), ("view", 0, (("s", 0, 2, 1),)),
             ("raw", 0, "ng_set", ((("i", 0),), ("f", 5.0))), ("unary", "square", 1),
             ("backward", 2, np.ones(2), None)))
@@ -282,12 +271,8 @@ def test_known_bug_unrecorded_write_into_a_non_leaf_breaks_later_graphs():
             ("raw", 1, "ng_imul", 3.0), ("unary", "cos", 1), ("backward", 2, np.ones(3), None)))
 
 
-@known_bug("BUG E: the array of x[:, idx] is read-only; an unrecorded write into it copies "
-           "and its views keep the old value: x = tg.tensor([[1., 2.], [3., 4.]], "
-           "requires_grad=True); t = x[:, np.array([1])]; v = t[0:1]; "
-           "with tg.no_grad(): t[0] = 9.0  ->  t shows [[9], [4]] but v stays [[2]] "
-           "(PyTorch: [[9]]).  (_set_value's copy-on-write branch.)")
-def test_known_bug_unrecorded_write_into_a_read_only_result_unshares_it():
+# An unrecorded write into a read-only result (x[:, idx]) reaches its views.
+def test_unrecorded_write_into_a_read_only_result_reaches_its_views():
     check(P([[[1.0, 2.0], [3.0, 4.0]]], ("leaf", 0),
             ("take", 0, (("s", None, None, 1), ("a", (1,)))), ("view", 1, (("s", 0, 1, 1),)),
             ("raw", 1, "ng_set", ((("i", 0),), ONE)), ("backward", 2, np.ones((1, 1)), None)))
@@ -338,11 +323,8 @@ def test_known_bug_create_graph_keeps_the_tape_alive():
     assert in_fresh_thread(steps) <= 1
 
 
-@known_bug("BUG G: x[i] of a 1-d tensor keeps a NumPy scalar, not a view of x's memory, so "
-           "an unrecorded write into x does not reach it: x = tg.tensor([1., 2., 3.], "
-           "requires_grad=True); v = x[1]; x.detach()[1] = 9.0  ->  v stays 2.0 (PyTorch: "
-           "9.0; x[1:2] and the rows of 2-d tensors are right).")
-def test_known_bug_zero_d_view_misses_unrecorded_writes_into_its_base():
+# x[i] of a 1-d tensor sees unrecorded writes into x (taken again from it).
+def test_zero_d_view_sees_unrecorded_writes_into_its_base():
     check(P([[1.0, 2.0, 3.0]], ("leaf", 0), ("view", 0, (("i", 1),)),
             ("raw", 0, "detach_set", ((("i", 1),), ONE)), ("backward", 1, np.float64(1.0), None)))
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import tapegrad as tg
-from oracle import close, leaf
+from oracle import close, in_fresh_thread, leaf
 
 
 def fd(f, x, eps=1e-6):
@@ -379,3 +379,37 @@ def test_create_graph_third_order_and_non_leaf_inputs_raise():
     h = x * 2.0
     with pytest.raises(NotImplementedError, match="not a leaf"):
         tg.autograd.grad((h ** 2).sum(), h, create_graph=True)
+
+
+def test_a_view_taken_before_an_unrecorded_write_into_its_base_reads_the_new_value():
+    # the SGD pattern: a view taken once, the leaf updated under no_grad each step
+    def run():
+        x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        v = x[0:2]
+        with tg.no_grad():
+            x[0] = 5.0
+        assert v.numpy().tolist() == [5.0, 2.0]
+        tg.square(v).sum().backward()
+        assert x.grad.numpy().tolist() == [10.0, 4.0, 0.0]     # 2 v, at the new value
+        for _ in range(3):   # each step's write takes v again: a fresh graph
+            with tg.no_grad():
+                x -= 0.1 * x.grad
+            x.grad = None
+            (v * v).sum().backward()
+        np.testing.assert_allclose(x.numpy(), [5.0 * 0.8 ** 3, 2.0 * 0.8 ** 3, 3.0])
+        np.testing.assert_allclose(x.grad.numpy(), [10.0 * 0.8 ** 3, 4.0 * 0.8 ** 3, 0.0])
+    in_fresh_thread(run)
+
+
+def test_a_graph_that_saved_a_live_view_raises_after_a_write_into_its_base():
+    def run():
+        for n in (3, 40):   # a view copied into the tape, and one kept by reference
+            x = tg.tensor(np.linspace(0.1, 1.0, n), requires_grad=True)
+            v = x[0:n - 1]
+            s = tg.sin(v)
+            with tg.no_grad():
+                x[0] = 9.0
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                s.sum().backward()
+            assert x.grad is None
+    in_fresh_thread(run)

@@ -4,6 +4,7 @@ that makes plain NumPy code (``np.sin(t)``, ``X @ t``) record unchanged.
 """
 import numpy as np
 
+from ..grad_mode import enable_grad
 from ..tape import _local, current
 from ..tensor import Tensor, _owner, _plain, bound
 from . import composite as K
@@ -103,7 +104,10 @@ def _held(o):
 
 def _written(o, what):
     """Mark the records that saved o's value stale (see Tape.wrote), and let
-    o's next use record its new value."""
+    o's next use record its new value; the same for every live view taken of
+    o, which is taken again from o's new value (a graph recorded before the
+    write that saved a view's value raises at backward, as in PyTorch; one
+    recorded after reads the new value)."""
     tape = _local.__dict__.get("tape")
     if tape is None:
         return
@@ -112,6 +116,24 @@ def _written(o, what):
     elif o._tok is None and o._ltok is tape.lkey:
         tape.stale[o._lrec] = what
     o._ltok = None
+    _retake_views(o, tape, what)
+
+
+def _retake_views(base, tape, what):
+    views = getattr(base, "_views", None)
+    if not views:
+        return
+    for w in [ref() for ref in views]:
+        if w is None or getattr(w, "_vw", (None,))[0] is not base:
+            continue
+        if w._tok is not None and w._tok is tape.tok:
+            tape.stale[w._rec] = what   # what saved the view's old value
+        with enable_grad():
+            fresh = S.getitem(base, w._vw[1])
+        for slot in ("_data", "_requires_grad", "_tok", "_rec"):
+            if hasattr(fresh, slot):
+                setattr(w, slot, getattr(fresh, slot))
+        _retake_views(w, tape, what)
 
 
 def exposed(t):
@@ -167,7 +189,7 @@ def _set_value(self, value):
         base, key = o._vw
         whole = np.array(base._data, copy=True)
         whole[key] = value
-        _set_value(base, whole)
+        _set_value(base, whole)   # takes o (a live view of base) again
         o._data = base._data[key]
     else:  # a scalar, or read-only for a reason of its own: copy on write
         o._data = value.copy() if value.ndim else value[()]
