@@ -657,18 +657,6 @@ class Gen:
             self.notes.add("rec_into_view")
         if self.descendants(t):
             self.notes.add("rec_into_viewed")
-        if self.exclude:
-            # KNOWN BUG A (test_known_bug_write_into_a_base_leaves_its_views_stale): a recorded
-            # write into t leaves the views taken of t (and theirs) with their old value and
-            # graph.  Not used again.
-            for m in self.descendants(t):
-                self.vars[m].dead = True
-            # KNOWN BUG B (test_known_bug_recorded_write_into_a_view_unshares_its_memory): after
-            # a recorded write into a view, the view no longer shares memory with its base,
-            # so later unrecorded writes into either miss the other.  No unrecorded writes
-            # into that family afterwards.
-            if tv.base is not None:
-                self.detached_roots.add(tv.root)
         return True
 
     def step_raw(self, leaves_too=True):

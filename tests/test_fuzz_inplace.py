@@ -221,13 +221,9 @@ def known_bug(reason):
 ONE = ("f", 9.0)   # the value unrecorded writes put in
 
 
-@known_bug("BUG A: a recorded write into a tensor does not reach the views taken of it: "
-           "x = tg.tensor([1., 2., 3.], requires_grad=True); h = x * 2.0; v = h[0:2]; "
-           "h *= 3.0  ->  v stays [2, 4] (PyTorch: [6, 12]), and (v * v).sum().backward() "
-           "gives x.grad [8, 16, 0] (PyTorch: [72, 144, 0]).  The same after h[0] = 9.0, and "
-           "for w = v[0:1] after v += 1 (a view of a written view).  tapegrad/views.py write() "
-           "retakes the views of the written tensor's bases, never its own.")
-def test_known_bug_write_into_a_base_leaves_its_views_stale():
+# A recorded write into a tensor (h *= 3, h[0] = 9) reaches the views taken
+# of it, and of them: they are taken again from its new value.
+def test_recorded_write_into_a_base_reaches_its_views():
     check(P([[1.0, 2.0, 3.0]], ("leaf", 0), ("scalar", "mul", 0, 2.0),
             ("view", 1, (("s", 0, 2, 1),)), ("rec", 1, "imul_c", 3.0),
             ("binary", "mul", 2, 2), ("backward", 3, np.ones(2), None)))

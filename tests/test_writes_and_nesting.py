@@ -413,3 +413,16 @@ def test_a_graph_that_saved_a_live_view_raises_after_a_write_into_its_base():
                 s.sum().backward()
             assert x.grad is None
     in_fresh_thread(run)
+
+
+def test_a_recorded_write_into_a_tensor_reaches_its_views():
+    def run():
+        x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        h = x * 2.0
+        v = h[0:2]
+        w = v[0:1]
+        h *= 3.0
+        assert v.numpy().tolist() == [6.0, 12.0] and w.numpy().tolist() == [6.0]
+        (v * v).sum().backward()
+        assert x.grad.numpy().tolist() == [72.0, 144.0, 0.0]   # d/dx (6x)^2 = 72x
+    in_fresh_thread(run)

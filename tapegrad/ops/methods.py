@@ -4,7 +4,6 @@ that makes plain NumPy code (``np.sin(t)``, ``X @ t``) record unchanged.
 """
 import numpy as np
 
-from ..grad_mode import enable_grad
 from ..tape import _local, current
 from ..tensor import Tensor, _owner, _plain, bound
 from . import composite as K
@@ -68,9 +67,10 @@ def _record_write(self, compute):
     through a view, the write reaches its bases (tapegrad/views.py)."""
     if getattr(self, "_vw", None) is None:
         _become(self, compute())
-        return
-    V.check_writable(self)
-    view_writes.write(self, compute(), _become)
+    else:
+        V.check_writable(self)
+        view_writes.write(self, compute(), _become)
+    view_writes.retake(self, skip=None)   # the views taken of self see its new value
 
 
 def _become(self, new):
@@ -116,24 +116,7 @@ def _written(o, what):
     elif o._tok is None and o._ltok is tape.lkey:
         tape.stale[o._lrec] = what
     o._ltok = None
-    _retake_views(o, tape, what)
-
-
-def _retake_views(base, tape, what):
-    views = getattr(base, "_views", None)
-    if not views:
-        return
-    for w in [ref() for ref in views]:
-        if w is None or getattr(w, "_vw", (None,))[0] is not base:
-            continue
-        if w._tok is not None and w._tok is tape.tok:
-            tape.stale[w._rec] = what   # what saved the view's old value
-        with enable_grad():
-            fresh = S.getitem(base, w._vw[1])
-        for slot in ("_data", "_requires_grad", "_tok", "_rec"):
-            if hasattr(fresh, slot):
-                setattr(w, slot, getattr(fresh, slot))
-        _retake_views(w, tape, what)
+    view_writes.retake(o, None, (tape, what))
 
 
 def exposed(t):

@@ -5,6 +5,7 @@ the other live views of a changed base are taken again from its new value.
 """
 import numpy as np
 
+from ..grad_mode import enable_grad
 from ..views import _chain, check_writable
 from .shape import getitem, index_put
 
@@ -26,12 +27,14 @@ def write(t, new, become):
             base._data[key] = value._data[key]
         become(base, value)
     for (v, base, _) in chain:
-        _retake(base, skip=v)
+        retake(base, skip=v)
 
 
-def _retake(base, skip):
+def retake(base, skip, stale=None):
     """Take the live views of ``base`` (other than ``skip``) again from its
-    new value, and theirs from theirs."""
+    new value, and theirs from theirs.  ``stale=(tape, what)`` (a write no
+    graph records) also marks their old records stale on that tape: a graph
+    that saved a view's old value raises at backward, as in PyTorch."""
     views = getattr(base, "_views", None)
     if not views:
         return
@@ -39,8 +42,11 @@ def _retake(base, skip):
     for w in live:
         if w is None or w is skip or getattr(w, "_vw", (None,))[0] is not base:
             continue
-        fresh = getitem(base, w._vw[1])
+        if stale is not None and w._tok is not None and w._tok is stale[0].tok:
+            stale[0].stale[w._rec] = stale[1]
+        with enable_grad():   # under no_grad too: the view stays in the graph
+            fresh = getitem(base, w._vw[1])
         for slot in ("_data", "_requires_grad", "_tok", "_rec"):
             if hasattr(fresh, slot):
                 setattr(w, slot, getattr(fresh, slot))
-        _retake(w, skip=None)
+        retake(w, None, stale)
