@@ -722,15 +722,12 @@ class Gen:
         for m in self.family_of(t):
             self.vars[m].bound = max(self.vars[m].bound, bound)
         if self.exclude:
-            # KNOWN BUG D (test_known_bug_unrecorded_write_into_a_non_leaf_breaks_later_graphs):
-            # an unrecorded write into a tensor that is not a leaf marks the tensor's own
-            # record stale for good (and the records of the tensors it shares memory with),
-            # so a graph recorded after the write that saves one of them raises PyTorch's
-            # in-place error spuriously.
-            # (Views of a written leaf are taken again from its new value, see
-            # test_view_saved_after_a_write_into_its_base_reads_the_new_value; they are
-            # left out here with the rest of the family while D stands.)
-            # None is saved by an op again (until a recorded write gives new records).
+            # Left out: after an unrecorded write into a tensor made by an op, its
+            # family is not saved by a later op.  Programs such as sin(x)[0] += c
+            # (recorded) then the same write under no_grad can miss the base: the
+            # view's value no longer shares the base's memory after the recorded
+            # write.  (A single unrecorded write into such a tensor is checked by
+            # test_unrecorded_write_into_a_non_leaf_keeps_later_graphs_working.)
             for m in self.family_of(t):
                 if not self.vars[m].leaf:
                     self.vars[m].stale_marked = True

@@ -4,6 +4,7 @@ that makes plain NumPy code (``np.sin(t)``, ``X @ t``) record unchanged.
 """
 import numpy as np
 
+from ..grad_mode import enable_grad
 from ..tape import _local, current
 from ..tensor import Tensor, _owner, _plain, bound
 from . import composite as K
@@ -113,6 +114,13 @@ def _written(o, what):
         return
     if o._tok is not None and o._tok is tape.tok:
         tape.stale[o._rec] = what
+        if not tape.freed[o._rec]:
+            # a tensor made by an op keeps its graph (as a leaf keeps being the
+            # leaf): an identity record, recorded under no_grad too, holds the
+            # new value for the ops that use it from now on
+            with enable_grad():
+                fresh = E.positive(o)
+            o._tok, o._rec = fresh._tok, fresh._rec
     elif o._tok is None and o._ltok is tape.lkey:
         tape.stale[o._lrec] = what
     o._ltok = None

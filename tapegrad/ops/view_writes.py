@@ -26,8 +26,9 @@ def write(t, new, become):
             # a plain base: NumPy views of its memory see the numbers too
             base._data[key] = value._data[key]
         become(base, value)
-    for (v, base, _) in chain:
-        retake(base, skip=v)
+    # every view down from the outermost base, t among them, is taken again
+    # from its base's new value: they share its memory, as NumPy views do
+    retake(chain[-1][1], skip=None)
 
 
 def retake(base, skip, stale=None):
