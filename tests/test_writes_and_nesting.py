@@ -426,3 +426,18 @@ def test_a_recorded_write_into_a_tensor_reaches_its_views():
         (v * v).sum().backward()
         assert x.grad.numpy().tolist() == [72.0, 144.0, 0.0]   # d/dx (6x)^2 = 72x
     in_fresh_thread(run)
+
+
+def test_an_unrecorded_write_into_a_tensor_made_by_an_op_keeps_later_graphs_working():
+    def run():
+        x0 = np.array([0.5, 1.7, -1.7])
+        x = tg.tensor(x0, requires_grad=True)
+        h = x * 2.0
+        before = tg.sin(h)                      # saved h's old value
+        with tg.no_grad():
+            h *= 3.0
+        tg.cos(h).sum().backward()              # through h's graph, at its new value
+        np.testing.assert_allclose(x.grad.numpy(), -2.0 * np.sin(6.0 * x0), rtol=1e-12)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            before.sum().backward()
+    in_fresh_thread(run)
