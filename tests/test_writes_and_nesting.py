@@ -436,7 +436,7 @@ def test_an_unrecorded_write_into_a_tensor_made_by_an_op_keeps_later_graphs_work
         before = tg.sin(h)                      # saved h's old value
         with tg.no_grad():
             h *= 3.0
-        tg.cos(h).sum().backward()              # through h's graph, at its new value
+        tg.cos(h).sum().backward(retain_graph=True)   # through h's graph, at its new value
         np.testing.assert_allclose(x.grad.numpy(), -2.0 * np.sin(6.0 * x0), rtol=1e-12)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             before.sum().backward()
