@@ -790,9 +790,11 @@ def _graph_grad(outputs, seeds, inputs, allow_unused):
     for x in inputs:
         if not any(z is x for z in leaves):
             leaves.append(x)
+    used = [i for i, g in enumerate(gs) if g is not None]
+    if not used:  # allow_unused, and no input reached: nothing to differentiate again
+        return (None,) * len(inputs)
     spec = _Spec()
     spec.s, spec.leaves = s, leaves
-    used = [i for i, g in enumerate(gs) if g is not None]
     spec.where = [next(k for k, z in enumerate(leaves) if z is inputs[i]) for i in used]
     spec.outputs = tuple(np.asarray(gs[i][0].reshape(inputs[i].shape), dtype=np.float64)
                          for i in used)

@@ -864,8 +864,8 @@ def make_create_graph_program(d, known_bugs_excluded=True):
         inputs = (d.choice(inputs),)
     unused = [k for k in g.leaf_vars() if k not in yv.deps]
     if unused and d.bool(0.3):
-        # an input y does not reach: None with allow_unused=True (never all of them
-        # unused: KNOWN BUG L, test_known_bug_create_graph_with_no_used_input_crashes)
+        # an input y does not reach: None with allow_unused=True (the case with every
+        # input unused is test_create_graph_with_no_used_input_gives_none)
         inputs = tuple(sorted(inputs + (d.choice(unused),)))
     seed = g.seed_for(yv.shape)
     g.steps.append(("grad", y, inputs, seed, True, tuple(sorted(yv.deps | set(inputs)))))

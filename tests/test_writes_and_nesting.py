@@ -441,3 +441,11 @@ def test_an_unrecorded_write_into_a_tensor_made_by_an_op_keeps_later_graphs_work
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             before.sum().backward()
     in_fresh_thread(run)
+
+
+def test_create_graph_with_allow_unused_and_no_input_used():
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    w = tg.tensor([3.0], requires_grad=True)
+    assert tg.autograd.grad((w * w).sum(), [x], create_graph=True, allow_unused=True) == (None,)
+    gx, gw = tg.autograd.grad((w * w).sum(), [x, w], create_graph=True, allow_unused=True)
+    assert gx is None and gw.numpy().tolist() == [6.0]
