@@ -297,10 +297,19 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
     # each input's record; non-leaves are read when the sweep reaches them,
     # before a parent can take over their memory (see ``alias``)
     rec = [None] * len(inputs)
+    # a leaf written in place since a graph used it has an older LEAF record
+    # too (its next use records the new value): the graphs may reach either
+    older = {}
+    if tape.stale:
+        for r, z in tape.leaves.items():
+            if r < upto:
+                older.setdefault(id(z), []).append(r)
     for i, x in enumerate(inputs):
         if x._tok is None:
-            if x._ltok is tape.lkey and x._lrec < upto:
-                rec[i] = x._lrec
+            rs = [r for r in older.get(id(x), ()) if tape.leaves[r] is x]
+            if not rs and x._ltok is tape.lkey and x._lrec < upto:
+                rs = [x._lrec]
+            rec[i] = rs or None
         elif x._tok is tape.tok and x._rec < upto:
             rec[i] = x._rec
     stops = sorted({r for i, r in enumerate(rec) if r is not None and inputs[i]._tok is not None},
@@ -316,15 +325,16 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
     for i, (x, r) in enumerate(zip(inputs, rec)):
         if r is None:
             continue
-        if r in grabbed:
-            g = grabbed[r]
-        elif x._tok is None and adj.reached[r]:
-            # one vector: a view of the leaf arena, which is this call's own
-            g = adj.rows(r) if p > 1 else adj[r][None, :]
-        else:
-            continue
-        g = g.reshape((p,) + x.shape)
-        out[i] = g if out[i] is None else out[i] + g
+        for q in (r if x._tok is None else (r,)):
+            if q in grabbed:
+                g = grabbed[q]
+            elif x._tok is None and adj.reached[q]:
+                # one vector: a view of the leaf arena, which is this call's own
+                g = adj.rows(q) if p > 1 else adj[q][None, :]
+            else:
+                continue
+            g = g.reshape((p,) + x.shape)
+            out[i] = g if out[i] is None else out[i] + g
     check_stale(tape, adj.reached, upto)
     check_nested(tape, adj.reached, upto, inputs)
     if not retain_graph:

@@ -278,7 +278,7 @@ class Var:
         self.has_grad = False      # a leaf that a mid backward reached
         self.stale_marked = False  # known bug D: an unrecorded write marked its record stale
         self.read_only = False     # known bug E: a read-only array (x[:, idx])
-        self.rewritten = False     # known bug F: a leaf written without a record
+        self.rewritten = False     # left out with F (inputs= after a write into a leaf), now a plain test: a leaf written without a record
         self.quotient = False      # a / b: tapegrad saves the quotient (PyTorch does not)
         self.none = False          # a gradient that is None (an unused input)
 
@@ -664,7 +664,7 @@ class Gen:
             if not self.exclude:
                 return True
             if self.vars[v.root].leaf and not leaves_too:
-                return False                # known bug F: not into a leaf or a view of one
+                return False                # left out with F (inputs= after a write into a leaf), now a plain test: not into a leaf or a view of one
             # KNOWN BUG I (test_known_bug_create_graph_misses_writes_into_the_first_graph) and
             # DIFFERENCE (test_known_difference_saved_values): after
             # create_graph=True, the second backward neither sees an unrecorded write into
@@ -745,7 +745,7 @@ class Gen:
         fam = self.family_of(t)
         root = self.vars[self.vars[t].root]
         if root.leaf:
-            root.rewritten = True            # known bug F
+            root.rewritten = True            # left out with F (inputs= after a write into a leaf), now a plain test
         # KNOWN BUG G (test_known_bug_zero_d_view_misses_unrecorded_writes_into_its_base):
         # ``x[i]`` of a 1-d tensor keeps a NumPy scalar, not a view of x's memory, so an
         # unrecorded write into x (or a view of it) does not reach it.  Not used again.
@@ -852,7 +852,7 @@ def make_create_graph_program(d, known_bugs_excluded=True):
         g.new_leaf(d.choice([shape, shape[-1:], ()]))
     fwd = ["unary", "scalar", "binary", "reduce", "view", "take", "rec"]
     if d.bool(0.3):
-        fwd.append("raw_nonleaf" if g.exclude else "raw")   # no leaf writes: known bug F
+        fwd.append("raw_nonleaf" if g.exclude else "raw")   # no leaf writes: left out with F (inputs= after a write into a leaf), now a plain test
     if g.random_steps(d.int(1, 5), fwd) == "end":
         return g.finish()
     # known bug D: tapegrad's create_graph=True records y * seed, which saves y
@@ -902,7 +902,7 @@ def make_create_graph_program(d, known_bugs_excluded=True):
     z = g.choice_output()
     zseed = g.seed_for(g.vars[z].shape)
     if d.bool(0.5) or (g.exclude and any(g.vars[k].rewritten for k in g.leaf_vars())):
-        g.steps.append(("backward", z, zseed, None))     # (known bug F: no grad step)
+        g.steps.append(("backward", z, zseed, None))     # (left out with F (inputs= after a write into a leaf), now a plain test: no grad step)
     else:
         outs = tuple(g.leaf_vars())
         g.steps.append(("grad", z, outs, zseed, False, ()))

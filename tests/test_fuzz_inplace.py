@@ -269,13 +269,9 @@ def test_unrecorded_write_into_a_read_only_result_reaches_its_views():
             ("raw", 1, "ng_set", ((("i", 0),), ONE)), ("backward", 2, np.ones((1, 1)), None)))
 
 
-@known_bug("BUG F: after an unrecorded write into a leaf (no_grad, .data, detach(), or into "
-           "a view of it), backward(inputs=[leaf]) and tg.autograd.grad miss the leaf for "
-           "graphs recorded through its earlier record: x = tg.tensor([1., 2.], "
-           "requires_grad=True); y = x * 3.0; x.data -= 0.5; "
-           "y.sum().backward(inputs=[x])  ->  x.grad is None (PyTorch: [3, 3]); "
-           "tg.autograd.grad(y.sum(), [x]) raises 'appears to not have been used'.")
-def test_known_bug_inputs_miss_a_leaf_written_without_a_record():
+# backward(inputs=[leaf]) and tg.autograd.grad reach a leaf written in place
+# (no_grad, .data, detach()) through the records of its value before the write.
+def test_inputs_reach_a_leaf_written_without_a_record():
     check(P([[1.0, 2.0]], ("leaf", 0), ("scalar", "mul", 0, 3.0), ("raw", 0, "data_isub", 0.5),
             ("backward", 1, np.ones(2), (0,))))
 

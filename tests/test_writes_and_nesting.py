@@ -449,3 +449,14 @@ def test_create_graph_with_allow_unused_and_no_input_used():
     assert tg.autograd.grad((w * w).sum(), [x], create_graph=True, allow_unused=True) == (None,)
     gx, gw = tg.autograd.grad((w * w).sum(), [x, w], create_graph=True, allow_unused=True)
     assert gx is None and gw.numpy().tolist() == [6.0]
+
+
+def test_inputs_reach_a_leaf_written_in_place_after_its_use():
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * 3.0
+    x.data -= 0.5
+    z = (y + x * x).sum()                   # uses x before and after the write
+    (g,) = tg.autograd.grad(z, [x], retain_graph=True)
+    assert g.numpy().tolist() == [4.0, 6.0]  # 3 + 2 x at the new value
+    z.backward(inputs=[x])
+    assert x.grad.numpy().tolist() == [4.0, 6.0]
