@@ -306,7 +306,7 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
                 older.setdefault(id(z), []).append(r)
     for i, x in enumerate(inputs):
         if x._tok is None:
-            rs = [r for r in older.get(id(x), ()) if tape.leaves[r] is x]
+            rs = older.get(id(x), [])   # the tape holds its leaves: ids are theirs
             if not rs and x._ltok is tape.lkey and x._lrec < upto:
                 rs = [x._lrec]
             rec[i] = rs or None

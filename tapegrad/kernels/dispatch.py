@@ -5,17 +5,19 @@ of them, whether a program uses them or not (and LLVM would optimise each
 family again inside the sweep's module).  Instead each family has a C entry
 point, ``int32 f(tape*, r, sub)``, compiled -- or loaded from the cache -- the
 first time a sweep meets a record of that kind; the sweeps read its address
-from :data:`TABLE` (indexed by kind) and call it through a pointer, as the
-user-op kernel calls users' derivatives (kernels/user.py).  A zero entry
-makes the sweep return :func:`missing` so that Python compiles the family
-and resumes the sweep at that record (nothing of it has run yet).
+from :data:`TABLE` (indexed by :func:`slot`) and call it through a pointer,
+as the user-op kernel calls users' derivatives (kernels/user.py).  A zero
+entry makes the sweep return ``MISSING - r`` so that Python compiles the
+family and resumes the sweep at that record (nothing of it has run yet):
+:meth:`Families.run`.  The other compiled loops (replay, forward mode, the
+block sweep) call their own families the same way.
 
 The tape tuple crosses the call by address: the caller stores it on its
 stack, the entry loads it back with its arrays' reference-count fields
 cleared, so the callee neither increments nor releases them -- the caller's
 references keep them alive, as the borrowed views of kernels/_views.py do.
 An entry returns 1; 0 means its kernel raised (Numba's C wrapper has printed
-the exception) and the sweep stops with :func:`failed`.
+the exception) and the sweep stops, returning ``FAILED - r``.
 """
 import numpy as np
 from llvmlite import ir
@@ -52,10 +54,12 @@ class Families:
 
     ``table`` (passed to the loop) holds each slot's entry address, 0 while
     it is not compiled; ``families`` maps a slot to ``(entry source, what
-    the one-line notice calls it)``; ``sig`` is the entries' signature."""
+    the one-line notice calls it)``; ``sig`` is the entries' signature;
+    ``slot(T, r, kind, sub)`` (compiled, inlined into the loop) gives the
+    slot of record r."""
 
-    def __init__(self, module, sig, families):
-        self.module, self.sig, self.families = module, sig, families
+    def __init__(self, module, sig, families, slot):
+        self.module, self.sig, self.families, self.slot = module, sig, families, slot
         self.table = np.zeros(16, np.int64)
         self.entries = {}   # slot -> CFunc (keeps the machine code alive)
 
@@ -77,21 +81,45 @@ class Families:
             self.entries[slot] = cf
             self.table[slot] = cf.address
 
-    def resolve(self, s, code, slot_of):
-        """Act on a loop's :data:`MISSING` / :data:`FAILED` return ``s``:
-        compile the missing family (``slot_of(r)`` gives record r's slot) and
-        give the record to resume at, or raise for a failed kernel."""
-        if s > FAILED // 2:
-            r = MISSING - s
-            self.ensure(slot_of(r))
-            return r
-        r = FAILED - s
-        raise RuntimeError(f"the compiled kernel of record {r} (op code {int(code[r])}) "
-                           "raised an exception (printed above); no result was written")
+    def run(self, loop, start, T):
+        """Run ``loop(start)``, a compiled loop over T's records from
+        ``start`` that reads this table, until it returns anything but
+        :data:`MISSING` - r (then compile record r's family and resume at r)
+        or :data:`FAILED` - r (its kernel raised: raise here)."""
+        while True:
+            s = loop(start)
+            if s > MISSING // 2:
+                return s
+            if s < FAILED // 2:
+                r = FAILED - s
+                raise RuntimeError(f"the compiled kernel of record {r} (op code "
+                                   f"{int(T[0][r])}) raised an exception (printed above); "
+                                   "no result was written")
+            start = MISSING - s
+            code = int(T[0][start])
+            self.ensure(self.slot.py_func(T, start, code >> C.SHIFT, code & C.MASK))
 
     def warm(self):
         """``(what, compile it)`` for every family (``python -m tapegrad warm``)."""
         return [(what, (lambda k=k: self.ensure(k))) for k, (_fn, what) in self.families.items()]
+
+
+def _call_codegen(n_ptrs):
+    """Codegen of ``(*addr)(&a_1, .., &a_n, i_1, ..)``: the first ``n_ptrs``
+    arguments after the address (tuples) are stored on the caller's stack
+    and passed by address, the rest as int64."""
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        n_ints = len(args) - 1 - n_ptrs
+        fnty = ir.FunctionType(ir.IntType(32), [cgutils.voidptr_t] * n_ptrs + [i64] * n_ints)
+        fn = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
+                              fnty.as_pointer())
+        ptrs = [builder.bitcast(cgutils.alloca_once_value(builder, v), cgutils.voidptr_t)
+                for v in args[1:1 + n_ptrs]]
+        ints = [context.cast(builder, v, t, types.int64)
+                for v, t in zip(args[1 + n_ptrs:], signature.args[1 + n_ptrs:])]
+        return builder.call(fn, ptrs + ints)
+    return codegen
 
 
 @intrinsic
@@ -99,18 +127,7 @@ def call_entry(typingctx, addr, T, r, sub):
     """``(*addr)(&T, r, sub)`` for an entry of signature :data:`SIG`."""
     if not isinstance(addr, types.Integer) or T != TAPE:
         return None
-
-    def codegen(context, builder, signature, args):
-        fnty = ir.FunctionType(ir.IntType(32), [cgutils.voidptr_t, ir.IntType(64),
-                                                ir.IntType(64)])
-        fn = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
-                              fnty.as_pointer())
-        slot = cgutils.alloca_once_value(builder, args[1])
-        rr = context.cast(builder, args[2], signature.args[2], types.int64)
-        ss = context.cast(builder, args[3], signature.args[3], types.int64)
-        return builder.call(fn, [builder.bitcast(slot, cgutils.voidptr_t), rr, ss])
-
-    return types.int32(addr, T, r, sub), codegen
+    return types.int32(addr, T, r, sub), _call_codegen(1)
 
 
 #: signature of an entry that takes one more integer (a forward family's
@@ -123,18 +140,7 @@ def call_entry_extra(typingctx, addr, T, r, sub, extra):
     """``(*addr)(&T, r, sub, extra)`` for an entry of signature :data:`SIG_EXTRA`."""
     if not isinstance(addr, types.Integer) or T != TAPE:
         return None
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        fnty = ir.FunctionType(ir.IntType(32), [cgutils.voidptr_t, i64, i64, i64])
-        fn = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
-                              fnty.as_pointer())
-        slot = cgutils.alloca_once_value(builder, args[1])
-        rest = [context.cast(builder, v, t, types.int64)
-                for v, t in zip(args[2:], signature.args[2:])]
-        return builder.call(fn, [builder.bitcast(slot, cgutils.voidptr_t), *rest])
-
-    return types.int32(addr, T, r, sub, extra), codegen
+    return types.int32(addr, T, r, sub, extra), _call_codegen(1)
 
 
 def _borrowed_load(tuple_type):
@@ -182,20 +188,7 @@ def call_entry_ctx(typingctx, addr, T, ctx, r, sub):
     """``(*addr)(&T, &ctx, r, sub)`` for an entry of signature :data:`SIG_CTX`."""
     if not isinstance(addr, types.Integer) or T != TAPE or ctx != BLOCK_CTX:
         return None
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        fnty = ir.FunctionType(ir.IntType(32), [cgutils.voidptr_t, cgutils.voidptr_t, i64, i64])
-        fn = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
-                              fnty.as_pointer())
-        tslot = cgutils.alloca_once_value(builder, args[1])
-        cslot = cgutils.alloca_once_value(builder, args[2])
-        rest = [context.cast(builder, v, t, types.int64)
-                for v, t in zip(args[3:], signature.args[3:])]
-        return builder.call(fn, [builder.bitcast(tslot, cgutils.voidptr_t),
-                                 builder.bitcast(cslot, cgutils.voidptr_t), *rest])
-
-    return types.int32(addr, T, ctx, r, sub), codegen
+    return types.int32(addr, T, ctx, r, sub), _call_codegen(2)
 
 
 @inline
@@ -293,19 +286,5 @@ VJP = Families("dispatch", SIG, {
     C.K_CONCAT: (_concat, "concatenation VJPs"),
     C.K_SCAN: (_scan, "cumulative-op VJPs"),
     C.K_USER: (_user, "user-op VJPs"),
-})
+}, slot)
 TABLE, FAMILIES, _ENTRIES = VJP.table, VJP.families, VJP.entries
-
-
-def ensure(kind):
-    """Compile (or load) VJP family ``kind`` (a :data:`TABLE` slot)."""
-    VJP.ensure(kind)
-
-
-def resolve(T, s):
-    """Act on a sweep's :data:`MISSING` / :data:`FAILED` return ``s`` (``T``:
-    the swept tape tuple); gives the record to resume at."""
-    def slot_of(r):
-        code = int(T[0][r])
-        return slot.py_func(T, r, code >> C.SHIFT, code & C.MASK)
-    return VJP.resolve(s, T[0], slot_of)

@@ -292,16 +292,10 @@ def _gather_entry(tp, cp, r, sub):
 
 
 #: the block sweep's rule groups, by slot (-1 from ``block_slot``: Python)
-BLOCK = Families("hvp", SIG_CTX, {
-    C.K_UNARY: (_one_operand_entry, "one-operand block VJPs"),
-    C.K_NARY: (_binary_entry, "binary block VJPs"),
-    C.K_REDUCE: (_sum_entry, "sum/mean block VJPs"),
-    C.K_GATHER: (_gather_entry, "indexing/shape block VJPs"),
-})
 
 
 @inline
-def block_slot(kind, sub):
+def block_slot(T, r, kind, sub):
     """The BLOCK slot of a ``kind, sub`` record; -1: Python applies its rules."""
     if kind == C.K_UNARY or kind == C.K_SCALAR:
         return C.K_UNARY
@@ -312,6 +306,14 @@ def block_slot(kind, sub):
     if kind == C.K_GATHER:
         return C.K_GATHER
     return -1
+
+
+BLOCK = Families("hvp", SIG_CTX, {
+    C.K_UNARY: (_one_operand_entry, "one-operand block VJPs"),
+    C.K_NARY: (_binary_entry, "binary block VJPs"),
+    C.K_REDUCE: (_sum_entry, "sum/mean block VJPs"),
+    C.K_GATHER: (_gather_entry, "indexing/shape block VJPs"),
+}, block_slot)
 
 
 def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
@@ -327,14 +329,8 @@ def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
     """
     ctx = (stride, tptr, treached, p1, bool(second))
 
-    def slot_of(r):
-        code = int(T[0][r])
-        return block_slot.py_func(code >> C.SHIFT, code & C.MASK)
-    while True:
-        s = _sweep_block(T, freed, start, stop, ctx, BLOCK.table)
-        if s > MISSING // 2:
-            return s
-        start = BLOCK.resolve(s, T[0], slot_of)
+    return BLOCK.run(lambda start: _sweep_block(T, freed, start, stop, ctx, BLOCK.table),
+                     start, T)
 
 
 @kernel
@@ -362,7 +358,7 @@ def _sweep_block(T, freed, start, stop, ctx, table):
             continue  # a leaf: nothing below it
         if T[2][r] == 0:
             return r  # a multi-output op: its outputs' adjoints form one span
-        k = block_slot(kind, sub)
+        k = block_slot(T, r, kind, sub)
         if k < 0:
             return r
         f = table[k]

@@ -556,6 +556,19 @@ def _compare_entry(tp, r, sub, extra):
 #: forward-family slots: the kinds, and two of their own
 SUM_FWD, COMPARE_FWD = 15, 14
 #: the forward families of the replay loop, by slot
+
+
+@inline
+def fwd_slot(T, r, kind, sub):
+    """Index in ``FWD.table`` of the family that recomputes a ``kind, sub``
+    record (-1: nothing to compute)."""
+    if kind == C.K_NONE:
+        return COMPARE_FWD if sub >= CMP_FIRST else -1
+    if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
+        return SUM_FWD
+    return kind
+
+
 FWD = Families("replay", SIG_EXTRA, {
     C.K_UNARY: (_unary_entry, "replayed unary forwards"),
     C.K_SCALAR: (_scalar_entry, "replayed with-a-constant forwards"),
@@ -567,18 +580,7 @@ FWD = Families("replay", SIG_EXTRA, {
     C.K_SCAN: (_scan_entry, "replayed cumulative ops"),
     C.K_USER: (_user_entry, "replayed user ops"),
     COMPARE_FWD: (_compare_entry, "replayed comparisons"),
-})
-
-
-@inline
-def fwd_slot(kind, sub):
-    """Index in ``FWD.table`` of the family that recomputes a ``kind, sub``
-    record (-1: nothing to compute)."""
-    if kind == C.K_NONE:
-        return COMPARE_FWD if sub >= CMP_FIRST else -1
-    if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
-        return SUM_FWD
-    return kind
+}, fwd_slot)
 
 
 def replay(T, faddr, guard, goff, gvals, start, stop):
@@ -588,14 +590,8 @@ def replay(T, faddr, guard, goff, gvals, start, stop):
     and resumes at ``r + 1``), and ``-2 - r`` when record r's guard does not
     hold (the trace no longer describes what the function does).
     """
-    def slot_of(r):
-        code = int(T[0][r])
-        return fwd_slot.py_func(code >> C.SHIFT, code & C.MASK)
-    while True:
-        s = _replay(T, faddr, guard, goff, gvals, start, stop, FWD.table)
-        if s > MISSING // 2:
-            return s
-        start = FWD.resolve(s, T[0], slot_of)
+    return FWD.run(lambda start: _replay(T, faddr, guard, goff, gvals, start, stop, FWD.table),
+                   start, T)
 
 
 @kernel
@@ -623,7 +619,7 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, table):
             else:
                 v1[r] = f_binary(sub, v1[a], v1[args[arg0[r] + 1]])
         else:
-            k = fwd_slot(kind, sub)
+            k = fwd_slot(T, r, kind, sub)
             if k >= 0:  # leaves, constants and OUTPUT records: already in place
                 f = table[k]
                 if f == 0:

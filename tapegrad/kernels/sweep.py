@@ -9,7 +9,7 @@ import numpy as np
 from . import codes as C
 from ._jit import inline, kernel
 from ._views import adjoint_span, claim, fparam
-from .dispatch import FAILED, MISSING, TABLE, call_entry, resolve, slot
+from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
 from .rules import d_binary, d_scalar, d_unary
 
 
@@ -38,11 +38,7 @@ def sweep(T, freed, start, stop):
     """
     if not _sweep.signatures:
         _first_call()
-    while True:
-        s = _sweep(T, freed, start, stop, TABLE)
-        if s > MISSING // 2:
-            return s
-        start = resolve(T, s)
+    return VJP.run(lambda start: _sweep(T, freed, start, stop, TABLE), start, T)
 
 
 def _first_call():

@@ -524,6 +524,16 @@ def _user_entry(tp, r, sub, p):
 #: slot of their own (called as the reverse sweeps call theirs:
 #: kernels/dispatch.py)
 SUM_JVP = 15
+
+
+@inline
+def jvp_slot(T, r, kind, sub):
+    """The JVP table slot of a ``kind, sub`` record."""
+    if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
+        return SUM_JVP
+    return kind
+
+
 JVP = Families("tangents", SIG_EXTRA, {
     C.K_UNARY: (_unary_entry, "unary tangent rules"),
     C.K_SCALAR: (_scalar_entry, "with-a-constant tangent rules"),
@@ -534,15 +544,7 @@ JVP = Families("tangents", SIG_EXTRA, {
     C.K_CONCAT: (_concat_entry, "concatenation tangent rules"),
     C.K_SCAN: (_scan_entry, "cumulative-op tangent rules"),
     C.K_USER: (_user_entry, "user-op tangent rules"),
-})
-
-
-@inline
-def jvp_slot(kind, sub):
-    """The JVP table slot of a ``kind, sub`` record."""
-    if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
-        return SUM_JVP
-    return kind
+}, jvp_slot)
 
 
 def sweep_fwd(T, start, stop, p):
@@ -553,14 +555,7 @@ def sweep_fwd(T, start, stop, p):
     ``r + 1``), and ``-2 - q`` when a value record q's
     rule needs was released (a backward inside the function freed it).
     """
-    def slot_of(r):
-        code = int(T[0][r])
-        return jvp_slot.py_func(code >> C.SHIFT, code & C.MASK)
-    while True:
-        s = _sweep_fwd(T, start, stop, p, JVP.table)
-        if s > MISSING // 2:
-            return s
-        start = JVP.resolve(s, T[0], slot_of)
+    return JVP.run(lambda start: _sweep_fwd(T, start, stop, p, JVP.table), start, T)
 
 
 @kernel
@@ -585,7 +580,7 @@ def _sweep_fwd(T, start, stop, p, table):
             # Python applies host rules; a kind with no kernel goes there too
             # and its host path raises, naming the op
             return r
-        f = table[jvp_slot(kind, sub)]
+        f = table[jvp_slot(T, r, kind, sub)]
         if f == 0:
             return MISSING - r
         if call_entry_extra(f, T, r, sub, p) != 1:

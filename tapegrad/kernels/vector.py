@@ -25,7 +25,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import kernel
-from .dispatch import FAILED, MISSING, TABLE, call_entry, resolve, slot
+from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
 
 _LEAF = C.code(C.K_NONE, C.LEAF)
 _CONST = C.code(C.K_NONE, C.CONST)
@@ -112,11 +112,7 @@ def touched(T, r, out):
 def sweep_vec(T, freed, start, stop, p, stride):
     """``sweep`` for p adjoint vectors; same returns (-1 done, r at a host
     record, ``-2 - r`` for a freed record)."""
-    while True:
-        s = _sweep_vec(T, freed, start, stop, p, stride, TABLE)
-        if s > MISSING // 2:
-            return s
-        start = resolve(T, s)
+    return VJP.run(lambda start: _sweep_vec(T, freed, start, stop, p, stride, TABLE), start, T)
 
 
 @kernel
