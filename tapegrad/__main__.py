@@ -42,12 +42,14 @@ def _steps():
 
 
 def warm():
+    from tapegrad.kernels import interpret
     steps = list(_steps())
     t0 = time.perf_counter()
     for i, (what, fn) in enumerate(steps, 1):
         t = time.perf_counter()
         print(f"[{i:2}/{len(steps)}] {what} ...", end="", file=sys.stderr, flush=True)
-        fn()
+        with interpret.mode(0):   # compile, however small the warm-up's work
+            fn()
         print(f" {time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
     from tapegrad.kernels._jit import cache_dir
     print(f"done in {time.perf_counter() - t0:.1f} s; cached in {cache_dir()}", file=sys.stderr)

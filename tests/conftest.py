@@ -1,5 +1,10 @@
 import os
 
+# The suite tests the compiled kernels: each compiles on its first call rather
+# than starting in the interpreted tier, whose own tests (test_interpret.py)
+# run it against the compiled one.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(

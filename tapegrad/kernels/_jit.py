@@ -43,6 +43,8 @@ from numba import njit
 from numba.core import caching, config
 from numba.core.compiler_lock import global_compiler_lock as compile_lock
 
+from .interpret import run_as_python
+
 #: Options every kernel is compiled with.  ``nogil`` lets independent tapes on
 #: different threads sweep at once; ``fastmath`` stays off: gradients must be
 #: IEEE-exact to the same rules NumPy's forward uses.
@@ -60,8 +62,37 @@ def _options():
 
 
 def kernel(fn):
-    """Compile ``fn`` with tapegrad's kernel options (callable from Python)."""
-    return njit(**_options())(fn)
+    """Compile ``fn`` with tapegrad's kernel options (callable from Python).
+
+    Until it is compiled, a call from Python may run its source as Python
+    instead (kernels/interpret.py decides: small work, nothing cached)."""
+    d = njit(**_options())(fn)
+    d.__class__ = _Tiered
+    return d
+
+
+class _Tiered(numba.core.registry.CPUDispatcher):
+    """A kernel whose first calls from Python may be interpreted; once it is
+    compiled (or loaded from the cache) it is a plain dispatcher again, so
+    its calls pay nothing for the choice."""
+
+    #: what the one-line notice of a first compilation calls it
+    what = None
+
+    def cache_name(self):
+        """``module.qualname``, as Numba names the kernel's index file."""
+        f = self.py_func
+        return f"{f.__module__.rsplit('.', 1)[-1]}.{f.__qualname__}"
+
+    def __call__(self, *args):
+        if not self.overloads:
+            done, result = run_as_python(self, lambda: cached(self.cache_name()), self, args)
+            if done:
+                return result
+            if not cached(self.cache_name()):
+                notice(self.what or "the kernels")
+        self.__class__ = numba.core.registry.CPUDispatcher
+        return numba.core.registry.CPUDispatcher.__call__(self, *args)
 
 
 def inner(fn):

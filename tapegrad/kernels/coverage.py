@@ -5,35 +5,25 @@ a row in the elementwise op table.
 It runs the kernels' sources as plain Python (``as_python``: no compilation),
 so it can sit above every kernel module; nothing in ``kernels/`` imports it.
 """
-import types
-
 import numpy as np
-from numba.core.registry import CPUDispatcher
 
 from . import codes as C
 from . import optable
 from . import replay as R
 from . import rules as RU
+from .interpret import STAND_INS, python_copy
 from .unhandled import FAMILIES, KINDS, UnhandledCode
 
-_python_copies = {}
+#: the interpreted tier's stand-ins, less its NaN fallback: here an op switch's
+#: last branch must raise, to be seen
+_STRICT = {k: v for k, v in STAND_INS.items() if k != "unhandled"}
 
 
 def as_python(fn):
     """A kernel's source as a plain Python function, whose calls of other
-    kernels run their sources too (so nothing is compiled)."""
-    f = getattr(fn, "py_func", fn)
-    got = _python_copies.get(f)
-    if got is not None:
-        return got
-    env = dict(f.__globals__)
-    copy = types.FunctionType(f.__code__, env, f.__name__, f.__defaults__, f.__closure__)
-    _python_copies[f] = copy
-    for name in f.__code__.co_names:
-        v = env.get(name)
-        if isinstance(v, CPUDispatcher):
-            env[name] = as_python(v)
-    return copy
+    kernels run their sources too (so nothing is compiled); an op switch's
+    fallback raises :class:`UnhandledCode`."""
+    return python_copy(fn, _STRICT)
 
 
 def reaches_fallback(fn, *args):

@@ -27,6 +27,7 @@ from numba.extending import intrinsic
 
 from . import codes as C
 from ._jit import cached, compile_lock, entry, inline, notice
+from .interpret import TABLES, python_copy, run_as_python
 
 _I = types.Array(types.int64, 1, "C")
 _F = types.Array(types.float64, 1, "C")
@@ -62,6 +63,18 @@ class Families:
         self.module, self.sig, self.families, self.slot = module, sig, families, slot
         self.table = np.zeros(16, np.int64)
         self.entries = {}   # slot -> CFunc (keeps the machine code alive)
+        self._python = None
+        TABLES[id(self.table)] = self
+
+    def python_table(self):
+        """The interpreted tier's table (kernels/interpret.py): each slot's
+        entry as a Python function, 0 where there is none."""
+        if self._python is None:
+            t = [0] * self.table.size
+            for k, (fn, _what) in self.families.items():
+                t[k] = python_copy(fn)
+            self._python = t
+        return self._python
 
     def ensure(self, slot):
         """Put slot's entry address in the table, compiling it if needed."""
@@ -75,19 +88,24 @@ class Families:
             except KeyError:
                 raise RuntimeError(f"no compiled kernel family for slot {slot} in "
                                    f"kernels/{self.module}.py") from None
-            if not cached(f"{self.module}.{fn.__name__}"):
+            if not cached(self.name_of(slot)):
                 notice(what)
             cf = entry(fn, self.sig)
             self.entries[slot] = cf
             self.table[slot] = cf.address
 
-    def run(self, loop, start, T):
-        """Run ``loop(start)``, a compiled loop over T's records from
-        ``start`` that reads this table, until it returns anything but
-        :data:`MISSING` - r (then compile record r's family and resume at r)
-        or :data:`FAILED` - r (its kernel raised: raise here)."""
+    def run(self, kernel, args, at):
+        """Run ``kernel(*args)``, a compiled loop over the records of the tape
+        ``args[0]`` from ``args[at]`` that reads this table (its last
+        argument), until it returns anything but :data:`MISSING` - r (then
+        compile record r's family and resume at r, or run the rest of the
+        loop interpreted while the family is not worth compiling yet:
+        kernels/interpret.py) or :data:`FAILED` - r (its kernel raised:
+        raise here)."""
+        args = list(args)
+        T = args[0]
+        s = kernel(*args)
         while True:
-            s = loop(start)
             if s > MISSING // 2:
                 return s
             if s < FAILED // 2:
@@ -95,9 +113,19 @@ class Families:
                 raise RuntimeError(f"the compiled kernel of record {r} (op code "
                                    f"{int(T[0][r])}) raised an exception (printed above); "
                                    "no result was written")
-            start = MISSING - s
-            code = int(T[0][start])
-            self.ensure(self.slot.py_func(T, start, code >> C.SHIFT, code & C.MASK))
+            r = args[at] = MISSING - s
+            code = int(T[0][r])
+            k = self.slot.py_func(T, r, code >> C.SHIFT, code & C.MASK)
+            # not compiled yet: the rest of the loop as Python, with the
+            # Python table, while that family is not worth compiling
+            done, s = run_as_python((id(self), k), lambda: cached(self.name_of(k)), kernel, args)
+            if not done:
+                self.ensure(k)
+                s = kernel(*args)
+
+    def name_of(self, slot):
+        """The cache name of slot's entry (``module.function``)."""
+        return f"{self.module}.{self.families[slot][0].__name__}"
 
     def warm(self):
         """``(what, compile it)`` for every family (``python -m tapegrad warm``)."""

@@ -329,8 +329,7 @@ def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
     """
     ctx = (stride, tptr, treached, p1, bool(second))
 
-    return BLOCK.run(lambda start: _sweep_block(T, freed, start, stop, ctx, BLOCK.table),
-                     start, T)
+    return BLOCK.run(_sweep_block, (T, freed, start, stop, ctx, BLOCK.table), 2)
 
 
 @kernel

@@ -590,8 +590,7 @@ def replay(T, faddr, guard, goff, gvals, start, stop):
     and resumes at ``r + 1``), and ``-2 - r`` when record r's guard does not
     hold (the trace no longer describes what the function does).
     """
-    return FWD.run(lambda start: _replay(T, faddr, guard, goff, gvals, start, stop, FWD.table),
-                   start, T)
+    return FWD.run(_replay, (T, faddr, guard, goff, gvals, start, stop, FWD.table), 5)
 
 
 @kernel

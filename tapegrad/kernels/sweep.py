@@ -36,15 +36,7 @@ def sweep(T, freed, start, stop):
     The VJP families a tape uses are compiled the first time a sweep meets
     them (kernels/dispatch.py); the compiled loop hands back here for that.
     """
-    if not _sweep.signatures:
-        _first_call()
-    return VJP.run(lambda start: _sweep(T, freed, start, stop, TABLE), start, T)
-
-
-def _first_call():
-    from ._jit import cached, notice
-    if not cached("sweep._sweep"):
-        notice("the reverse sweep")
+    return VJP.run(_sweep, (T, freed, start, stop, TABLE), 2)
 
 
 @kernel
@@ -98,6 +90,9 @@ def _sweep(T, freed, start, stop, table):
         if call_entry(f, T, r, sub) != 1:
             return FAILED - r
     return -1
+
+
+_sweep.what = "the reverse sweep"
 
 
 @kernel

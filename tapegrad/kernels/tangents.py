@@ -555,7 +555,7 @@ def sweep_fwd(T, start, stop, p):
     ``r + 1``), and ``-2 - q`` when a value record q's
     rule needs was released (a backward inside the function freed it).
     """
-    return JVP.run(lambda start: _sweep_fwd(T, start, stop, p, JVP.table), start, T)
+    return JVP.run(_sweep_fwd, (T, start, stop, p, JVP.table), 1)
 
 
 @kernel

@@ -112,7 +112,7 @@ def touched(T, r, out):
 def sweep_vec(T, freed, start, stop, p, stride):
     """``sweep`` for p adjoint vectors; same returns (-1 done, r at a host
     record, ``-2 - r`` for a freed record)."""
-    return VJP.run(lambda start: _sweep_vec(T, freed, start, stop, p, stride, TABLE), start, T)
+    return VJP.run(_sweep_vec, (T, freed, start, stop, p, stride, TABLE), 2)
 
 
 @kernel

@@ -1,0 +1,243 @@
+"""The interpreted tier: a kernel's own source, run as Python, until compiling it pays.
+
+A kernel that is neither compiled in this process nor in the cache costs
+seconds to compile on its first call, however little work that call does:
+the first gradient of a three-element example paid for the whole sweep.
+Each ``@kernel`` therefore starts interpreted -- its source runs as plain
+Python over the same tape arrays (the raw addresses the compiled code reads
+become NumPy views through ctypes), the kernels it calls run as Python too,
+and so do the op families the compiled loops would reach through their
+tables -- and is compiled once interpreting it has cost about what a
+compilation costs (:data:`BUDGET_ENV` seconds, default :data:`BUDGET`), or
+at once when one call's work is estimated to exceed what is left of that
+budget.  That is the ski-rental rule: rent until the rent paid equals the
+price of buying, so no program pays more than twice what it would pay
+knowing its future, and a program that only ever does small work never
+compiles at all.
+
+A kernel found in the cache, or compiled already, is always called compiled.
+Both tiers run the same source on the same memory, so they give the same
+numbers (tests/test_interpret.py checks them against each other); the
+interpreted tier only swaps the few names that exist in compiled code alone
+(``numba.carray``, the intrinsics that call through a function pointer) for
+Python equivalents, and ``math`` for NumPy's functions, which return inf
+and NaN where compiled code does instead of raising.
+
+``TAPEGRAD_INTERPRET=0`` compiles every kernel on its first call;
+``TAPEGRAD_INTERPRET=force`` interprets every kernel that is not compiled
+yet, whatever the work (for tests and debugging: slow on large arrays).
+"""
+import contextlib
+import ctypes
+import math as _math
+import os
+import threading
+import time
+import types
+
+import numpy as np
+
+#: seconds of interpretation per kernel after which it is compiled: about
+#: what compiling one kernel with the families it reaches costs here
+BUDGET = 1.0
+#: the environment variable that sets the budget (``0``: always compile,
+#: ``force``: always interpret)
+BUDGET_ENV = "TAPEGRAD_INTERPRET"
+
+#: estimated interpreted cost per record a kernel walks and per element it
+#: touches (seconds; measured on the scalar and elementwise sweeps, with room)
+PER_RECORD = 20e-6
+PER_ELEMENT = 2e-6
+
+_local = threading.local()
+
+
+def _setting():
+    forced = getattr(_local, "mode", None)
+    if forced is not None:
+        return forced
+    raw = os.environ.get(BUDGET_ENV, "").strip().lower()
+    if raw == "":
+        return BUDGET
+    if raw == "force":
+        return "force"
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        raise ValueError(f"{BUDGET_ENV}={raw!r}: expected a number of seconds, 0 (always "
+                         "compile) or 'force' (always interpret)") from None
+
+
+@contextlib.contextmanager
+def mode(setting):
+    """Within the block, on this thread: ``"force"`` interprets every kernel
+    not compiled yet, ``0`` compiles on first call, a number sets the budget.
+
+    >>> import tapegrad as tg
+    >>> from tapegrad.kernels import interpret
+    >>> x = tg.tensor([1.0, 2.0], requires_grad=True)
+    >>> with interpret.mode("force"):
+    ...     (x * x).sum().backward()
+    >>> x.grad
+    tensor([2.0, 4.0])
+    """
+    old = getattr(_local, "mode", None)
+    _local.mode = setting
+    try:
+        yield
+    finally:
+        _local.mode = old
+
+
+# -- the names that exist in compiled code only, as Python ---------------------------
+
+def _carray(ptr, shape, dtype):
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    dt = np.dtype(dtype)
+    n = 1
+    for s in shape:
+        n *= s
+    if n == 0:
+        return np.empty(shape, dt)
+    buf = (ctypes.c_char * (n * dt.itemsize)).from_address(int(ptr))
+    return np.frombuffer(buf, dt).reshape(shape)
+
+
+class _NumbaNames:
+    """What kernels use of the ``numba`` module."""
+    carray = staticmethod(_carray)
+
+
+class _MathNames:
+    """``math`` with NumPy's functions where the two differ on bad input:
+    compiled ``math.log(0.0)`` is -inf, Python's raises."""
+
+    def __getattr__(self, name):
+        f = getattr(np, name, None)
+        if name in ("floor", "ceil", "trunc", "isqrt", "factorial") or f is None:
+            return getattr(_math, name)
+        return f
+
+
+_C_DOUBLE_FNS = {}
+
+
+def _c_double_fn(addr, nargs):
+    key = (int(addr), nargs)
+    f = _C_DOUBLE_FNS.get(key)
+    if f is None:
+        proto = ctypes.CFUNCTYPE(ctypes.c_double, *([ctypes.c_double] * nargs))
+        f = _C_DOUBLE_FNS[key] = proto(int(addr))
+    return f
+
+
+def _nan(*_args):
+    return np.nan
+
+
+#: Python stand-ins, by the name kernels import them under
+STAND_INS = {
+    "numba": _NumbaNames,
+    "math": _MathNames(),
+    "_voidptr": int,
+    "load_tape": lambda tp: tp,
+    "load_block_ctx": lambda cp: cp,
+    # a table of Python families holds the functions themselves
+    "call_entry": lambda f, T, r, sub: f(T, r, sub),
+    "call_entry_extra": lambda f, T, r, sub, extra: f(T, r, sub, extra),
+    "call_entry_ctx": lambda f, T, ctx, r, sub: f(T, ctx, r, sub),
+    "call_d1": lambda addr, x: _c_double_fn(addr, 1)(float(x)),
+    "call_d2": lambda addr, x, y: _c_double_fn(addr, 2)(float(x), float(y)),
+    "call_d3": lambda addr, a, b, y: _c_double_fn(addr, 3)(float(a), float(b), float(y)),
+    # an op switch's last branch is NaN compiled (kernels/unhandled.py)
+    "unhandled": _nan,
+}
+
+_copies = {}
+
+
+def python_copy(fn, stand_ins=None):
+    """``fn``'s source as a plain Python function whose calls of other
+    kernels run their sources too, so nothing is compiled; the names of
+    :data:`STAND_INS` (or ``stand_ins``) are replaced."""
+    from numba.core.registry import CPUDispatcher
+
+    subs = STAND_INS if stand_ins is None else stand_ins
+    f = getattr(fn, "py_func", fn)
+    key = (f, id(subs))
+    got = _copies.get(key)
+    if got is not None:
+        return got
+    env = dict(f.__globals__)
+    copy = types.FunctionType(f.__code__, env, f.__name__, f.__defaults__, f.__closure__)
+    _copies[key] = copy
+    for name in f.__code__.co_names:
+        if name in subs:
+            env[name] = subs[name]
+            continue
+        v = env.get(name)
+        if isinstance(v, CPUDispatcher):
+            env[name] = python_copy(v, stand_ins)
+    return copy
+
+
+# -- when to interpret ---------------------------------------------------------------
+
+#: tables of compiled families (``id(table) -> Families``): an interpreted
+#: loop is handed the families' Python copies instead
+TABLES = {}
+
+
+class _State:
+    __slots__ = ("spent", "cached")
+
+    def __init__(self):
+        self.spent = 0.0
+        self.cached = None
+
+
+_states = {}
+
+
+def _work(args):
+    """Estimated seconds to interpret a call on ``args``: per tape record
+    and per element of the tape's values, or per element of plain arrays."""
+    records = elements = 0
+    for a in args:
+        if isinstance(a, tuple) and len(a) >= 14 and isinstance(a[2], np.ndarray):
+            # the tape tuple: its size column counts every record's elements
+            records += a[2].size
+            elements += int(a[2].sum())
+        elif isinstance(a, np.ndarray):
+            elements += a.size
+    return records * PER_RECORD + elements * PER_ELEMENT
+
+
+def _tier_args(args):
+    out = []
+    for a in args:
+        fam = TABLES.get(id(a)) if isinstance(a, np.ndarray) else None
+        out.append(fam.python_table() if fam is not None else a)
+    return out
+
+
+def run_as_python(key, in_cache, kernel, args):
+    """Run ``kernel(*args)`` as Python if what ``key`` has cost so far plus
+    this call's estimate stays within the budget and ``in_cache()`` (asked
+    once per key) is false: ``(True, result)``; else ``(False, None)``."""
+    setting = _setting()
+    if setting == 0:
+        return False, None
+    st = _states.get(key)
+    if st is None:
+        st = _states[key] = _State()
+    if setting != "force":
+        if st.cached is None:
+            st.cached = bool(in_cache())
+        if st.cached or st.spent + _work(args) > setting:
+            return False, None
+    t0 = time.perf_counter()
+    with np.errstate(all="ignore"):
+        result = python_copy(kernel)(*_tier_args(args))
+    st.spent += time.perf_counter() - t0
+    return True, result
