@@ -15,7 +15,9 @@ price of buying, so no program pays more than twice what it would pay
 knowing its future, and a program that only ever does small work never
 compiles at all.
 
-A kernel found in the cache, or compiled already, is always called compiled.
+A kernel compiled already is always called compiled; one found in the
+cache is loaded by the same rule, with the price of loading it
+(:data:`LOAD_BUDGET`) for the price of compiling it.
 Both tiers run the same source on the same memory, so they give the same
 numbers (tests/test_interpret.py checks them against each other); the
 interpreted tier only swaps the few names that exist in compiled code alone
@@ -43,6 +45,11 @@ BUDGET = 1.0
 #: the environment variable that sets the budget (``0``: always compile,
 #: ``force``: always interpret)
 BUDGET_ENV = "TAPEGRAD_INTERPRET"
+
+#: the same, for a kernel the cache holds: loading it costs about this much
+#: (the sweep and two families of a first gradient: 0.25 s here), so tiny
+#: work is still interpreted rather than loaded
+LOAD_BUDGET = 0.05
 
 #: estimated interpreted cost per record a kernel walks and per element it
 #: touches (seconds; measured on the scalar and elementwise sweeps, with room)
@@ -234,7 +241,8 @@ def run_as_python(key, in_cache, kernel, args):
     if setting != "force":
         if st.cached is None:
             st.cached = bool(in_cache())
-        if st.cached or st.spent + _work(args) > setting:
+        budget = min(setting, LOAD_BUDGET) if st.cached else setting
+        if st.spent + _work(args) > budget:
             return False, None
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):
