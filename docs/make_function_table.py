@@ -8,7 +8,7 @@ import pathlib
 
 import numpy as np
 
-from tapegrad.ops.numpy_api import HANDLED_FUNCTIONS, PLAIN_UFUNCS, UFUNCS
+from tapegrad.ops.numpy_api import HANDLED_FUNCTIONS, PLAIN_UFUNCS, SPECIAL_UFUNCS, UFUNCS
 
 OUT = pathlib.Path(__file__).with_name("numpy_functions.md")
 NAMESPACES = [("numpy", np), ("numpy.linalg", np.linalg)]
@@ -65,6 +65,27 @@ def render():
         lines.append(f"| `{full}` | {status} | {detail} |")
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     lines.insert(9, f"In all: {summary}.\n")
+    lines += [
+        "",
+        "## scipy.special",
+        "",
+        "These SciPy ufuncs reach tapegrad through `__array_ufunc__` (tapegrad does not",
+        "import SciPy; any other SciPy ufunc raises the TypeError above, naming",
+        "`scipy.special`). `scipy.special.logsumexp`, `softmax` and `log_softmax` are",
+        "Python functions that convert their input with `np.asarray`, which no NumPy",
+        "protocol lets tapegrad intercept: they raise tapegrad's conversion error; write",
+        "`tg.logsumexp`, `tg.softmax`, `tg.log_softmax`.",
+        "",
+        "| function | status | detail |",
+        "|---|---|---|",
+    ]
+    names = {"psi": "digamma"}
+    for name in sorted(SPECIAL_UFUNCS):
+        lines.append(f"| `scipy.special.{name}` | differentiable | "
+                     f"{SPECIAL_UFUNCS[name].__name__} |")
+        if name in names:
+            lines.append(f"| `scipy.special.{names[name]}` | differentiable | "
+                         f"{SPECIAL_UFUNCS[name].__name__} |")
     return "\n".join(lines) + "\n"
 
 

@@ -32,6 +32,9 @@ from .ops.composite import (
     clip, dot, hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
     select, std, tensordot, var, vdot, vsplit, vstack)
 from .ops.custom import ElementwiseOp, elementwise
+from .ops.special import (
+    digamma, erf, erfc, erfinv, expit, gammaln, i0e, i1e, log_expit, log_ndtr, logit, ndtr,
+    psi, sigmoid, xlog1py, xlogy)
 from .functional import (
     GradcheckError, grad, gradcheck, jacobian, value_and_grad, vjp)
 from . import autograd

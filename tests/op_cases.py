@@ -26,6 +26,7 @@ DIVISOR = lambda rng, s: rng.uniform(1.0, 2.0, s)  # noqa: E731
 def _off_integers(rng, s):
     """Values at least 0.1 away from the jumps of floor/ceil/trunc/rint/round."""
     return rng.integers(-3, 3, s) + rng.uniform(0.1, 0.4, s) + rng.choice([0.0, 0.5], s)
+OFF_POLES = lambda rng, s: rng.integers(-3, 3, s) + rng.uniform(0.2, 0.8, s)  # noqa: E731  (gamma's poles)
 NONZERO = lambda rng, s: rng.uniform(0.3, 2.0, s) * rng.choice([-1.0, 1.0], s)  # noqa: E731
 
 
@@ -418,4 +419,13 @@ CASES = {
     "Diag": (matrix_case(min_dims=1), lambda x, k: _weighted(
         tg.diag(x if x.ndim < 3 else x[0, :, :], k))),
     "Pad": (pad_case(), lambda x, pad_width, mode: _weighted(np.pad(x, pad_width, mode=mode))),
+    # special functions (scipy.special's names)
+    "Erf": (unary(), tg.erf),
+    "Erfc": (unary(), tg.erfc),
+    "Erfinv": (unary(UNIT), tg.erfinv),
+    "Gammaln": (unary(OFF_POLES), tg.gammaln),
+    "Digamma": (unary(OFF_POLES), tg.digamma),
+    "I0e": (unary(NONZERO), tg.i0e),
+    "I1e": (unary(NONZERO), tg.i1e),
+    "LogNdtr": (unary(lambda rng, s: rng.uniform(-14.0, 6.0, s)), tg.log_ndtr),
 }

@@ -79,6 +79,29 @@ def check_vjp(fn, arrays, rng, eps=1e-6, rtol=1e-5, atol=1e-7, directions=2,
                 f"input {i}: analytic {ana!r} vs numerical {num!r}"
 
 
+def check_hvp(fn, arrays, rng, eps=1e-5, rtol=1e-5):
+    """Second order: ``tg.hvp`` of a scalar made from ``fn``'s output (a
+    weighted sum plus a weighted sum of squares, so linear functions have a
+    nonzero Hessian too) against central differences of ``tg.grad`` along
+    random tangents."""
+    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+
+    def f(*xs):
+        y = fn(*xs)
+        w = np.arange(1, int(np.prod(np.shape(y))) + 1, dtype=float).reshape(np.shape(y)) * 0.1
+        return (w * y).sum() + 0.25 * (np.sqrt(w) * y * y).sum()
+
+    ts = [rng.standard_normal(a.shape) for a in arrays]
+    _, hvs = tg.hvp(f, tuple(arrays), tuple(ts))
+    g = tg.grad(f, argnums=tuple(range(len(arrays))))
+    plus = g(*[a + eps * t for a, t in zip(arrays, ts)])
+    minus = g(*[a - eps * t for a, t in zip(arrays, ts)])
+    for h, p, m in zip(hvs, plus, minus):
+        e = (p - m) / (2 * eps)
+        scale = 1.0 + np.abs(e).max(initial=0.0)
+        np.testing.assert_allclose(h, e, rtol=rtol, atol=rtol * scale)
+
+
 def _names_reaching(y):
     seen, out, stack = set(), set(), [y.grad_fn]
     while stack:

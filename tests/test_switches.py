@@ -242,7 +242,8 @@ def test_second_order_classes_cover_every_registered_code():
 
 
 # -- a code no switch knows fails loudly ----------------------------------------------------
-MISSING = [(C.K_UNARY, 30, "d_unary"), (C.K_UNARY, C.ZERO_FIRST + 5, "f_unary"),
+FREE_UNARY = C.LOG_NDTR + 1  # the first K_UNARY sub no op uses
+MISSING = [(C.K_UNARY, FREE_UNARY, "d_unary"), (C.K_UNARY, C.ZERO_FIRST + 5, "f_unary"),
            (C.K_SCALAR, 7, "d_scalar"), (C.K_NARY, 18, "d_binary"),
            (C.K_NARY, C.NARY_ZERO_FIRST + 2, "f_binary"), (C.K_NONE, R.CMP_FIRST + 6, "f_compare"),
            (C.K_REDUCE, 8, "FAMILIES"), (C.K_SCAN, 2, "FAMILIES"), (C.K_USER, 2, "FAMILIES"),
@@ -257,10 +258,10 @@ def test_registering_a_code_some_switch_lacks_raises(kind, sub, where):
 
 
 def test_the_scalar_switches_end_in_the_fallback():
-    for fn, args in [(E.d_unary, (30, 0.5, 0.5)), (R.f_unary, (30, 0.5)),
+    for fn, args in [(E.d_unary, (FREE_UNARY, 0.5, 0.5)), (R.f_unary, (FREE_UNARY, 0.5)),
                      (E.d_scalar, (7, 0.5, 0.5, 2.0)), (R.f_scalar, (7, 0.5, 2.0)),
                      (E.d_binary, (18, 0.5, 0.7, 0.2)), (R.f_binary, (18, 0.5, 0.7)),
-                     (KS.d2_unary, (30, 0.5, 0.5)), (KS.d2_scalar, (7, 0.5, 0.5, 2.0)),
+                     (KS.d2_unary, (FREE_UNARY, 0.5, 0.5)), (KS.d2_scalar, (7, 0.5, 0.5, 2.0)),
                      (KS.d2_binary, (18, 0.5, 0.7, 0.2))]:
         assert reaches_fallback(fn, *args), fn
     assert not reaches_fallback(E.d_unary, C.EXP, 0.5, 0.5)
@@ -276,7 +277,7 @@ def _compiled_fallbacks(u, s, b):
 
 
 def test_compiled_fallbacks_are_nan():
-    assert np.isnan(_compiled_fallbacks(30, 7, 18)).all()
+    assert np.isnan(_compiled_fallbacks(FREE_UNARY, 7, 18)).all()
     # the known codes are untouched: exp, x * 2, a + b
     got = _compiled_fallbacks(C.EXP, C.MULC, C.ADD)
     assert got[0] == 0.5 and got[3] == 2.0 and got[6] == 1.0
@@ -284,7 +285,7 @@ def test_compiled_fallbacks_are_nan():
 
 def test_compiled_array_loops_give_nan_for_an_unknown_sub():
     g, x, y = np.ones(40), np.full(40, 0.5), np.full(40, 0.25)
-    for fn, args in [(E.unary_loops, (30, g, x, y)), (E.scalar_loops, (7, g, x, y, 2.0))]:
+    for fn, args in [(E.unary_loops, (FREE_UNARY, g, x, y)), (E.scalar_loops, (7, g, x, y, 2.0))]:
         gx = np.zeros(40)
         fn(*args, gx, True)
         assert np.isnan(gx).all()

@@ -27,7 +27,9 @@ LEAF, CONST, OUTPUT, FREED = 0, 1, 2, 3
 # K_UNARY subs
 (IDENT, NEG, EXP, LOG, LOG1P, EXPM1, SQRT, SQUARE, SIN, COS, TAN, TANH, SINH,
  COSH, ARCSIN, ARCCOS, ARCTAN, ABS, ZERO, RECIPROCAL, EXP2, LOG2, LOG10, CBRT,
- ARCSINH, ARCCOSH, ARCTANH, DEG2RAD, RAD2DEG, FABS) = range(30)
+ ARCSINH, ARCCOSH, ARCTANH, DEG2RAD, RAD2DEG, FABS,
+ # special functions (kernels/special.py; scipy.special's names)
+ ERF, ERFC, ERFINV, GAMMALN, DIGAMMA, I0E, I1E, LOG_NDTR) = range(38)
 
 #: K_UNARY subs from ZERO_FIRST are piecewise-constant ops (floor, ceil, ...)
 #: with zero gradient, and from VIEW_FIRST on views with identity VJP (reshape,

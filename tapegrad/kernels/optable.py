@@ -49,6 +49,10 @@ UNARY = {
     C.EXP2: ("y", SELF), C.LOG2: ("x", SELF), C.LOG10: ("x", SELF), C.CBRT: ("y", SELF),
     C.ARCSINH: ("x", SELF), C.ARCCOSH: ("x", SELF), C.ARCTANH: ("x", SELF),
     C.DEG2RAD: ("", LINEAR), C.RAD2DEG: ("", LINEAR), C.FABS: ("x", LINEAR),
+    # special functions (kernels/special.py)
+    C.ERF: ("x", SELF), C.ERFC: ("x", SELF), C.ERFINV: ("y", SELF), C.GAMMALN: ("x", SELF),
+    C.DIGAMMA: ("x", SELF), C.I0E: ("xy", SELF), C.I1E: ("xy", SELF),
+    C.LOG_NDTR: ("x", SELF),
     # floor, ceil, trunc, rint, round: one derivative rule, distinct codes
     # only so that grad_fn.name() tells them apart
     **{C.ZERO_FIRST + i: ("", CONSTANT) for i in range(5)},

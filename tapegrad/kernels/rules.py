@@ -17,11 +17,15 @@ import numpy as np
 
 from . import codes as C
 from . import optable
+from .special import (d2_i0e, d2_i1e, d2_log_ndtr, d_i0e, d_i1e, d_log_ndtr, digamma,
+                      f_special, tetragamma, trigamma)
 from ._jit import inline
 from .unhandled import unhandled
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+_HALF_SQRT_PI = 0.5 * math.sqrt(math.pi)
 
 # -- second derivatives, per sub code -----------------------------------------------------
 # Each reads only the values the tape keeps for the op's VJP (optable.READS_*).
@@ -108,6 +112,8 @@ def f_unary(sub, x):
         return x * (math.pi / 180.0)
     if sub == C.RAD2DEG:
         return x * (180.0 / math.pi)
+    if C.ERF <= sub <= C.LOG_NDTR:  # special functions: kernels/special.py
+        return f_special(sub, float(x))
     if sub == C.ZERO:
         return np.sign(x)
     if sub == C.ZERO_FIRST:
@@ -181,6 +187,22 @@ def d_unary(sub, x, y):
         return math.pi / 180.0
     if sub == C.RAD2DEG:
         return 180.0 / math.pi
+    if sub == C.ERF:
+        return _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if sub == C.ERFC:
+        return -_TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if sub == C.ERFINV:
+        return _HALF_SQRT_PI * math.exp(y * y)
+    if sub == C.GAMMALN:
+        return digamma(float(x))
+    if sub == C.DIGAMMA:
+        return trigamma(float(x))
+    if sub == C.I0E:
+        return d_i0e(float(x), float(y))
+    if sub == C.I1E:
+        return d_i1e(float(x), float(y))
+    if sub == C.LOG_NDTR:
+        return d_log_ndtr(float(x))
     if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:  # piecewise constant
         return 0.0
     return unhandled(sub)
@@ -237,6 +259,23 @@ def d2_unary(sub, x, y):
         return -x / (x * x - 1.0) ** 1.5
     if sub == C.ARCTANH:
         return 2.0 * x / ((1.0 - x * x) * (1.0 - x * x))
+    if sub == C.ERF:
+        return -2.0 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if sub == C.ERFC:
+        return 2.0 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
+    if sub == C.ERFINV:  # y' = sqrt(pi)/2 exp(y^2), y'' = 2 y y'^2
+        d = _HALF_SQRT_PI * math.exp(y * y)
+        return 2.0 * y * d * d
+    if sub == C.GAMMALN:
+        return trigamma(float(x))
+    if sub == C.DIGAMMA:
+        return tetragamma(float(x))
+    if sub == C.I0E:
+        return d2_i0e(float(x), float(y))
+    if sub == C.I1E:
+        return d2_i1e(float(x), float(y))
+    if sub == C.LOG_NDTR:
+        return d2_log_ndtr(float(x))
     return unhandled(sub)
 
 

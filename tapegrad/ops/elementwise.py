@@ -9,6 +9,7 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
+from ..kernels.special import special_into
 from ..tape import NO_TAPE, _local as _tls, current
 from ..tensor import Tensor, _new, _node, _plain, _result
 from .registry import register
@@ -30,7 +31,7 @@ def _unary(code, fn, x):
     return _plain(data)
 
 
-def _def_unary(name, sub, fn, doc_name=None, example=0.5):
+def _def_unary(name, sub, fn, doc_name=None, example=0.5, doc_module="numpy"):
     code = register(name, C.K_UNARY, sub, fn)
 
     def op(x):
@@ -64,7 +65,7 @@ def _def_unary(name, sub, fn, doc_name=None, example=0.5):
                     return t
         return _unary(code, fn, x)
     op.__name__ = op.__qualname__ = doc_name or fn.__name__
-    op.__doc__ = (f"Elementwise ``numpy.{fn.__name__}`` of a tensor, differentiable.\n\n"
+    op.__doc__ = (f"Elementwise ``{doc_module}.{fn.__name__}`` of a tensor, differentiable.\n\n"
                   f"Examples\n--------\n>>> import tapegrad as tg\n"
                   f">>> tg.{op.__name__}(tg.tensor([{example}])).shape\n(1,)\n")
     return op
@@ -108,6 +109,42 @@ ceil = _def_unary("Ceil", C.ZERO_FIRST + 1, np.ceil)
 trunc = _def_unary("Trunc", C.ZERO_FIRST + 2, np.trunc)
 rint = _def_unary("Rint", C.ZERO_FIRST + 3, np.rint)
 _ROUND = register("Round", C.K_UNARY, C.ZERO_FIRST + 4, np.round)
+
+
+# special functions: scipy.special's names, computed by tapegrad's own kernels
+# (kernels/special.py), first and second derivatives in kernels/rules.py
+def _special_forward(sub, name):
+    """The eager forward of a special-function op: the compiled scalar
+    function over the array (float32 stays float32, float16 computes in
+    float32 and integers in float64, as SciPy's ufuncs do)."""
+    def fn(x):
+        a = np.asarray(x)
+        dt = a.dtype if a.dtype in (np.float32, np.float64) else \
+            np.dtype(np.float32 if a.dtype == np.float16 else np.float64)
+        src = np.ascontiguousarray(a, dtype=dt).reshape(-1)
+        out = np.empty(src.size, dt)
+        with np.errstate(all="ignore"):
+            special_into(sub, src, out)
+        out = out.reshape(a.shape)
+        return out if a.ndim else out[()]
+    fn.__name__ = fn.__qualname__ = name
+    return fn
+
+
+def _def_special(name, sub, fn_name, example=0.5):
+    return _def_unary(name, sub, _special_forward(sub, fn_name), example=example,
+                      doc_module="scipy.special")
+
+
+erf = _def_special("Erf", C.ERF, "erf")
+erfc = _def_special("Erfc", C.ERFC, "erfc")
+erfinv = _def_special("Erfinv", C.ERFINV, "erfinv")
+gammaln = _def_special("Gammaln", C.GAMMALN, "gammaln")
+digamma = _def_special("Digamma", C.DIGAMMA, "digamma")
+psi = digamma
+i0e = _def_special("I0e", C.I0E, "i0e")
+i1e = _def_special("I1e", C.I1E, "i1e")
+log_ndtr = _def_special("LogNdtr", C.LOG_NDTR, "log_ndtr")
 
 
 def round(a, decimals=0):  # noqa: A001  (NumPy's name)

@@ -14,7 +14,8 @@ from . import reductions as Rd
 from . import shape as S
 from .. import views as V
 from . import view_writes
-from .numpy_api import HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, unsupported
+from .numpy_api import (HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, special_ufunc,
+                        ufunc_name, unsupported)
 
 
 def _swap(fn):
@@ -273,13 +274,13 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     out = kwargs.pop("out", None)
     if out is not None:
         raise TypeError(
-            f"numpy.{ufunc.__name__}(..., out=...) cannot write into arrays when "
+            f"{ufunc_name(ufunc)}(..., out=...) cannot write into arrays when "
             "tensors are involved (a recorded value must not change); drop out= "
             "and use the returned tensor")
     if kwargs.get("where", True) is not True:
         raise TypeError(
-            f"numpy.{ufunc.__name__}(..., where=...) is not supported on tensors; "
-            "use tg.where(mask, numpy.{0}(x), fallback)".format(ufunc.__name__))
+            f"{ufunc_name(ufunc)}(..., where=...) is not supported on tensors; "
+            f"use tg.where(mask, {ufunc_name(ufunc)}(x), fallback)")
     kwargs.pop("where", None)
     dtype = kwargs.pop("dtype", None)
     if method == "__call__" and ufunc in PLAIN_UFUNCS:
@@ -288,19 +289,19 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         axis = kwargs.pop("axis", 0)  # ufunc.reduce's default, unlike np.sum's
         keepdims = kwargs.pop("keepdims", False)
     if kwargs:
-        raise TypeError(f"numpy.{ufunc.__name__}: keyword(s) {sorted(kwargs)} are not "
+        raise TypeError(f"{ufunc_name(ufunc)}: keyword(s) {sorted(kwargs)} are not "
                         "supported on tensors")
     if dtype is not None:
         inputs = tuple(S.astype(x, dtype) if isinstance(x, Tensor) else x for x in inputs)
     if method == "__call__":
-        fn = UFUNCS.get(ufunc)
+        fn = UFUNCS.get(ufunc) or special_ufunc(ufunc)
         if fn is not None:
             return fn(*inputs)
     elif method == "reduce":
         fn = REDUCE_UFUNCS.get(ufunc)
         if fn is not None:
             return fn(*inputs, axis=axis, keepdims=keepdims)
-    return unsupported(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}"),
+    return unsupported(ufunc_name(ufunc) + ("" if method == "__call__" else f".{method}"),
                        inputs)
 
 

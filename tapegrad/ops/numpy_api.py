@@ -5,6 +5,8 @@ argument that is a Tensor; these tables route the call.  Functions whose
 results carry no gradient (shapes, comparisons, argmax, ...) run on the plain
 values.  Anything else raises a TypeError that names the function.
 """
+import sys
+
 import numpy as np
 
 from . import composite as K
@@ -12,6 +14,7 @@ from . import elementwise as E
 from . import matrix as L
 from . import reductions as Rd
 from . import shape as S
+from . import special as Sp
 
 UFUNCS = {
     np.add: E.add, np.subtract: E.subtract, np.multiply: E.multiply,
@@ -35,6 +38,48 @@ UFUNCS = {
     np.greater_equal: E.greater_equal, np.equal: E.equal,
     np.not_equal: E.not_equal,
 }
+
+#: ``scipy.special`` ufuncs, by ``ufunc.__name__`` (digamma's is ``psi``): a
+#: ufunc is routed here only if it is the object of that name in an already
+#: imported ``scipy.special`` (tapegrad never imports SciPy)
+SPECIAL_UFUNCS = {
+    "expit": Sp.expit, "logit": Sp.logit, "log_expit": Sp.log_expit, "erf": Sp.erf,
+    "erfc": Sp.erfc, "erfinv": Sp.erfinv, "xlogy": Sp.xlogy, "xlog1py": Sp.xlog1py,
+    "ndtr": Sp.ndtr, "log_ndtr": Sp.log_ndtr, "gammaln": Sp.gammaln, "psi": Sp.digamma,
+    "i0e": Sp.i0e, "i1e": Sp.i1e,
+}
+
+
+def scipy_special_name(ufunc):
+    """``"scipy.special.<name>"`` if ``ufunc`` is one of an imported
+    ``scipy.special``'s, else None."""
+    sp = sys.modules.get("scipy.special")
+    name = getattr(ufunc, "__name__", None)
+    if sp is None or name is None:
+        return None
+    if getattr(sp, name, None) is ufunc:
+        return f"scipy.special.{name}"
+    for alias in ("digamma",) if name == "psi" else ():
+        if getattr(sp, alias, None) is ufunc:
+            return f"scipy.special.{alias}"
+    return None
+
+
+def special_ufunc(ufunc):
+    """The tapegrad function for a ``scipy.special`` ufunc, or None."""
+    if scipy_special_name(ufunc) is None:
+        return None
+    return SPECIAL_UFUNCS.get(ufunc.__name__)
+
+
+def ufunc_name(ufunc):
+    """The qualified name of a ufunc for error messages: ``numpy.sin``,
+    ``scipy.special.expit``, else ``the ufunc <name>``."""
+    name = getattr(ufunc, "__name__", repr(ufunc))
+    if getattr(np, name, None) is ufunc:
+        return f"numpy.{name}"
+    return scipy_special_name(ufunc) or f"the ufunc {name}"
+
 
 REDUCE_UFUNCS = {
     np.add: Rd.sum, np.multiply: Rd.prod, np.maximum: Rd.max, np.minimum: Rd.min,
