@@ -32,6 +32,12 @@ from .ops.composite import (
     clip, dot, hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
     select, std, tensordot, var, vdot, vsplit, vstack)
 from .ops.custom import ElementwiseOp, elementwise
+from .ops.numeric import (
+    append, convolve, correlate, cross, diff, dsplit, ediff1d, geomspace, gradient, interp,
+    nan_to_num, polyval, rollaxis, rot90, row_stack, sinc, trapezoid)
+from .ops.creation import (
+    arange, from_numpy, full, full_like, linspace, ones, ones_like, rand, randn, zeros,
+    zeros_like)
 from .ops.special import (
     digamma, erf, erfc, erfinv, expit, gammaln, i0e, i1e, log_expit, log_ndtr, logit, ndtr,
     psi, sigmoid, xlog1py, xlogy)

@@ -220,6 +220,98 @@ for _name, _fn in (("__iadd__", E.add), ("__isub__", E.subtract),
     setattr(Tensor, _name, _inplace(_fn))
 
 
+# PyTorch's in-place methods: the same rules as ``t += v`` (recorded in a
+# graph, refused on a leaf that requires grad, a value write elsewhere)
+def _scaled(other, alpha):
+    return other if alpha == 1 else E.multiply(other, alpha)
+
+
+def _assigned(a, value):
+    """``value`` broadcast to a's shape in a's dtype, as ``a.copy_(value)``
+    writes it: where(True, value, a) gives a's old value no gradient and
+    value its own."""
+    keep = np.ones(a.shape, dtype=bool)
+    if not isinstance(value, Tensor):
+        value = np.asarray(value).astype(a.dtype)
+    return E.where(keep, value, a)
+
+
+_IADD, _ISUB, _IMUL, _IDIV, _IPOW = (Tensor.__iadd__, Tensor.__isub__, Tensor.__imul__,
+                                     Tensor.__itruediv__, Tensor.__ipow__)
+_ASSIGN = _inplace(_assigned)
+
+
+def add_(self, other, *, alpha=1):
+    """``self += alpha * other`` in place (PyTorch's ``add_``), recorded as ``+=`` is."""
+    return _IADD(self, _scaled(other, alpha))
+
+
+def sub_(self, other, *, alpha=1):
+    """``self -= alpha * other`` in place."""
+    return _ISUB(self, _scaled(other, alpha))
+
+
+def mul_(self, other):
+    """``self *= other`` in place."""
+    return _IMUL(self, other)
+
+
+def div_(self, other):
+    """``self /= other`` in place."""
+    return _IDIV(self, other)
+
+
+def pow_(self, other):
+    """``self **= other`` in place."""
+    return _IPOW(self, other)
+
+
+def copy_(self, src):
+    """Write ``src`` (broadcast, cast to self's dtype) into self in place;
+    in a graph the gradient reaches ``src``, not self's old value."""
+    return _ASSIGN(self, src)
+
+
+def fill_(self, value):
+    """Fill self with ``value`` in place."""
+    return _ASSIGN(self, value)
+
+
+def zero_(self):
+    """Fill self with zeros in place (``t.grad.zero_()``, resets under no_grad).
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> t = tg.tensor([1.0, 2.0])
+    >>> t.zero_()
+    tensor([0.0, 0.0])
+    """
+    return _ASSIGN(self, 0)
+
+
+def clone(self):
+    """A copy of the value that keeps the graph (PyTorch's ``clone``): the
+    gradient flows back to self.
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> x = tg.tensor([1.0], requires_grad=True)
+    >>> y = x.clone()
+    >>> y.sum().backward()
+    >>> x.grad
+    tensor([1.0])
+    """
+    if self._requires_grad and current().enabled:
+        return E.positive(self)
+    return _plain(np.array(self._data, copy=True) if np.ndim(self._data) else self._data)
+
+
+for _fn in (add_, sub_, mul_, div_, pow_, copy_, fill_, zero_, clone):
+    setattr(Tensor, _fn.__name__, _fn)
+
+
 def _setitem(self, key, value):
     """``t[key] = value``: in a graph, a functional update that takes t's place
     (gradients reach t's old contents outside key and value inside it)."""

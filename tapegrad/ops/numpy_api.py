@@ -12,6 +12,7 @@ import numpy as np
 from . import composite as K
 from . import elementwise as E
 from . import matrix as L
+from . import numeric as N
 from . import reductions as Rd
 from . import shape as S
 from . import special as Sp
@@ -117,7 +118,17 @@ HANDLED_FUNCTIONS = {
     np.linalg.matmul: L.matmul, np.linalg.diagonal: K.linalg_diagonal,
     np.linalg.trace: K.linalg_trace, np.linalg.vecdot: K.vecdot,
     np.linalg.tensordot: K.linalg_tensordot, np.linalg.outer: K.linalg_outer,
+    # ops/numeric.py
+    np.rot90: N.rot90, np.rollaxis: N.rollaxis, np.dsplit: N.dsplit, np.append: N.append,
+    np.nan_to_num: N.nan_to_num, np.sinc: N.sinc, np.diff: N.diff, np.ediff1d: N.ediff1d,
+    np.cross: N.cross, np.trapezoid: N.trapezoid, np.polyval: N.polyval,
+    np.convolve: N.convolve, np.correlate: N.correlate, np.interp: N.interp,
+    np.gradient: N.gradient, np.linspace: N.linspace, np.geomspace: N.geomspace,
+    np.concatenate: N.concatenate, np.stack: N.stack, np.vstack: N.vstack_,
+    np.hstack: N.hstack_, np.where: N.where,
 }
+if hasattr(np, "row_stack"):  # deprecated in NumPy 2.0
+    HANDLED_FUNCTIONS[np.row_stack] = N.row_stack
 
 
 #: functions of shapes, dtypes and identity only: nothing a replay can change

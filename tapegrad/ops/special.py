@@ -41,7 +41,7 @@ def expit(x):
     >>> y = tg.expit(x)
     >>> y.sum().backward()
     >>> x.grad
-    tensor([0.25, 0.1049935854035065])
+    tensor([0.25, 0.10499359])
     """
     x = _t(x)
     pos = E.greater_equal(x, 0.0)
@@ -61,7 +61,7 @@ def log_expit(x):
     --------
     >>> import tapegrad as tg
     >>> tg.log_expit(tg.tensor([-800.0, 0.0]))
-    tensor([-800.0, -0.6931471805599453])
+    tensor([-800.0, -0.69314718])
     """
     return -E.logaddexp(0.0, -_t(x))
 
@@ -77,7 +77,7 @@ def logit(p):
     --------
     >>> import tapegrad as tg
     >>> tg.logit(tg.tensor([0.5, 0.75]))
-    tensor([0.0, 1.0986122886681098])
+    tensor([0.0, 1.09861229])
     """
     p = _t(p)
     mid = E.less_equal(E.absolute(p - 0.5), 0.25)
@@ -97,7 +97,7 @@ def xlogy(x, y):
     --------
     >>> import tapegrad as tg
     >>> tg.xlogy(tg.tensor([0.0, 2.0]), tg.tensor([0.0, 3.0]))
-    tensor([0.0, 2.1972245773362196])
+    tensor([0.0, 2.19722458])
     """
     x = _t(x) if not isinstance(y, Tensor) else x
     return _as_tensor(E.multiply(x, E.log(_at_zero(x, y, 0.0, 1.0))))
@@ -110,7 +110,7 @@ def xlog1py(x, y):
     --------
     >>> import tapegrad as tg
     >>> tg.xlog1py(tg.tensor([0.0, 2.0]), tg.tensor([-1.0, 0.5]))
-    tensor([0.0, 0.8109302162163288])
+    tensor([0.0, 0.81093022])
     """
     x = _t(x) if not isinstance(y, Tensor) else x
     return _as_tensor(E.multiply(x, E.log1p(_at_zero(x, y, -1.0, 0.0))))
