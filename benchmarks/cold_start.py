@@ -11,10 +11,16 @@ temporary directory (so nothing compiled earlier is found), except the
 * one row per op family: the first backward through that family, after a
   first gradient of ``x * 2.0`` has compiled the sweep (so the row is what
   the family adds);
-* ``tg.jacobian``, ``tg.hessian``, ``tg.trace`` replay: their first call.
+* ``tg.jacobian``, ``tg.hessian``, ``tg.trace`` replay: their first call;
+* ``first gradient, 1e6 elements``: work too large to interpret, so it
+  compiles at once;
+* ``300 small gradients``: a loop that starts interpreted and compiles its
+  kernels once interpreting them has cost their budget (kernels/interpret.py).
 
 Run: ``python benchmarks/cold_start.py [--repeat N] [--only NAME,...]``; prints
-a table of medians (seconds).  ``--pythonpath DIR`` times another checkout.
+a table of medians (seconds).  ``--pythonpath DIR`` times another checkout;
+``--compiled`` sets ``TAPEGRAD_INTERPRET=0`` (every kernel compiles on its
+first call, as without the interpreted tier).
 """
 import argparse
 import os
@@ -67,11 +73,20 @@ CASES = {
                           "import tapegrad.functional as ft\n"
                           "ft.value_and_grad(f)(np.ones(4)); ft.value_and_grad(f)(np.ones(4))\n"
                         + _POST, "program"),
+    "first gradient, 1e6 elements": (_PRE + "g = tg.grad(lambda x: (x * x + tg.sin(x)).sum())"
+                                     "(np.linspace(0.1, 0.9, 10**6))\n"
+                                     "print('T', time.perf_counter() - _t0)\n", "program"),
+    "300 small gradients": (_PRE + "f = tg.grad(lambda x: (x * x + tg.sin(x)).sum())\n"
+                            "for i in range(300):\n    f(np.linspace(0.1, 0.9, 50) + i)\n"
+                            "print('T', time.perf_counter() - _t0)\n", "program"),
 }
 
 
-def run_case(name, cache, pythonpath):
+def run_case(name, cache, pythonpath, compiled=False):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache, TAPEGRAD_QUIET="1")
+    env.pop("TAPEGRAD_INTERPRET", None)
+    if compiled:
+        env["TAPEGRAD_INTERPRET"] = "0"
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     prog, how = CASES[name]
@@ -93,6 +108,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--only", default="")
     ap.add_argument("--pythonpath", default="")
+    ap.add_argument("--compiled", action="store_true",
+                    help="TAPEGRAD_INTERPRET=0: compile every kernel on its first call")
     a = ap.parse_args(argv)
     names = [n for n in CASES if not a.only or any(o.strip() in n for o in a.only.split(","))]
     print(f"{'case':32} {'cold s':>8} {'warm s':>8}   (median of {a.repeat}; "
@@ -101,8 +118,8 @@ def main(argv=None):
         cold, warm = [], []
         for _ in range(a.repeat):
             with tempfile.TemporaryDirectory() as cache:
-                cold.append(run_case(name, cache, a.pythonpath))
-                warm.append(run_case(name, cache, a.pythonpath))
+                cold.append(run_case(name, cache, a.pythonpath, a.compiled))
+                warm.append(run_case(name, cache, a.pythonpath, a.compiled))
         print(f"{name:32} {statistics.median(cold):8.2f} {statistics.median(warm):8.2f}",
               flush=True)
 

@@ -1,3 +1,9 @@
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 #!/usr/bin/env python
 """Side-by-side timings of tapegrad, hand-written NumPy and other autodiff tools.
 
@@ -49,7 +55,6 @@ Run from anywhere: ``python benchmarks/compare.py [--repeat N] [--cold]``.
 
 import argparse
 import gc
-import os
 import platform
 import shutil
 import statistics

@@ -1,3 +1,9 @@
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 #!/usr/bin/env python
 """Side-by-side table of the function transforms (see transform_workloads.py):
 tapegrad against PyTorch, JAX (jit, steady state) and HIPS autograd where they

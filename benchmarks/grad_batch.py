@@ -4,6 +4,11 @@ chain over 1,000 inputs (median of several runs, after warm-up).
     python benchmarks/grad_batch.py
 """
 import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 import sys
 import time
 

@@ -1,3 +1,9 @@
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 #!/usr/bin/env python
 """Hessian of the Rosenbrock function (tridiagonal), one thread, medians in
 ms; each result is checked against the closed form before it is timed.

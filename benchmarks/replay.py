@@ -13,6 +13,11 @@ fused loops among threads, as the replay's fused segments do).
     python benchmarks/replay.py
 """
 import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 import sys
 import time
 

@@ -6,6 +6,12 @@ calls, in a warm loop; prints medians in ns per record.
 
 Run: ``python benchmarks/sweep_only.py``.
 """
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 import statistics
 import time
 

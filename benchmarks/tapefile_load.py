@@ -13,6 +13,11 @@ it (``tapefile.parse``).
     python benchmarks/tapefile_load.py 10000      # just one size
 """
 import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 import statistics
 import sys
 import tempfile

@@ -14,6 +14,12 @@ records (many records, one short compiled walk per backward).
 
 The machine this project runs on has 2 shared cores, so the numbers are noisy.
 """
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 import statistics
 import threading
 import time

@@ -78,7 +78,8 @@ def test_no_usable_cache_dir_means_no_cache(tmp_path):
 def test_kernels_are_located_in_the_cache_dir():
     from tapegrad.kernels import sweep
     fn = next(v for v in vars(sweep).values() if hasattr(v, "py_func"))
-    loc = _jit._Locator.from_function(fn.py_func, fn.py_func.__code__.co_filename)
+    _jit.materialize()   # installs the locator (with Numba)
+    loc = _jit._LOCATOR[0].from_function(fn.py_func, fn.py_func.__code__.co_filename)
     assert loc is not None
     assert os.path.realpath(loc.get_cache_path()).startswith(os.path.realpath(_jit.cache_dir()))
     assert not os.path.realpath(loc.get_cache_path()).startswith(str(ROOT / "tapegrad"))

@@ -149,19 +149,22 @@ _SMALL = """
     y = 3 * a + 2 * a * a + np.log(a)
     y.backward([0.1, 1.0, 0.0001])
     assert np.allclose(a.grad.numpy(), np.array([0.1, 1.0, 0.0001]) * (3 + 4 * a.numpy() + 1 / a.numpy()))
-    print(len(_sweep.overloads), len(layout.overloads), int((D.TABLE != 0).sum()))
+    import sys
+    print(len(_sweep.overloads), len(layout.overloads), int((D.TABLE != 0).sum()),
+          "numba" in sys.modules)
 """
 
 
 def test_a_small_first_gradient_compiles_nothing(tmp_path):
-    assert _fresh(_SMALL, tmp_path).split() == ["0", "0", "0"]
+    # nothing compiled, nothing cached, and Numba not even imported
+    assert _fresh(_SMALL, tmp_path).split() == ["0", "0", "0", "False"]
     index = [f for _, _, fs in os.walk(tmp_path) for f in fs if f.endswith(".nbi")]
     assert index == []
 
 
 def test_budget_zero_compiles_at_first_use(tmp_path):
-    sweeps, layouts, families = _fresh(_SMALL, tmp_path, budget="0").split()
-    assert sweeps == "1" and layouts == "1" and int(families) >= 2
+    sweeps, layouts, families, numba = _fresh(_SMALL, tmp_path, budget="0").split()
+    assert sweeps == "1" and layouts == "1" and int(families) >= 2 and numba == "True"
 
 
 def test_repeated_small_work_is_compiled_once_it_has_cost_the_budget(tmp_path):

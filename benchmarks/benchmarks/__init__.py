@@ -1,1 +1,7 @@
 """asv benchmark suite for tapegrad (see ``bench_core`` and ``workloads``)."""
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+

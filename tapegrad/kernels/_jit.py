@@ -34,16 +34,8 @@ import pathlib
 import shutil
 import sys
 import tempfile
+import threading
 import time
-
-import numba
-import numba.core.ccallback
-import numba.core.registry
-from numba import njit
-from numba.core import caching, config
-from numba.core.compiler_lock import global_compiler_lock as compile_lock
-
-from .interpret import run_as_python
 
 #: Options every kernel is compiled with.  ``nogil`` lets independent tapes on
 #: different threads sweep at once; ``fastmath`` stays off: gradients must be
@@ -61,47 +53,82 @@ def _options():
     return OPTIONS if cache_dir() is not None else dict(OPTIONS, cache=False)
 
 
+# -- kernels, recorded until Numba is needed -------------------------------------------
+# Importing Numba is half of ``import tapegrad``; a program whose kernels run
+# interpreted never needs it.  The decorators below record each function; the
+# first kernel that must run compiled imports Numba (kernels/_numba.py) and
+# makes every recorded function a dispatcher (:func:`materialize`).
+
+_RECORDED = []
+_MATERIALIZED = []
+_materialize_lock = threading.RLock()
+
+
+class Deferred:
+    """A kernel before Numba is loaded: called from Python it runs
+    interpreted (kernels/interpret.py) or loads Numba and compiles; any other
+    attribute is the Numba dispatcher's, made on demand."""
+
+    what = None
+
+    def __init__(self, fn, how):
+        self.py_func, self.how, self.dispatcher = fn, how, None
+        self.__name__, self.__qualname__, self.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+        self.__module__ = fn.__module__
+
+    def __call__(self, *args):
+        d = self.dispatcher
+        if d is None:
+            if self.how == "kernel":
+                from .interpret import run_as_python
+                done, result = run_as_python(self.py_func, lambda: cached(self.cache_name()),
+                                             self.py_func, args)
+                if done:
+                    return result
+            materialize()
+            d = self.dispatcher
+        return d(*args)
+
+    def cache_name(self):
+        """``module.qualname``, as Numba names the kernel's index file."""
+        return f"{self.__module__.rsplit('.', 1)[-1]}.{self.__qualname__}"
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if self.dispatcher is None:
+            if name in ("overloads", "signatures"):
+                return {} if name == "overloads" else []
+            materialize()
+        return getattr(self.dispatcher, name)
+
+    def __repr__(self):
+        return f"<tapegrad kernel {self.__qualname__} ({'compiled' if self.dispatcher else 'not loaded'})>"
+
+
+def _record(fn, how):
+    if _MATERIALIZED:
+        from . import _numba
+        return _numba.dispatcher(fn, how, _options())
+    d = Deferred(fn, how)
+    _RECORDED.append(d)
+    return d
+
+
 def kernel(fn):
     """Compile ``fn`` with tapegrad's kernel options (callable from Python).
 
     Until it is compiled, a call from Python may run its source as Python
     instead (kernels/interpret.py decides: small work, nothing cached)."""
-    d = njit(**_options())(fn)
-    d.__class__ = _Tiered
-    return d
-
-
-class _Tiered(numba.core.registry.CPUDispatcher):
-    """A kernel whose first calls from Python may be interpreted; once it is
-    compiled (or loaded from the cache) it is a plain dispatcher again, so
-    its calls pay nothing for the choice."""
-
-    #: what the one-line notice of a first compilation calls it
-    what = None
-
-    def cache_name(self):
-        """``module.qualname``, as Numba names the kernel's index file."""
-        f = self.py_func
-        return f"{f.__module__.rsplit('.', 1)[-1]}.{f.__qualname__}"
-
-    def __call__(self, *args):
-        if not self.overloads:
-            done, result = run_as_python(self, lambda: cached(self.cache_name()), self, args)
-            if done:
-                return result
-            if not cached(self.cache_name()):
-                notice(self.what or "the kernels")
-        self.__class__ = numba.core.registry.CPUDispatcher
-        return numba.core.registry.CPUDispatcher.__call__(self, *args)
+    return _record(fn, "kernel")
 
 
 def inner(fn):
     """A kernel that only other kernels call (the family VJPs and their
     loops): compiled once per signature and called, with no CPython wrapper
     (which would cost a third of a small function's compilation).  Python
-    can still call it, through :class:`_FromKernels`."""
-    return _FromKernels.adopt(njit(no_cpython_wrapper=True, no_cfunc_wrapper=True,
-                                   **_options())(fn))
+    can still call it, through a compiled trampoline."""
+    return _record(fn, "inner")
 
 
 def inline(fn):
@@ -122,43 +149,82 @@ def inline(fn):
     otherwise compile a helper once per literal it is called with
     (``parent(T, r, 0)``, ``parent(T, r, 1)``, ...), each a full compilation
     of the same code; inlined, the constant reaches LLVM all the same."""
-    d = njit(forceinline=True, no_cpython_wrapper=True, no_cfunc_wrapper=True, **_options())(fn)
-    return _FromKernels.adopt(_plain_ints(d))
+    return _record(fn, "inline")
 
 
-def _plain_ints(dispatcher):
-    from numba.core import types
+class Name:
+    """A placeholder for a name of kernels/_numba.py (an intrinsic, ``carray``):
+    compiled code sees the real one once Numba is loaded, interpreted code
+    a Python stand-in of the same name (kernels/interpret.py: STAND_INS)."""
 
-    typed = dispatcher.get_call_template
-
-    def get_call_template(args, kws):
-        return typed(tuple(types.unliteral(a) for a in args),
-                     {k: types.unliteral(v) for k, v in kws.items()})
-
-    dispatcher.get_call_template = get_call_template
-    return dispatcher
-
-
-class _FromKernels(numba.core.registry.CPUDispatcher):
-    """A dispatcher compiled without a CPython wrapper; called from Python
-    (tests, debugging) it goes through a small compiled trampoline of the
-    same arity, made on the first such call."""
-
-    @classmethod
-    def adopt(cls, dispatcher):
-        dispatcher.__class__ = cls
-        return dispatcher
+    def __init__(self, name):
+        self.name = name
 
     def __call__(self, *args):
-        tramps = self.__dict__.setdefault("_trampolines", {})
-        t = tramps.get(len(args))
-        if t is None:
-            names = ", ".join(f"a{i}" for i in range(len(args)))
-            scope = {"target": self}
-            exec(f"def trampoline({names}):\n    return target({names})\n", scope)
-            t = tramps[len(args)] = njit(cache=False)(scope["trampoline"])
-        return t(*args)
+        raise RuntimeError(f"{self.name} exists in compiled kernels only")
 
+
+def deferred(name):
+    """``name`` of kernels/_numba.py, or its placeholder while Numba is not loaded."""
+    if _MATERIALIZED:
+        from . import _numba
+        return getattr(_numba, name)
+    return Name(name)
+
+
+def materialize():
+    """Load Numba: make every recorded kernel a dispatcher and put it, and
+    every placeholder's real object, in the place of the recorded ones in
+    tapegrad's modules (so compiled code that names them finds them)."""
+    if _MATERIALIZED:
+        return
+    with _materialize_lock:
+        if _MATERIALIZED:
+            return
+        if not os.environ.get("NUMBA_DISABLE_JIT"):
+            _install_locator()
+            _load_numba_np()
+        from . import _numba
+        _numba.Tiered.cached, _numba.Tiered.notice = staticmethod(cached), staticmethod(notice)
+        opts = _options()
+        for d in _RECORDED:
+            d.dispatcher = _numba.dispatcher(d.py_func, d.how, opts)
+            if d.what is not None:
+                d.dispatcher.what = d.what
+        _MATERIALIZED.append(True)
+        for mod in list(sys.modules.values()):
+            if not getattr(mod, "__name__", "").startswith("tapegrad"):
+                continue
+            space = vars(mod)
+            for k, v in list(space.items()):
+                if isinstance(v, Deferred):
+                    space[k] = v.dispatcher
+                elif isinstance(v, Name):
+                    space[k] = getattr(_numba, v.name)
+
+
+class _CompileLock:
+    """Numba's global compiler lock, which every Numba compilation takes
+    (loading Numba on first use)."""
+
+    def __enter__(self):
+        materialize()
+        from numba.core.compiler_lock import global_compiler_lock
+        global_compiler_lock.__enter__()
+
+    def __exit__(self, *exc):
+        from numba.core.compiler_lock import global_compiler_lock
+        return global_compiler_lock.__exit__(*exc)
+
+    def is_locked(self):
+        """True on a thread that holds the lock (inside a compilation)."""
+        if not _MATERIALIZED:
+            return False
+        from numba.core.compiler_lock import global_compiler_lock
+        return global_compiler_lock.is_locked()
+
+
+compile_lock = _CompileLock()
 
 #: options of the C entry points of :func:`entry` (the compiler flags of
 #: ``kernel``, less what a cfunc does not take)
@@ -166,15 +232,12 @@ ENTRY_OPTIONS = dict(nogil=True, error_model="numpy", boundscheck=False)
 
 
 def entry(fn, sig):
-    """Compile ``fn`` now as a cached C function of signature ``sig``; the
-    returned object's ``address`` is its machine code (keep it alive)."""
+    """Compile ``fn`` now as a cached C function of signature ``sig`` (a
+    name of ``_numba.SIGNATURES``); the returned object's ``address`` is
+    its machine code (keep it alive)."""
     with compile_lock:
-        cf = numba.core.ccallback.CFunc(fn, numba.core.sigutils.normalize_signature(sig),
-                                        {}, dict(ENTRY_OPTIONS))
-        if cache_dir() is not None:
-            cf.enable_caching()
-        cf.compile()
-    return cf
+        from . import _numba
+        return _numba.entry(fn, sig, ENTRY_OPTIONS, cache_dir() is not None)
 
 
 # -- telling the user about a long first compilation ---------------------------------
@@ -207,9 +270,19 @@ def notice(what):
           file=sys.stderr, flush=True)
 
 
+def numba_version():
+    """The installed Numba's version, read without importing Numba."""
+    from importlib import metadata
+    try:
+        return metadata.version("numba")
+    except metadata.PackageNotFoundError:
+        import numba
+        return numba.__version__
+
+
 def _stamp():
     digest = hashlib.sha256()
-    for part in (str(_PACKAGE), numba.__version__, sys.version, getattr(sys, "abiflags", "")):
+    for part in (str(_PACKAGE), numba_version(), sys.version, getattr(sys, "abiflags", "")):
         digest.update(part.encode() + b"\0")
     for src in sorted((_PACKAGE / "kernels").glob("*.py")):
         digest.update(src.name.encode() + b"\0")
@@ -228,8 +301,9 @@ def _user_cache_root():
 
 
 def _candidates(stamp):
-    if config.CACHE_DIR:
-        yield os.path.join(config.CACHE_DIR, "tapegrad", stamp)
+    numba_cache = os.environ.get("NUMBA_CACHE_DIR", "")   # Numba's own setting
+    if numba_cache:
+        yield os.path.join(numba_cache, "tapegrad", stamp)
         return   # the user chose the place: nothing else
     yield os.path.join(_user_cache_root(), stamp)
     try:
@@ -279,35 +353,45 @@ def cache_dir():
     return _DIR[0]
 
 
-class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
-    """Numba cache locator for functions defined in tapegrad's own files."""
+def _locator_class():
+    from numba.core import caching
 
-    def __init__(self, py_func, py_file):
-        self._py_file = py_file
-        self._lineno = py_func.__code__.co_firstlineno
-        # one subfolder per source folder, as Numba's own locators do
-        self._cache_path = os.path.join(cache_dir(), self.get_suitable_cache_subpath(py_file))
+    class _Locator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
+        """Numba cache locator for functions defined in tapegrad's own files."""
 
-    def get_cache_path(self):
-        return self._cache_path
+        def __init__(self, py_func, py_file):
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
+            # one subfolder per source folder, as Numba's own locators do
+            self._cache_path = os.path.join(cache_dir(), self.get_suitable_cache_subpath(py_file))
 
-    @classmethod
-    def from_function(cls, py_func, py_file):
-        try:
-            inside = pathlib.Path(py_file).resolve().is_relative_to(_PACKAGE)
-        except (OSError, ValueError):
-            inside = False
-        if not inside or cache_dir() is None:
-            return None
-        return super().from_function(py_func, py_file)
+        def get_cache_path(self):
+            return self._cache_path
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            try:
+                inside = pathlib.Path(py_file).resolve().is_relative_to(_PACKAGE)
+            except (OSError, ValueError):
+                inside = False
+            if not inside or cache_dir() is None:
+                return None
+            return super().from_function(py_func, py_file)
+
+    return _Locator
+
+
+_LOCATOR = []
 
 
 def _install_locator():
+    """Put tapegrad's cache locator first in Numba's list (once)."""
+    from numba.core import caching, config
     impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
-    if impl is None or getattr(config, "CACHE_LOCATOR_CLASSES", None):
+    if impl is None or getattr(config, "CACHE_LOCATOR_CLASSES", None) or _LOCATOR:
         return   # a Numba without the hook, or the user chose the locators
-    if _Locator not in impl._locator_classes:
-        impl._locator_classes = [_Locator, *impl._locator_classes]
+    _LOCATOR.append(_locator_class())
+    impl._locator_classes = [_LOCATOR[0], *impl._locator_classes]
 
 
 def _load_numba_np():
@@ -331,8 +415,3 @@ def _load_numba_np():
         arraymath.ensure_blas = real
     finally:
         linalg.ensure_blas = real
-
-
-if not os.environ.get("NUMBA_DISABLE_JIT"):
-    _install_locator()
-    _load_numba_np()

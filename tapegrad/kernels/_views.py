@@ -22,29 +22,19 @@ A kernel receives the tape as one tuple ``T`` of flat arrays (see
  13   reached whether r's adjoint has been written in this sweep
 ====  ======  ===========================================================
 """
-import numba
 import numpy as np
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from . import codes as C
-from ._jit import inline
+from ._jit import deferred, inline
 
 #: Values with at most this many elements are copied into the value arena;
 #: larger ones are referenced in place (no copy on the recording path).
 SMALL = 16
 
 
-@intrinsic
-def _voidptr(typingctx, addr):
-    if not isinstance(addr, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], cgutils.voidptr_t)
-
-    return types.voidptr(addr), codegen
+#: an integer address as a ``void*``, and ``numba.carray``: an array over it
+_voidptr = deferred("voidptr")
+carray = deferred("carray")
 
 
 @inline
@@ -56,7 +46,7 @@ def _at(base, offset, n):
     than the whole VJP of a scalar op.  The tape keeps every base alive for
     the duration of the sweep, so borrowed views are safe.
     """
-    return numba.carray(_voidptr(base.ctypes.data + 8 * offset), (n,), np.float64)
+    return carray(_voidptr(base.ctypes.data + 8 * offset), (n,), np.float64)
 
 
 @inline
@@ -74,21 +64,21 @@ def value(T, v):
         return _at(T[8], T[9][v], n)
     k = T[10][v]
     if k < 0:
-        return numba.carray(_voidptr(T[12][v]), (n,), np.float64)
-    return numba.carray(_voidptr(T[11][k]), (n,), np.float64)
+        return carray(_voidptr(T[12][v]), (n,), np.float64)
+    return carray(_voidptr(T[11][k]), (n,), np.float64)
 
 
 @inline
 def adjoint(T, v):
     """Adjoint of record ``v``'s output as a flat float64 view."""
-    return numba.carray(_voidptr(T[12][v]), (T[2][v],), np.float64)
+    return carray(_voidptr(T[12][v]), (T[2][v],), np.float64)
 
 
 @inline
 def adjoint_span(T, v, n):
     """``n`` adjoint elements from record ``v``'s on (the outputs of a
     multi-output record are consecutive in the arena)."""
-    return numba.carray(_voidptr(T[12][v]), (n,), np.float64)
+    return carray(_voidptr(T[12][v]), (n,), np.float64)
 
 
 @inline

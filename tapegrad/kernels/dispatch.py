@@ -12,29 +12,30 @@ family and resumes the sweep at that record (nothing of it has run yet):
 :meth:`Families.run`.  The other compiled loops (replay, forward mode, the
 block sweep) call their own families the same way.
 
-The tape tuple crosses the call by address: the caller stores it on its
-stack, the entry loads it back with its arrays' reference-count fields
-cleared, so the callee neither increments nor releases them -- the caller's
-references keep them alive, as the borrowed views of kernels/_views.py do.
+The tape tuple crosses the call by address, borrowed (kernels/_numba.py
+defines the intrinsics that call an entry and load the tape back).
 An entry returns 1; 0 means its kernel raised (Numba's C wrapper has printed
 the exception) and the sweep stops, returning ``FAILED - r``.
 """
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from . import codes as C
-from ._jit import cached, compile_lock, entry, inline, notice
+from ._jit import cached, compile_lock, deferred, entry, inline, notice
 from .interpret import TABLES, python_copy, run_as_python
 
-_I = types.Array(types.int64, 1, "C")
-_F = types.Array(types.float64, 1, "C")
-_B = types.Array(types.boolean, 1, "C")
-#: the Numba type of the tape tuple (kernels/_views.py)
-TAPE = types.Tuple((_I, _I, _I, _I, _I, _I, _F, _F, _F, _I, _I, _I, _I, _B))
-SIG = types.int32(types.voidptr, types.int64, types.int64)
+#: the entries' signatures, by their names in kernels/_numba.py:
+#: ``int32 f(tape*, r, sub)``, with one more integer, and with a context
+SIG, SIG_EXTRA, SIG_CTX = "SIG", "SIG_EXTRA", "SIG_CTX"
+
+#: ``call_entry(addr, T, r, sub)`` calls ``(*addr)(&T, r, sub)``;
+#: ``call_entry_extra`` passes one more integer, ``call_entry_ctx`` the
+#: block context by address too; an entry gets the tape back with
+#: ``load_tape(ptr)`` (``load_block_ctx(ptr)``), its arrays borrowed
+call_entry = deferred("call_entry")
+call_entry_extra = deferred("call_entry_extra")
+call_entry_ctx = deferred("call_entry_ctx")
+load_tape = deferred("load_tape")
+load_block_ctx = deferred("load_block_ctx")
 
 #: sweep returns: ``MISSING - r`` (record r's family is not compiled yet) and
 #: ``FAILED - r`` (its kernel raised); far below the sweeps' other returns
@@ -130,93 +131,6 @@ class Families:
     def warm(self):
         """``(what, compile it)`` for every family (``python -m tapegrad warm``)."""
         return [(what, (lambda k=k: self.ensure(k))) for k, (_fn, what) in self.families.items()]
-
-
-def _call_codegen(n_ptrs):
-    """Codegen of ``(*addr)(&a_1, .., &a_n, i_1, ..)``: the first ``n_ptrs``
-    arguments after the address (tuples) are stored on the caller's stack
-    and passed by address, the rest as int64."""
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        n_ints = len(args) - 1 - n_ptrs
-        fnty = ir.FunctionType(ir.IntType(32), [cgutils.voidptr_t] * n_ptrs + [i64] * n_ints)
-        fn = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64),
-                              fnty.as_pointer())
-        ptrs = [builder.bitcast(cgutils.alloca_once_value(builder, v), cgutils.voidptr_t)
-                for v in args[1:1 + n_ptrs]]
-        ints = [context.cast(builder, v, t, types.int64)
-                for v, t in zip(args[1 + n_ptrs:], signature.args[1 + n_ptrs:])]
-        return builder.call(fn, ptrs + ints)
-    return codegen
-
-
-@intrinsic
-def call_entry(typingctx, addr, T, r, sub):
-    """``(*addr)(&T, r, sub)`` for an entry of signature :data:`SIG`."""
-    if not isinstance(addr, types.Integer) or T != TAPE:
-        return None
-    return types.int32(addr, T, r, sub), _call_codegen(1)
-
-
-#: signature of an entry that takes one more integer (a forward family's
-#: ``faddr[r]``: the C address of a user op's forward)
-SIG_EXTRA = types.int32(types.voidptr, types.int64, types.int64, types.int64)
-
-
-@intrinsic
-def call_entry_extra(typingctx, addr, T, r, sub, extra):
-    """``(*addr)(&T, r, sub, extra)`` for an entry of signature :data:`SIG_EXTRA`."""
-    if not isinstance(addr, types.Integer) or T != TAPE:
-        return None
-    return types.int32(addr, T, r, sub, extra), _call_codegen(1)
-
-
-def _borrowed_load(tuple_type):
-    """An intrinsic ``load(ptr)``: the tuple of ``tuple_type`` a caller stored
-    at ``ptr``, its arrays borrowed (reference-count fields cleared, so the
-    callee neither increments nor releases them)."""
-    @intrinsic
-    def load(typingctx, ptr):
-        if ptr != types.voidptr:
-            return None
-
-        def codegen(context, builder, signature, args):
-            ptr_ty = context.get_value_type(tuple_type).as_pointer()
-            tup = builder.load(builder.bitcast(args[0], ptr_ty))
-            items = []
-            for i, ty in enumerate(tuple_type.types):
-                v = builder.extract_value(tup, i)
-                if isinstance(ty, types.Array):
-                    a = context.make_array(ty)(context, builder, value=v)
-                    a.meminfo = cgutils.get_null_value(a.meminfo.type)
-                    a.parent = cgutils.get_null_value(a.parent.type)
-                    v = a._getvalue()
-                items.append(v)
-            return context.make_tuple(builder, tuple_type, items)
-
-        return tuple_type(ptr), codegen
-
-    return load
-
-
-#: the tape tuple stored at a pointer by :func:`call_entry`, borrowed
-load_tape = _borrowed_load(TAPE)
-
-#: the block sweeps' context (kernels/hvp.py): per-record adjoint strides,
-#: tangent addresses, which records carry tangents, the vector count, and
-#: whether second-order terms are wanted
-BLOCK_CTX = types.Tuple((_I, _I, _B, types.int64, types.boolean))
-load_block_ctx = _borrowed_load(BLOCK_CTX)
-#: ``int32 f(tape*, ctx*, r, sub)``
-SIG_CTX = types.int32(types.voidptr, types.voidptr, types.int64, types.int64)
-
-
-@intrinsic
-def call_entry_ctx(typingctx, addr, T, ctx, r, sub):
-    """``(*addr)(&T, &ctx, r, sub)`` for an entry of signature :data:`SIG_CTX`."""
-    if not isinstance(addr, types.Integer) or T != TAPE or ctx != BLOCK_CTX:
-        return None
-    return types.int32(addr, T, ctx, r, sub), _call_codegen(2)
 
 
 @inline

@@ -27,12 +27,11 @@ Without the second-order terms the same sweep is plain vector reverse mode
 as whole (p, size) blocks instead of one vector at a time.
 """
 
-import numba
 import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import _voidptr, advance, claim, odometer, parent, value
+from ._views import _voidptr, carray, advance, claim, odometer, parent, value
 from .dispatch import (FAILED, MISSING, SIG_CTX, Families, call_entry_ctx, load_block_ctx,
                        load_tape)
 from .tangents import fwd_layout
@@ -51,13 +50,13 @@ _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
 def _adj(T, stride, v, p1):
     """Record v's p + 1 adjoints as rows of a 2-d view (row length: the
     stride; only the first ``size[v]`` columns are v's)."""
-    return numba.carray(_voidptr(T[12][v]), (p1, stride[v] // 8), np.float64)
+    return carray(_voidptr(T[12][v]), (p1, stride[v] // 8), np.float64)
 
 
 @inline
 def _tan(tptr, v, n, p):
     """Record v's tangents, ``(n, p)``."""
-    return numba.carray(_voidptr(tptr[v]), (n, p), np.float64)
+    return carray(_voidptr(tptr[v]), (n, p), np.float64)
 
 
 @inline

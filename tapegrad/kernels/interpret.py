@@ -10,14 +10,19 @@ and so do the op families the compiled loops would reach through their
 tables -- and is compiled once interpreting it has cost about what a
 compilation costs (:data:`BUDGET_ENV` seconds, default :data:`BUDGET`), or
 at once when one call's work is estimated to exceed what is left of that
-budget.  That is the ski-rental rule: rent until the rent paid equals the
-price of buying, so no program pays more than twice what it would pay
-knowing its future, and a program that only ever does small work never
-compiles at all.
+budget.  That is the ski-rental rule -- rent until the rent paid reaches
+the price of buying -- with a budget at the low end of what a compilation
+costs (one to fifteen seconds per kernel and its families on a 2-core
+machine), so that a long loop reaches compiled speed soon, while a program
+that only ever does small work never compiles at all.
 
 A kernel compiled already is always called compiled; one found in the
 cache is loaded by the same rule, with the price of loading it
-(:data:`LOAD_BUDGET`) for the price of compiling it.
+(:data:`LOAD_BUDGET`) for the price of compiling it.  Numba itself is
+imported only when the first kernel must run compiled (kernels/_numba.py).
+Interpreted kernels hold the GIL: threads that sweep at once run one at a
+time until the kernels are compiled.
+
 Both tiers run the same source on the same memory, so they give the same
 numbers (tests/test_interpret.py checks them against each other); the
 interpreted tier only swaps the few names that exist in compiled code alone
@@ -147,6 +152,7 @@ STAND_INS = {
     "numba": _NumbaNames,
     "math": _MathNames(),
     "_voidptr": int,
+    "carray": _carray,
     "load_tape": lambda tp: tp,
     "load_block_ctx": lambda cp: cp,
     # a table of Python families holds the functions themselves
@@ -163,12 +169,16 @@ STAND_INS = {
 _copies = {}
 
 
+def _is_kernel(v):
+    """A kernel, recorded (kernels/_jit.py: Deferred) or a Numba dispatcher."""
+    return callable(v) and isinstance(getattr(v, "py_func", None), types.FunctionType) \
+        and not isinstance(v, types.FunctionType)
+
+
 def python_copy(fn, stand_ins=None):
     """``fn``'s source as a plain Python function whose calls of other
     kernels run their sources too, so nothing is compiled; the names of
     :data:`STAND_INS` (or ``stand_ins``) are replaced."""
-    from numba.core.registry import CPUDispatcher
-
     subs = STAND_INS if stand_ins is None else stand_ins
     f = getattr(fn, "py_func", fn)
     key = (f, id(subs))
@@ -183,7 +193,7 @@ def python_copy(fn, stand_ins=None):
             env[name] = subs[name]
             continue
         v = env.get(name)
-        if isinstance(v, CPUDispatcher):
+        if _is_kernel(v):
             env[name] = python_copy(v, stand_ins)
     return copy
 

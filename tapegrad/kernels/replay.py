@@ -11,15 +11,11 @@ written per sub code beside the derivatives in rules.py and follow NumPy's
 definitions, NaN and infinity handling included.
 """
 
-import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
 from . import codes as C
-from ._jit import inline, inner, kernel
-from ._views import _voidptr, advance, copy_into, odometer, parent, rows_of, value
+from ._jit import deferred, inline, inner, kernel
+from ._views import _voidptr, carray, advance, copy_into, odometer, parent, rows_of, value
 # the VJP loops of a segment's records: one compiled function per family, a
 # call per block and record (inlined, they made one function too large to
 # compile in reasonable time and memory)
@@ -46,20 +42,8 @@ G_TRUTH = 1
 G_VALUE = 2
 
 
-@intrinsic
-def call_d1(typingctx, addr, x):
-    """``(*addr)(x)`` for a C function ``double f(double)``."""
-    if not isinstance(addr, types.Integer):
-        return None
-    sig = types.float64(addr, types.float64)
-
-    def codegen(context, builder, signature, args):
-        fnty = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()])
-        fn = builder.inttoptr(args[0], fnty.as_pointer())
-        xv = context.cast(builder, args[1], signature.args[1], types.float64)
-        return builder.call(fn, [xv])
-
-    return sig, codegen
+#: ``call_d1(addr, x)``: ``(*addr)(x)`` for a C function ``double f(double)``
+call_d1 = deferred("call_d1")
 
 
 @inline
@@ -641,7 +625,7 @@ _CONST = C.code(C.K_NONE, C.CONST)
 
 @inline
 def _view(addr, m):
-    return numba.carray(_voidptr(addr), (m,), np.float64)
+    return carray(_voidptr(addr), (m,), np.float64)
 
 
 @inline

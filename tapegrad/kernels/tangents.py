@@ -22,12 +22,11 @@ forward mode needs no extra values recorded.
 """
 import math
 
-import numba
 import numpy as np
 
 from . import codes as C
 from ._jit import inline, inner, kernel
-from ._views import _voidptr, advance, copy_into, odometer, parent, rows_of, value
+from ._views import _voidptr, carray, advance, copy_into, odometer, parent, rows_of, value
 from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
 from .rules import d_binary, d_scalar, d_unary
 from .structural import _out_map
@@ -37,14 +36,14 @@ from .user import call_d2, call_d3
 @inline
 def tangent(T, v, p):
     """Record v's tangents: ``size * p`` numbers, p per element."""
-    return numba.carray(_voidptr(T[12][v]), (T[2][v] * p,), np.float64)
+    return carray(_voidptr(T[12][v]), (T[2][v] * p,), np.float64)
 
 
 @inline
 def tangent_span(T, v, n, p):
     """``n * p`` tangent numbers from record v's on (a multi-output op's
     outputs follow it contiguously)."""
-    return numba.carray(_voidptr(T[12][v]), (n * p,), np.float64)
+    return carray(_voidptr(T[12][v]), (n * p,), np.float64)
 
 
 @inline

@@ -14,8 +14,6 @@ scans, user ops) fill their outputs with NaN for an unknown sub; ``check``
 holds those families to the subs listed in ``FAMILIES``, and the test suite
 runs every registered code through every sweep against an oracle.
 """
-import numpy as np
-from numba.extending import overload
 
 from . import codes as C
 
@@ -28,10 +26,7 @@ def unhandled(sub):
     """The fallback of an op switch: raises as Python, NaN compiled."""
     raise UnhandledCode(sub)
 
-
-@overload(unhandled, inline="always")
-def _unhandled_compiled(sub):
-    return lambda sub: np.nan
+# compiled, it is NaN: the overload is in kernels/_numba.py
 
 
 #: kinds whose kernels switch on a closed set of subs (kernels/structural.py,

@@ -16,47 +16,16 @@ and the rest is the broadcast layout of :func:`broadcast_params` (``nd`` is 0
 when no operand is broadcast beyond one element).
 """
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
 from . import codes as C
-from ._jit import inner
+from ._jit import deferred, inner
 from ._views import adjoint, advance, claim, claim_zeroed, odometer, parent, value
 
 
-@intrinsic
-def call_d2(typingctx, addr, x, y):
-    """``(*addr)(x, y)`` for a C function ``double f(double, double)``."""
-    if not isinstance(addr, types.Integer):
-        return None
-    sig = types.float64(addr, types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        fnty = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()] * 2)
-        fn = builder.inttoptr(args[0], fnty.as_pointer())
-        xv = context.cast(builder, args[1], signature.args[1], types.float64)
-        yv = context.cast(builder, args[2], signature.args[2], types.float64)
-        return builder.call(fn, [xv, yv])
-
-    return sig, codegen
-
-
-@intrinsic
-def call_d3(typingctx, addr, a, b, y):
-    """``(*addr)(a, b, y)`` for a C function ``double f(double, double, double)``."""
-    if not isinstance(addr, types.Integer):
-        return None
-    sig = types.float64(addr, types.float64, types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        fnty = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()] * 3)
-        fn = builder.inttoptr(args[0], fnty.as_pointer())
-        vs = [context.cast(builder, v, t, types.float64)
-              for v, t in zip(args[1:], signature.args[1:])]
-        return builder.call(fn, vs)
-
-    return sig, codegen
+#: ``call_d2(addr, x, y)`` / ``call_d3(addr, a, b, y)``: a C function of
+#: two or three doubles, called through its address
+call_d2 = deferred("call_d2")
+call_d3 = deferred("call_d3")
 
 
 _CONST = C.code(C.K_NONE, C.CONST)

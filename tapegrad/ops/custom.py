@@ -11,7 +11,6 @@ import inspect
 import math
 import threading
 
-import numba
 import numpy as np
 
 from ..kernels import codes as C
@@ -30,7 +29,22 @@ _BINARY = register("UserElementwiseBinary", C.K_USER, C.USER_BINARY)
 USER_OPS = []
 _lock = threading.Lock()
 
-_F64 = numba.types.float64
+
+
+class _Numba:
+    """The ``numba`` module, imported when a user op first compiles (not at
+    ``import tapegrad``: kernels/_numba.py)."""
+
+    def __getattr__(self, name):
+        import numba
+        return getattr(numba, name)
+
+
+numba = _Numba()
+
+
+def _f64_sig(n):
+    return "float64(" + ", ".join(["float64"] * n) + ")"
 
 
 def _cfunc(sig, fn):
@@ -169,7 +183,7 @@ class ElementwiseOp:
                                 return float(d(x, y))
                             except Exception:
                                 return math.nan
-                    return ufunc, (_cfunc(_F64(_F64, _F64), dx),)
+                    return ufunc, (_cfunc(_f64_sig(2), dx),)
 
                 def da(a, b, y):
                     try:
@@ -182,7 +196,7 @@ class ElementwiseOp:
                         return float(d(a, b, y)[1])
                     except Exception:
                         return math.nan
-                sig = _F64(_F64, _F64, _F64)
+                sig = _f64_sig(3)
                 return ufunc, (_cfunc(sig, da), _cfunc(sig, db))
 
             built, err = _apart(build)
@@ -270,7 +284,7 @@ class ElementwiseOp:
         with _lock:
             cf = self.__dict__.get("_forward_cfunc")
             if cf is None:
-                sig = _F64(*([_F64] * self.nin))
+                sig = _f64_sig(self.nin)
                 cf = self._forward_cfunc = _locked(lambda: numba.cfunc(sig)(self.forward))
             return cf.address
 
