@@ -264,3 +264,29 @@ def test_float32_stays_float32():
         assert x.grad.dtype == np.float32
         x.grad = None
     np.testing.assert_allclose(tg.erf(x).numpy(), [math.erf(0.1), math.erf(0.5)], rtol=1e-7)
+
+
+def _special_mix(x):
+    return (tg.erf(x) + tg.erfc(x) * tg.gammaln(x + 3.0) + tg.digamma(x + 3.0) + tg.i0e(x)
+            + tg.i1e(x) + tg.log_ndtr(x) + tg.erfinv(x * 0.3) + tg.expit(x)
+            + tg.logit(tg.expit(x)) + tg.xlogy(x, x * x + 1.0)).sum()
+
+
+def test_traced_replay_and_tape_file(tmp_path):
+    x0, x1 = np.array([0.3, -0.7, 1.2]), np.array([-0.2, 0.0, 2.5])
+    f = tg.trace(_special_mix, x0)
+    np.testing.assert_array_equal(f(x1), _special_mix(tg.tensor(x1)).numpy())
+    np.testing.assert_allclose(f.grad(x1), tg.grad(_special_mix)(x1), rtol=1e-14)
+    np.testing.assert_allclose(f.hessian(x1), tg.hessian(_special_mix)(x1), rtol=1e-13,
+                               atol=1e-14)
+    f.save(tmp_path / "special.npz")
+    g = tg.load(tmp_path / "special.npz")
+    np.testing.assert_array_equal(g(x1), f(x1))
+    np.testing.assert_allclose(g.grad(x1), f.grad(x1), rtol=1e-15)
+
+
+def test_forward_mode():
+    x = np.array([-0.2, 0.4, 2.5])
+    v = np.array([1.0, -2.0, 0.5])
+    _, jv = tg.jvp(_special_mix, (x,), (v,))
+    np.testing.assert_allclose(jv, tg.grad(_special_mix)(x) @ v, rtol=1e-13)
