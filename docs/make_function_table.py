@@ -80,13 +80,26 @@ def render():
         "|---|---|---|",
     ]
     names = {"psi": "digamma"}
+    lines_after = [
+        "",
+        "## What NumPy's protocols cannot reach",
+        "",
+        "NumPy calls tapegrad only when a tensor is itself an argument. A Python list",
+        "of tensors (`np.array([t1, t2])`, `np.asarray([t1, t2])`, `np.mean([t1, t2])`,",
+        "`np.sum([t1, t2], axis=0)`, `np.r_[t1, t2]`) is converted element by element",
+        "with `np.asarray`, which would drop the gradient: for tensors that require",
+        "grad it raises tapegrad's conversion error, which says to build the array",
+        "with `tg.stack` / `tg.concatenate` (`np.mean(tg.stack([t1, t2]), axis=0)`).",
+        "The same error comes from Python functions of other libraries that convert",
+        "their input first, such as `scipy.special.logsumexp`.",
+    ]
     for name in sorted(SPECIAL_UFUNCS):
         lines.append(f"| `scipy.special.{name}` | differentiable | "
                      f"{SPECIAL_UFUNCS[name].__name__} |")
         if name in names:
             lines.append(f"| `scipy.special.{names[name]}` | differentiable | "
                          f"{SPECIAL_UFUNCS[name].__name__} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + lines_after) + "\n"
 
 
 if __name__ == "__main__":
