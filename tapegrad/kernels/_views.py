@@ -31,6 +31,10 @@ from ._jit import deferred, inline
 #: larger ones are referenced in place (no copy on the recording path).
 SMALL = 16
 
+#: the tape tuple's fields, by position (the table above); kernels index
+#: ``T`` with these names, which Numba reads as constants
+OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1, VALS, VOFF, RIX, PTRS, APTR, REACHED = range(14)
+
 
 #: an integer address as a ``void*``, and ``numba.carray``: an array over it
 _voidptr = deferred("voidptr")
@@ -57,28 +61,28 @@ def value(T, v):
     record's adjoint memory instead, so that a loop shared by several ops may
     load (and ignore) elements without touching a dangling address.
     """
-    n = T[2][v]
+    n = T[SIZE][v]
     if n == 1:
-        return _at(T[7], v, 1)
+        return _at(T[V1], v, 1)
     if n <= SMALL:
-        return _at(T[8], T[9][v], n)
-    k = T[10][v]
+        return _at(T[VALS], T[VOFF][v], n)
+    k = T[RIX][v]
     if k < 0:
-        return carray(_voidptr(T[12][v]), (n,), np.float64)
-    return carray(_voidptr(T[11][k]), (n,), np.float64)
+        return carray(_voidptr(T[APTR][v]), (n,), np.float64)
+    return carray(_voidptr(T[PTRS][k]), (n,), np.float64)
 
 
 @inline
 def adjoint(T, v):
     """Adjoint of record ``v``'s output as a flat float64 view."""
-    return carray(_voidptr(T[12][v]), (T[2][v],), np.float64)
+    return carray(_voidptr(T[APTR][v]), (T[SIZE][v],), np.float64)
 
 
 @inline
 def adjoint_span(T, v, n):
     """``n`` adjoint elements from record ``v``'s on (the outputs of a
     multi-output record are consecutive in the arena)."""
-    return carray(_voidptr(T[12][v]), (n,), np.float64)
+    return carray(_voidptr(T[APTR][v]), (n,), np.float64)
 
 
 @inline
@@ -89,7 +93,7 @@ def claim(T, v):
     its adjoint (or zero-fills it, if it only touches part of it) and later
     ones accumulate.  This saves a zeroing pass and a read per record.
     """
-    reached = T[13]
+    reached = T[REACHED]
     first = not reached[v]
     reached[v] = True
     return first
@@ -105,10 +109,10 @@ def alias(T, v, r):
     and multi-output slots keep their own memory (leaves' adjoints are handed
     out as gradients; slots must stay consecutive).
     """
-    reached = T[13]
-    if reached[v] or (T[0][v] >> C.SHIFT) == C.K_NONE:
+    reached = T[REACHED]
+    if reached[v] or (T[OP][v] >> C.SHIFT) == C.K_NONE:
         return False
-    T[12][v] = T[12][r]
+    T[APTR][v] = T[APTR][r]
     reached[v] = True
     return True
 
@@ -123,12 +127,12 @@ def claim_zeroed(T, v):
 @inline
 def parent(T, r, i):
     """Record id of the ``i``-th parent of record ``r``."""
-    return T[4][T[1][r] + i]
+    return T[ARGS][T[ARG0][r] + i]
 
 
 @inline
 def fparam(T, r):
-    return T[6][r]
+    return T[FP][r]
 
 
 @inline

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import cached, compile_lock, deferred, entry, inline, notice
+from ._views import OP, ARG0, SIZE, ARGS  # tape fields
 from .interpret import TABLES, python_copy, run_as_python
 
 #: the entries' signatures, by their names in kernels/_numba.py:
@@ -112,10 +113,10 @@ class Families:
             if s < FAILED // 2:
                 r = FAILED - s
                 raise RuntimeError(f"the compiled kernel of record {r} (op code "
-                                   f"{int(T[0][r])}) raised an exception (printed above); "
+                                   f"{int(T[OP][r])}) raised an exception (printed above); "
                                    "no result was written")
             r = args[at] = MISSING - s
-            code = int(T[0][r])
+            code = int(T[OP][r])
             k = self.slot.py_func(T, r, code >> C.SHIFT, code & C.MASK)
             # not compiled yet: the rest of the loop as Python, with the
             # Python table, while that family is not worth compiling
@@ -140,9 +141,9 @@ def slot(T, r, kind, sub):
     runs in the compact same-shape family, one that broadcasts (or
     ``where``) in the odometer family."""
     if kind == C.K_REDUCE and (sub == C.SUM or sub == C.MEAN):
-        return FULL_SUM_SLOT if T[2][r] == 1 else SUM_SLOT
+        return FULL_SUM_SLOT if T[SIZE][r] == 1 else SUM_SLOT
     if kind == C.K_NARY:
-        size, a0, args = T[2], T[1][r], T[4]
+        size, a0, args = T[SIZE], T[ARG0][r], T[ARGS]
         n = size[r]
         if sub == C.WHERE or size[args[a0]] != n or size[args[a0 + 1]] != n:
             return BROADCAST_SLOT

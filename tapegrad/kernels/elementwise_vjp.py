@@ -12,6 +12,7 @@ Derivative conventions at non-smooth points follow PyTorch: ``abs'(0) = 0``;
 """
 from . import codes as C
 from ._jit import inline, inner
+from ._views import OP, IP0, IP  # tape fields
 from ._views import (adjoint, advance, alias, claim, claim_zeroed, fparam, odometer,
                      parent, value)
 from .rules import d_binary, d_scalar, d_unary
@@ -199,7 +200,7 @@ def nary_vjp(T, r, sub):
     if ar == br:  # x op x: both partials to one adjoint
         binary_self_loops(sub, g, xa, y, ga, claim(T, ar))
         return
-    ca, cb = T[0][ar] == _CONST, T[0][br] == _CONST
+    ca, cb = T[OP][ar] == _CONST, T[OP][br] == _CONST
     if (sub == C.ADD or sub == C.SUB) and alias(T, ar, r):
         # a now owns g as its adjoint; b receives +-g (unless b is a constant)
         if cb:
@@ -233,8 +234,8 @@ def broadcast_vjp(T, r, sub):
     ``ip`` holds ``[nd, out_shape, strides of operand 0, strides of 1, ...]``
     (just ``[0]`` when no operand is broadcast beyond a single element).
     """
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     nd = ip[b]
     g = adjoint(T, r)
     n = g.size
@@ -264,7 +265,7 @@ def broadcast_vjp(T, r, sub):
     xa, xb, y = value(T, ar), value(T, br), value(T, r)
     ga, gb = adjoint(T, ar), adjoint(T, br)
     ma, mb = xa.size, xb.size
-    ca, cb = T[0][ar] == _CONST, T[0][br] == _CONST
+    ca, cb = T[OP][ar] == _CONST, T[OP][br] == _CONST
     claim_zeroed(T, ar)
     claim_zeroed(T, br)
     if nd == 0:  # every operand full-size or a single element

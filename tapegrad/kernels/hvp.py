@@ -16,7 +16,7 @@ to Python, which applies that one record's rules and resumes the sweep, so a
 function made only of the common ops runs with no Python per record.
 
 Layouts: record v's p + 1 adjoints are rows ``stride[v]`` bytes apart from
-``T[12][v]`` (``kernels/vector.py``); its tangents are a ``(size, p)`` block
+``T[APTR][v]`` (``kernels/vector.py``); its tangents are a ``(size, p)`` block
 at ``tptr[v]`` (``kernels/tangents.py``).  A record whose tangent the forward
 sweep did not reach does not depend on the inputs, so no adjoint written to
 it could ever reach a differentiated leaf: the sweep skips such records and
@@ -31,6 +31,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
+from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, RIX, PTRS, APTR, REACHED  # tape fields
 from ._views import _voidptr, carray, advance, claim, odometer, parent, value
 from .dispatch import (FAILED, MISSING, SIG_CTX, Families, call_entry_ctx, load_block_ctx,
                        load_tape)
@@ -50,7 +51,7 @@ _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
 def _adj(T, stride, v, p1):
     """Record v's p + 1 adjoints as rows of a 2-d view (row length: the
     stride; only the first ``size[v]`` columns are v's)."""
-    return carray(_voidptr(T[12][v]), (p1, stride[v] // 8), np.float64)
+    return carray(_voidptr(T[APTR][v]), (p1, stride[v] // 8), np.float64)
 
 
 @inline
@@ -105,9 +106,9 @@ def _one_operand(T, stride, r, kind, sub, tptr, treached, p1, second):
     q = parent(T, r, 0)
     if not treached[q]:
         return
-    n = T[2][r]
+    n = T[SIZE][r]
     x, y = value(T, q), value(T, r)
-    c = T[6][r]
+    c = T[FP][r]
     unary = kind == C.K_UNARY
     d = np.empty(n)
     for i in range(n):
@@ -126,8 +127,8 @@ def _one_operand(T, stride, r, kind, sub, tptr, treached, p1, second):
 def _operand_maps(T, r, n, ma, mb):
     """Per output element, the element of each operand it reads (``ip`` as
     in ``nary_vjp``)."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     nd = ip[b]
     ia = np.empty(n, np.int64)
     ib = np.empty(n, np.int64)
@@ -147,14 +148,14 @@ def _operand_maps(T, r, n, ma, mb):
 @inline
 def _binary(T, stride, r, sub, tptr, treached, p1, second):
     ar, br = parent(T, r, 0), parent(T, r, 1)
-    ta = treached[ar] and T[0][ar] != _CONST
-    tb = treached[br] and T[0][br] != _CONST
+    ta = treached[ar] and T[OP][ar] != _CONST
+    tb = treached[br] and T[OP][br] != _CONST
     if not ta and not tb:
         return
-    n = T[2][r]
+    n = T[SIZE][r]
     p = p1 - 1
     xa, xb, y = value(T, ar), value(T, br), value(T, r)
-    ma, mb = T[2][ar], T[2][br]
+    ma, mb = T[SIZE][ar], T[SIZE][br]
     ia, ib = _operand_maps(T, r, n, ma, mb)
     da = np.empty(n)
     db = np.empty(n)
@@ -220,9 +221,9 @@ def _sum(T, stride, r, sub, treached, p1):
     q = parent(T, r, 0)
     if not treached[q]:
         return
-    ip = T[5]
-    b = T[3][r]
-    n, m = T[2][q], T[2][r]
+    ip = T[IP]
+    b = T[IP0][r]
+    n, m = T[SIZE][q], T[SIZE][r]
     scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
     om = _out_map(ip, b, ip[b], n, m)
     G = _adj(T, stride, r, p1)
@@ -238,11 +239,11 @@ def _gather(T, stride, r, treached, p1):
     q = parent(T, r, 0)
     if not treached[q]:
         return
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     m = ip[b]
     G = _adj(T, stride, r, p1)
-    Gq, _ = _take(T, stride, q, T[2][q], p1, False)
+    Gq, _ = _take(T, stride, q, T[SIZE][q], p1, False)
     j0 = ip[b + 1] if m else 0
     run = j0 >= 0
     for i in range(m):
@@ -268,7 +269,7 @@ def _gather(T, stride, r, treached, p1):
 def _one_operand_entry(tp, cp, r, sub):
     T = load_tape(tp)
     stride, tptr, treached, p1, second = load_block_ctx(cp)
-    _one_operand(T, stride, r, T[0][r] >> C.SHIFT, sub, tptr, treached, p1, second)
+    _one_operand(T, stride, r, T[OP][r] >> C.SHIFT, sub, tptr, treached, p1, second)
     return 1
 
 
@@ -335,8 +336,8 @@ def sweep_block(T, freed, start, stop, p1, stride, tptr, treached, second):
 def _sweep_block(T, freed, start, stop, ctx, table):
     """``sweep_block``'s compiled loop; ``MISSING - r`` / ``FAILED - r`` as
     the reverse sweep's."""
-    op, arg0, args, reached = T[0], T[1], T[4], T[13]
-    rix, ptrs = T[10], T[11]
+    op, arg0, args, reached = T[OP], T[ARG0], T[ARGS], T[REACHED]
+    rix, ptrs = T[RIX], T[PTRS]
     treached = ctx[2]
     for r in range(start, stop, -1):
         if not reached[r] or not treached[r]:
@@ -354,7 +355,7 @@ def _sweep_block(T, freed, start, stop, ctx, table):
             if code == _OUTPUT:
                 return r
             continue  # a leaf: nothing below it
-        if T[2][r] == 0:
+        if T[SIZE][r] == 0:
             return r  # a multi-output op: its outputs' adjoints form one span
         k = block_slot(T, r, kind, sub)
         if k < 0:

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import deferred, inline, inner, kernel
+from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1, RIX, PTRS, APTR, REACHED  # tape fields
 from ._views import _voidptr, carray, advance, copy_into, odometer, parent, rows_of, value
 # the VJP loops of a segment's records: one compiled function per family, a
 # call per block and record (inlined, they made one function too large to
@@ -111,7 +112,7 @@ def _scalar_loop(sub, x, c, y):
 
 @inner
 def scalar_fwd(T, r, sub):
-    _scalar_into(sub, value(T, parent(T, r, 0)), T[6][r], value(T, r))
+    _scalar_into(sub, value(T, parent(T, r, 0)), T[FP][r], value(T, r))
 
 
 @inner
@@ -148,8 +149,8 @@ def _binary_into(sub, xa, xb, y):
 @inner
 def nary_fwd(T, r, sub):
     """Broadcasting binary ops and ``where`` (``ip`` as in ``nary_vjp``)."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     nd = ip[b]
     y = value(T, r)
     n = y.size
@@ -187,8 +188,8 @@ def nary_fwd(T, r, sub):
 @inner
 def compare_fwd(T, r, sub):
     """A comparison record: ``ip`` holds ``[a, b, nd, shape, strides...]``."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     xa, xb = value(T, ip[b]), value(T, ip[b + 1])
     y = value(T, r)
     n = y.size
@@ -277,8 +278,8 @@ def _pairwise_block(x, a, k):
 def sum_fwd(T, r, sub):
     """sum and mean (``ip`` as in ``reduce_fwd``): a family of their own, so
     that the other reductions compile only when a trace uses them."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     x, y = value(T, parent(T, r, 0)), value(T, r)
     n, m = x.size, y.size
     if m == 1:
@@ -305,8 +306,8 @@ def sum_fwd(T, r, sub):
 @inner
 def reduce_fwd(T, r, sub):
     """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     x, y = value(T, parent(T, r, 0)), value(T, r)
     n, m = x.size, y.size
     if not (sub == C.PROD or sub == C.MAX or sub == C.MIN
@@ -387,11 +388,11 @@ def reduce_fwd(T, r, sub):
 def gather_fwd(T, r):
     """``y[k] = x[idx[k]]`` (0 where ``idx[k]`` is -1); a size-0 record fills
     the OUTPUT records after it in turn."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     m = ip[b]
     x = value(T, parent(T, r, 0))
-    if T[2][r] == 0:
+    if T[SIZE][r] == 0:
         v, k = r + 1, 0
         while k < m:
             y = value(T, v)
@@ -410,8 +411,8 @@ def gather_fwd(T, r):
 @inner
 def concat_fwd(T, r):
     """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     m = ip[b]
     y = value(T, r)
     for k in range(m):
@@ -421,8 +422,8 @@ def concat_fwd(T, r):
 @inner
 def scan_fwd(T, r, sub):
     """``ip`` holds ``[outer, n, inner]``."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
     x, y = value(T, parent(T, r, 0)), value(T, r)
     if sub != C.CUMSUM and sub != C.CUMPROD:  # no rule here: NaN
@@ -455,8 +456,8 @@ def user_fwd(T, r, sub, addr):
     if sub != C.USER_BINARY:  # no rule here: NaN
         y[:] = np.nan
         return
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     xa, xb = value(T, parent(T, r, 0)), value(T, parent(T, r, 1))
     ma, mb = xa.size, xb.size
     nd = ip[b + 3]
@@ -582,7 +583,7 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, table):
     """``replay``'s compiled loop; returns ``MISSING - r`` at a record whose
     forward family is not compiled yet (before computing it), ``FAILED - r``
     when its kernel raised."""
-    op, arg0, size, args, fp, v1 = T[0], T[1], T[2], T[4], T[6], T[7]
+    op, arg0, size, args, fp, v1 = T[OP], T[ARG0], T[SIZE], T[ARGS], T[FP], T[V1]
     for r in range(start, stop):
         code = op[r]
         kind = code >> C.SHIFT
@@ -636,7 +637,7 @@ def _vaddr(T, p, r0, slot, base, lo):
     q = p - r0
     if q >= 0 and q < slot.size and slot[q] >= 0:
         return base + 8 * CHUNK * slot[q]
-    return T[11][T[10][p]] + 8 * lo
+    return T[PTRS][T[RIX][p]] + 8 * lo
 
 
 @inline
@@ -645,12 +646,12 @@ def _gaddr(T, p, r0, slot, base, lo):
     q = p - r0
     if q >= 0 and q < slot.size and slot[q] >= 0:
         return base + 8 * CHUNK * slot[q]
-    return T[12][p] + 8 * lo
+    return T[APTR][p] + 8 * lo
 
 
 @inner
 def _seg_record_fwd(T, r, r0, slot, base, lo, m):
-    op, arg0, args = T[0], T[1], T[4]
+    op, arg0, args = T[OP], T[ARG0], T[ARGS]
     code = op[r]
     kind = code >> C.SHIFT
     sub = code & C.MASK
@@ -659,7 +660,7 @@ def _seg_record_fwd(T, r, r0, slot, base, lo, m):
     if kind == C.K_UNARY:
         _unary_into(sub, x, y)
     elif kind == C.K_SCALAR:
-        _scalar_into(sub, x, T[6][r], y)
+        _scalar_into(sub, x, T[FP][r], y)
     elif kind == C.K_NARY:
         _binary_into(sub, x, _view(_vaddr(T, args[arg0[r] + 1], r0, slot, base, lo), m), y)
     else:  # segments hold elementwise records only
@@ -676,7 +677,7 @@ def seg_forward(T, r0, r1, start, n, slot, vs):
     record-by-record replay.  Covers elements ``start .. n-1`` (``start`` a
     multiple of CHUNK): disjoint ranges may run on several threads, each
     with its own ``vs``."""
-    op = T[0]
+    op = T[OP]
     base = vs.ctypes.data
     for lo in range(start, n, CHUNK):
         m = min(CHUNK, n - lo)
@@ -701,7 +702,7 @@ def seg_plan(T, r0, r1, slot):
     the record-by-record sweep would write, so that ``seg_backward`` gives
     that sweep's results.  Marks the reached records outside the segment.
     Returns ``(reach, write, assign)``."""
-    op, arg0, args, reached = T[0], T[1], T[4], T[13]
+    op, arg0, args, reached = T[OP], T[ARG0], T[ARGS], T[REACHED]
     k = r1 - r0
     reach = np.zeros(k, np.bool_)
     assign = np.zeros(2 * k, np.bool_)
@@ -741,7 +742,7 @@ def seg_backward(T, r0, r1, start, n, slot, need, reach, write, assign, vs, gs):
     something outside reads) are written to memory.  The per-element VJPs
     are elementwise_vjp.py's loops.
     """
-    op, arg0, args, fp = T[0], T[1], T[4], T[6]
+    op, arg0, args, fp = T[OP], T[ARG0], T[ARGS], T[FP]
     vb, gb = vs.ctypes.data, gs.ctypes.data
     for lo in range(start, n, CHUNK):
         m = min(CHUNK, n - lo)

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, inner
+from ._views import ARG0, SIZE, IP0, IP  # tape fields
 from ._views import (adjoint, adjoint_span, advance, claim, claim_zeroed, odometer, parent,
                      rows_of, value)
 
@@ -126,8 +127,8 @@ def full_sum_vjp(T, r, sub):
 def sum_vjp(T, r, sub):
     """sum and mean: the common reductions, a family of their own so that
     they compile without the others (kernels/dispatch.py)."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     nd = ip[b]
     xr = parent(T, r, 0)
     g = adjoint(T, r)
@@ -150,8 +151,8 @@ def reduce_vjp(T, r, sub):
     """The other reductions; ``ip`` holds ``[nd, in_shape, out_strides]``
     (0 on reduced axes).  Sum and mean run in ``sum_vjp`` (``dispatch.slot``
     sends them there), so that this family compiles without it."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     nd = ip[b]
     xr = parent(T, r, 0)
     g = adjoint(T, r)
@@ -224,14 +225,14 @@ def gather_vjp(T, r, sub):
     next records, whose adjoints follow its own in the arena: one gather covers
     all of them.
     """
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     m = ip[b]
-    if T[2][r] == 0 and m > 0:  # outputs no consumer reached hold no zeros yet
+    if T[SIZE][r] == 0 and m > 0:  # outputs no consumer reached hold no zeros yet
         v, seen = r + 1, 0
         while seen < m:
             claim_zeroed(T, v)
-            seen += T[2][v]
+            seen += T[SIZE][v]
             v += 1
     g = adjoint_span(T, r, m)
     xr = parent(T, r, 0)
@@ -246,11 +247,11 @@ def gather_vjp(T, r, sub):
 @inner
 def concat_vjp(T, r, sub):
     """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     m = ip[b]
     g = adjoint(T, r)
-    for j in range(T[1][r + 1] - T[1][r]):
+    for j in range(T[ARG0][r + 1] - T[ARG0][r]):
         claim_zeroed(T, parent(T, r, j))
     for k in range(m):
         gx = adjoint(T, parent(T, r, ip[b + 1 + k]))
@@ -265,8 +266,8 @@ def scan_vjp(T, r, sub):
     ``S_k = g_k + x_{k+1} S_{k+1}``, ``dx_k = y_{k-1} S_k`` -- no division, so
     exact when some x are zero.
     """
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
     xr = parent(T, r, 0)
     g = adjoint(T, r)

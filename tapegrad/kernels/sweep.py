@@ -8,6 +8,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
+from ._views import OP, ARG0, SIZE, ARGS, V1, RIX, PTRS, REACHED  # tape fields
 from ._views import adjoint_span, claim, fparam
 from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
 from .rules import d_binary, d_scalar, d_unary
@@ -44,8 +45,8 @@ def _sweep(T, freed, start, stop, table):
     """``sweep``'s compiled loop; returns ``MISSING - r`` at a record whose
     family has no entry in ``table`` yet (before touching it), ``FAILED - r``
     when its kernel raised."""
-    op, arg0, size, args, v1, reached = T[0], T[1], T[2], T[4], T[7], T[13]
-    rix, ptrs = T[10], T[11]
+    op, arg0, size, args, v1, reached = T[OP], T[ARG0], T[SIZE], T[ARGS], T[V1], T[REACHED]
+    rix, ptrs = T[RIX], T[PTRS]
     for r in range(start, stop, -1):
         if not reached[r]:
             continue
@@ -98,7 +99,7 @@ _sweep.what = "the reverse sweep"
 @kernel
 def consumed(T, n, freed):
     """Mask of records that some not-freed record among the first n reads."""
-    arg0, args = T[1], T[4]
+    arg0, args = T[ARG0], T[ARGS]
     keep = np.zeros(n, np.bool_)
     for r in range(n):
         if not freed[r]:
@@ -117,7 +118,7 @@ def live_records(T, n, roots):
     The outputs of a multi-output record are kept together, since its VJP
     reads their adjoints as one span.
     """
-    op, arg0, size, args = T[0], T[1], T[2], T[4]
+    op, arg0, size, args = T[OP], T[ARG0], T[SIZE], T[ARGS]
     keep = np.zeros(n, np.bool_)
     for r in roots:
         keep[r] = True

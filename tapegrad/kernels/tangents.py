@@ -3,13 +3,13 @@
 Recording order is a topological order, so walking record ids upwards
 visits every record after all of its parents.  Record ``r``'s tangents are a
 ``(size, p)`` block (p tangent directions per element, side by side), at the
-address ``T[12][r]`` -- the slot the reverse sweep uses for adjoints.  With
+address ``T[APTR][r]`` -- the slot the reverse sweep uses for adjoints.  With
 the p directions innermost, every rule's inner loop runs over p contiguous
 numbers (it vectorises), a multi-output op's outputs form one contiguous
 span, and a host rule sees a Jacobian-shaped ``(size, p)`` matrix (a matmul
 tangent is one GEMM for all p).
 
-Only records that depend on a seeded leaf are *reached* (``T[13]``) and get
+Only records that depend on a seeded leaf are *reached* (``T[REACHED]``) and get
 tangent memory: constants, and everything recorded before the leaves, have
 tangent zero and cost nothing.  A rule therefore skips unreached parents
 rather than reading zeros.
@@ -26,6 +26,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, inner, kernel
+from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, RIX, PTRS, APTR, REACHED  # tape fields
 from ._views import _voidptr, carray, advance, copy_into, odometer, parent, rows_of, value
 from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
 from .rules import d_binary, d_scalar, d_unary
@@ -36,14 +37,14 @@ from .user import call_d2, call_d3
 @inline
 def tangent(T, v, p):
     """Record v's tangents: ``size * p`` numbers, p per element."""
-    return carray(_voidptr(T[12][v]), (T[2][v] * p,), np.float64)
+    return carray(_voidptr(T[APTR][v]), (T[SIZE][v] * p,), np.float64)
 
 
 @inline
 def tangent_span(T, v, n, p):
     """``n * p`` tangent numbers from record v's on (a multi-output op's
     outputs follow it contiguously)."""
-    return carray(_voidptr(T[12][v]), (n * p,), np.float64)
+    return carray(_voidptr(T[APTR][v]), (n * p,), np.float64)
 
 
 @inline
@@ -93,7 +94,7 @@ def unary_jvp(T, r, sub, p):
     # the partials first, in loops compiled for a constant sub where it
     # matters (the switch folds away, the loop vectorises); then one shared
     # scaling loop: fewer copies of the big switch keep compile time down
-    d = np.empty(T[2][r])
+    d = np.empty(T[SIZE][r])
     if sub == C.EXP:
         _unary_d(C.EXP, x, y, d)
     elif sub == C.TANH:
@@ -107,7 +108,7 @@ def unary_jvp(T, r, sub, p):
 def scalar_jvp(T, r, sub, p):
     xr = parent(T, r, 0)
     tx, ty = tangent(T, xr, p), tangent(T, r, p)
-    c = T[6][r]
+    c = T[FP][r]
     if sub == C.ADDC:
         copy_into(ty, tx)
         return
@@ -116,7 +117,7 @@ def scalar_jvp(T, r, sub, p):
             ty[k] = c * tx[k]
         return
     x, y = value(T, xr), value(T, r)
-    d = np.empty(T[2][r])
+    d = np.empty(T[SIZE][r])
     for i in range(d.size):
         d[i] = d_scalar(sub, x[i], y[i], c)
     _scale(d, tx, ty, p)
@@ -177,18 +178,18 @@ def nary_jvp(T, r, sub, p):
     """Broadcasting binary ops and ``where`` (``ip`` as in ``nary_vjp``): the
     tangent is ``da t_a + db t_b`` at each output element's operand
     positions, unreached operands contributing nothing."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     nd = ip[b]
-    reached = T[13]
+    reached = T[REACHED]
     ty = tangent(T, r, p)
-    n = T[2][r]
+    n = T[SIZE][r]
     if sub == C.WHERE:
         cr, ar, br = parent(T, r, 0), parent(T, r, 1), parent(T, r, 2)
         cond = value(T, cr)
         ka, kb = reached[ar], reached[br]
         ta, tb = tangent(T, ar, p), tangent(T, br, p)
-        mc, ma, mb = cond.size, T[2][ar], T[2][br]
+        mc, ma, mb = cond.size, T[SIZE][ar], T[SIZE][br]
         if nd == 0:
             for i in range(n):
                 take_a = cond[_pos(i, n, mc)] != 0.0
@@ -250,11 +251,11 @@ def _acc(ty, j, tx, i, w, p):
 def sum_jvp(T, r, sub, p):
     """sum and mean (``ip`` as for reductions): a family of their own, so
     that the other reductions' rules compile only when a program uses them."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     xr = parent(T, r, 0)
     tx, ty = tangent(T, xr, p), tangent(T, r, p)
-    n, m = T[2][xr], T[2][r]
+    n, m = T[SIZE][xr], T[SIZE][r]
     om = _out_map(ip, b, ip[b], n, m)
     ty[:] = 0.0
     w = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
@@ -266,12 +267,12 @@ def sum_jvp(T, r, sub, p):
 def reduce_jvp(T, r, sub, p):
     """The transposes of ``reduce_vjp``'s rules (``ip`` alike).  Tied maxima
     and minima each pass on an equal share, as their gradients do."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     nd = ip[b]
     xr = parent(T, r, 0)
     tx, ty = tangent(T, xr, p), tangent(T, r, p)
-    n, m = T[2][xr], T[2][r]
+    n, m = T[SIZE][xr], T[SIZE][r]
     if sub == C.SOFTMAX or sub == C.LOG_SOFTMAX:
         # softmax: t_y = y (t_x - sum(y t_x)); log_softmax: t_x - sum(e^y t_x)
         om = _out_map(ip, b, nd, n, 2)
@@ -335,8 +336,8 @@ def gather_jvp(T, r, sub, p):
     """``ip`` holds ``[m, idx...]``: output k's tangent is input ``idx_k``'s
     (zero where ``idx_k`` is -1).  A multi-output record (size 0) fills its
     outputs' span, which follows it."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     m = ip[b]
     ty = tangent_span(T, r, m, p)
     tx = tangent(T, parent(T, r, 0), p)
@@ -355,10 +356,10 @@ def gather_jvp(T, r, sub, p):
 @inner
 def concat_jvp(T, r, sub, p):
     """``ip`` holds ``[m, src(m), pos(m)]``: output k is ``args[src_k][pos_k]``."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     m = ip[b]
-    reached = T[13]
+    reached = T[REACHED]
     ty = tangent(T, r, p)
     for k in range(m):
         src = parent(T, r, ip[b + 1 + k])
@@ -376,8 +377,8 @@ def concat_jvp(T, r, sub, p):
 def scan_jvp(T, r, sub, p):
     """``ip`` holds ``[outer, n, inner]``.  cumsum: the running sum of the
     tangents.  cumprod: ``t_k = t_{k-1} x_k + y_{k-1} tx_k``, no division."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
     xr = parent(T, r, 0)
     tx, ty = tangent(T, xr, p), tangent(T, r, p)
@@ -410,12 +411,12 @@ def scan_jvp(T, r, sub, p):
 @inner
 def user_jvp(T, r, sub, p):
     """Through the op's compiled partials (``ip`` as in ``user_vjp``)."""
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     d0 = ip[b + 1]
     y = value(T, r)
     ty = tangent(T, r, p)
-    n = T[2][r]
+    n = T[SIZE][r]
     if sub == C.USER_UNARY:
         xr = parent(T, r, 0)
         x, tx = value(T, xr), tangent(T, xr, p)
@@ -429,7 +430,7 @@ def user_jvp(T, r, sub, p):
         ty[:] = np.nan
         return
     d1 = ip[b + 2]
-    reached = T[13]
+    reached = T[REACHED]
     ar, br = parent(T, r, 0), parent(T, r, 1)
     ka, kb = reached[ar], reached[br]
     xa, xb = value(T, ar), value(T, br)
@@ -561,8 +562,8 @@ def sweep_fwd(T, start, stop, p):
 def _sweep_fwd(T, start, stop, p, table):
     """``sweep_fwd``'s compiled loop; ``MISSING - r`` / ``FAILED - r`` as the
     reverse sweep's."""
-    op, arg0, args, reached = T[0], T[1], T[4], T[13]
-    rix, ptrs = T[10], T[11]
+    op, arg0, args, reached = T[OP], T[ARG0], T[ARGS], T[REACHED]
+    rix, ptrs = T[RIX], T[PTRS]
     for r in range(start, stop):
         if not reached[r]:
             continue

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import deferred, inner
+from ._views import OP, IP0, IP  # tape fields
 from ._views import adjoint, advance, claim, claim_zeroed, odometer, parent, value
 
 
@@ -33,8 +34,8 @@ _CONST = C.code(C.K_NONE, C.CONST)
 
 @inner
 def user_vjp(T, r, sub):
-    ip = T[5]
-    b = T[3][r]
+    ip = T[IP]
+    b = T[IP0][r]
     d0 = ip[b + 1]
     g = adjoint(T, r)
     y = value(T, r)
@@ -61,7 +62,7 @@ def user_vjp(T, r, sub):
         gb[:] = np.nan
         return
     # a constant operand needs no partial: skip the user's code for it
-    ka, kb = T[0][ar] != _CONST, T[0][br] != _CONST
+    ka, kb = T[OP][ar] != _CONST, T[OP][br] != _CONST
     nd = ip[b + 3]
     ma, mb = xa.size, xb.size
     if nd == 0:

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import kernel
+from ._views import OP, ARG0, SIZE, ARGS, RIX, PTRS, APTR, REACHED  # tape fields
 from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
 
 _LEAF = C.code(C.K_NONE, C.LEAF)
@@ -87,12 +88,12 @@ def touched(T, r, out):
     """Records whose adjoints record r's VJP reads or writes: r, the OUTPUT
     records of a multi-output r (one span), its distinct parents.  Fills
     ``out`` and returns the count."""
-    op, arg0, args = T[0], T[1], T[4]
+    op, arg0, args = T[OP], T[ARG0], T[ARGS]
     k = 0
     out[k] = r
     k += 1
     v = r + 1
-    if T[2][r] == 0:
+    if T[SIZE][r] == 0:
         while v < op.size and op[v] == _OUTPUT and args[arg0[v]] == r:
             out[k] = v
             k += 1
@@ -118,8 +119,8 @@ def sweep_vec(T, freed, start, stop, p, stride):
 @kernel
 def _sweep_vec(T, freed, start, stop, p, stride, table):
     """``sweep_vec``'s compiled loop (returns as ``sweep``'s)."""
-    op, arg0, args, reached, aptr = T[0], T[1], T[4], T[13], T[12]
-    rix, ptrs = T[10], T[11]
+    op, arg0, args, reached, aptr = T[OP], T[ARG0], T[ARGS], T[REACHED], T[APTR]
+    rix, ptrs = T[RIX], T[PTRS]
     vs = np.empty(64, np.int64)
     saved = np.empty(64, np.bool_)
     for r in range(start, stop, -1):
@@ -145,7 +146,7 @@ def _sweep_vec(T, freed, start, stop, p, stride, table):
         f = table[slot(T, r, kind, sub)]
         if f == 0:
             return MISSING - r
-        need = 1 + (arg0[r + 1] - arg0[r]) + (op.size - r if T[2][r] == 0 else 0)
+        need = 1 + (arg0[r + 1] - arg0[r]) + (op.size - r if T[SIZE][r] == 0 else 0)
         if need > vs.size:
             vs = np.empty(need, np.int64)
             saved = np.empty(need, np.bool_)
