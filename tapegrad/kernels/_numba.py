@@ -201,7 +201,9 @@ class Tiered(CPUDispatcher):
             if done:
                 return result
             if not Tiered.cached(name):
-                Tiered.notice(self.what or "the kernels")
+                # getattr: another thread may have made this a plain
+                # dispatcher (below) since the call began
+                Tiered.notice(getattr(self, "what", None) or "the kernels")
         self.__class__ = CPUDispatcher
         return CPUDispatcher.__call__(self, *args)
 
