@@ -212,3 +212,28 @@ def test_a_new_family_beside_a_compiled_sweep_is_interpreted(tmp_path):
         print(int(D.TABLE[C.K_REDUCE] != 0), int(D.TABLE[D.FULL_SUM_SLOT] != 0))
     """, tmp_path)
     assert out.split() == ["0", "1"]
+
+
+def test_threads_meeting_the_tier_at_once(tmp_path):
+    # four threads take their first gradients together, small and large, with
+    # a tiny budget: some calls interpret, some compile, the kernels change
+    # tier under the others' feet; every gradient must be right
+    out = _fresh("""
+        import threading
+        import numpy as np, tapegrad as tg
+        errors = []
+        def work(k):
+            try:
+                for n in (5, 50, 20_000, 5, 200_000):
+                    x = tg.tensor(np.linspace(0.1, 0.9, n) + k, requires_grad=True)
+                    (tg.sin(x) * x).sum().backward()
+                    want = np.cos(x.numpy()) * x.numpy() + np.sin(x.numpy())
+                    assert np.allclose(x.grad.numpy(), want), (k, n)
+            except BaseException as e:
+                errors.append(repr(e))
+        ts = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        print(len(errors), errors[:1])
+    """, tmp_path, budget="0.01")
+    assert out.split()[0] == "0", out
