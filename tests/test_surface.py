@@ -78,6 +78,8 @@ CASES = {
     "linspace": (lambda a, b: np.linspace(a, b, 7), [R.standard_normal(()), R.standard_normal(())]),
     "linspace arrays axis": (lambda a, b: np.linspace(a, b, 4, axis=-1, endpoint=False),
                              [R.standard_normal(3), R.standard_normal((2, 3))]),
+    "linspace int dtype": (lambda a: np.linspace(a, 3.0, 6, dtype=np.int64) * 1.0 + a,
+                           [np.array(-2.5)]),
     "geomspace": (lambda a, b: np.geomspace(a, b, 5), [np.array(0.5), np.array(8.0)]),
     "geomspace negative": (lambda a, b: np.geomspace(a, b, 4, endpoint=False),
                            [np.array([-0.5, -2.0]), np.array([-8.0, -1.0])]),

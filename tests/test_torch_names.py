@@ -206,3 +206,23 @@ def test_lists_of_tensors_raise_saying_to_stack(call):
         call(a, b)
     # what to write instead
     np.testing.assert_allclose(np.mean(tg.stack([a, b]), axis=0).numpy(), [2.0, 3.0])
+
+
+def test_a_plain_tensor_updated_with_one_that_requires_grad_joins_the_graph():
+    x = leaf([1.0, 2.0])
+    for update in (lambda z: z.__iadd__(x), lambda z: z.add_(x, alpha=3.0),
+                   lambda z: z.mul_(x), lambda z: z.copy_(x * 2.0)):
+        z = tg.ones(2)
+        update(z)
+        assert z.requires_grad and z.grad_fn is not None
+    z = tg.ones(2)
+    z += x
+    z *= x
+    z.sum().backward()
+    # z = (1 + x) x: dz/dx = 1 + 2x
+    np.testing.assert_allclose(x.grad.numpy(), 1 + 2 * x.numpy())
+    with tg.no_grad():  # no graph: a value write, z stays plain
+        w = tg.ones(2)
+        w += x
+    assert not w.requires_grad
+    np.testing.assert_array_equal(w.numpy(), [2.0, 3.0])

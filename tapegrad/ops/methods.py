@@ -45,10 +45,13 @@ Tensor.__getitem__ = S.getitem
 
 def _inplace(fn):
     """``t op= other``: a functional update of a tensor in a graph, or an
-    in-place update of a leaf's value when no graph records it."""
+    in-place update of a leaf's value when no graph records it.  A tensor
+    that does not require grad updated with one that does joins the graph
+    (as in PyTorch, and as ``t[k] = v`` does)."""
     def method(self, other):
-        if self._requires_grad and current().enabled:
-            if self._tok is None:
+        if (self._requires_grad or (isinstance(other, Tensor) and other._requires_grad)) \
+                and current().enabled:
+            if self._requires_grad and self._tok is None:
                 raise RuntimeError(
                     "a leaf tensor that requires grad is being used in an in-place "
                     "operation; update it under `with tg.no_grad():` or write "

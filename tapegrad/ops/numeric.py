@@ -592,6 +592,8 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     if axis != 0:
         y = S.moveaxis(y, 0, axis)
     if dtype is not None:
+        if np.issubdtype(dtype, np.integer):  # NumPy rounds down, not toward zero
+            y = E.floor(y)
         y = S.astype(y, dtype)
     return (y, step) if retstep else y
 
