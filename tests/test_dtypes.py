@@ -93,6 +93,14 @@ OPS32 = {
     "matmul": (lambda x: x @ U32.T, X32), "matmul_self": (lambda x: x @ x.T, X32),
     "dot": (lambda x: tg.dot(x[0], x[1]), X32),
     "numpy_protocol": (lambda x: np.sum(np.sin(x) * np.float32(2.0), axis=0), X32),
+    # special functions and composites of ops/special.py, ops/numeric.py
+    "erf": (tg.erf, X32), "erfc": (tg.erfc, X32), "erfinv": (tg.erfinv, X32),
+    "gammaln": (tg.gammaln, P32), "digamma": (tg.digamma, P32), "i0e": (tg.i0e, X32),
+    "i1e": (tg.i1e, X32), "log_ndtr": (tg.log_ndtr, X32), "expit": (tg.expit, X32),
+    "logit": (lambda x: tg.logit(x * np.float32(0.3)), P32), "sinc": (np.sinc, X32),
+    "convolve": (lambda x: np.convolve(x[0], x[1]), X32),
+    "trapezoid": (lambda x: np.trapezoid(x, axis=1), X32),
+    "linspace": (lambda x: np.linspace(x[0], x[1], 4), X32),
 }
 
 

@@ -149,6 +149,18 @@ def test_interp_gradient_is_the_bin_slope():
     np.testing.assert_allclose(x.grad.numpy(), [2.0, 0.5, 0.5, 0.0, 0.0])
 
 
+def test_dtypes_follow_numpy():
+    x32 = np.array([0.2, 0.7], np.float32)
+    for fn in (lambda x: np.interp(x, [0.0, 1.0], [1.0, 2.0]),
+               lambda x: np.interp(x, x, x), np.sinc, lambda x: np.convolve(x, x),
+               np.trapezoid, lambda x: np.gradient(x), lambda x: np.diff(x),
+               lambda x: np.linspace(x[0], x[1], 3), lambda x: np.nan_to_num(x)):
+        ref = fn(x32)
+        got = fn(tg.tensor(x32, requires_grad=True))
+        assert got.dtype == ref.dtype, fn
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-6)
+
+
 def test_where_with_one_argument_gives_indices():
     t = tg.tensor([[0.0, 2.0], [3.0, 0.0]], requires_grad=True)
     got = np.where(t)

@@ -446,7 +446,9 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     if period is not None:
         raise TypeError("interp(period=...) is not supported on tensors; reduce x "
                         "modulo the period and extend xp, fp by one period instead")
-    xt, xpt, fpt = _t(x), _t(xp), _t(fp)
+    # NumPy computes (and returns) float64 whatever the inputs' dtypes
+    xt, xpt, fpt = (S.astype(v, np.float64) if v.dtype != np.float64 else v
+                    for v in (_t(x), _t(xp), _t(fp)))
     if xpt.ndim != 1 or fpt.ndim != 1:
         raise ValueError("object too deep for desired array (xp and fp must be 1-D)")
     n = xpt.shape[0]
@@ -580,7 +582,8 @@ def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis
     start = S.broadcast_to(start, shape)
     stop = S.broadcast_to(stop, shape)
     delta = stop - start
-    steps = np.arange(0, num, dtype=float).reshape((-1,) + (1,) * len(shape))
+    dt = np.result_type(start.dtype, stop.dtype, 1.0)  # float32 endpoints stay float32
+    steps = np.arange(0, num, dtype=dt).reshape((-1,) + (1,) * len(shape))
     if div > 0:
         step = delta / div
         y = steps * step + start
