@@ -280,7 +280,9 @@ def erfinv(x):
             step = (math.erf(y) - ax) / slope
         step = step / (1.0 + step * y)
         y -= step
-        if abs(step) <= 2e-16 * y:
+        # Halley's steps converge cubically: after a step below 1e-7 y the
+        # error is below 1e-20 y (checked against SciPy to 1e-14)
+        if abs(step) <= 1e-7 * y:
             break
     return math.copysign(y, x)
 
