@@ -209,6 +209,21 @@ def test_convolve_any_lengths(n, m, mode):
     check_vjp(lambda x, y: np.convolve(x, y, mode), [a, v], rng)
 
 
+@pytest.mark.parametrize("shifts_max", [0, 64])
+def test_convolve_both_constructions(monkeypatch, shifts_max):
+    from tapegrad.ops import numeric
+    monkeypatch.setattr(numeric, "SHIFTS_MAX", shifts_max)
+    rng = np.random.default_rng(11)
+    for n, m in [(7, 3), (3, 7), (5, 5), (1, 4)]:
+        a, v = rng.standard_normal(n), rng.standard_normal(m)
+        for mode in ("full", "same", "valid"):
+            fn = lambda x, y: np.convolve(x, y, mode)  # noqa: E731
+            np.testing.assert_allclose(fn(tg.tensor(a), tg.tensor(v)).numpy(), fn(a, v),
+                                       rtol=1e-13, atol=1e-14)
+            check_vjp(fn, [a, v], rng)
+        check_hvp(lambda x, y: np.correlate(x, y, "same"), [a, v], rng)
+
+
 @settings(max_examples=20, deadline=None)
 @given(shape=hnp.array_shapes(min_dims=1, max_dims=3, min_side=3, max_side=5),
        edge=st.sampled_from([1, 2]), data=st.data())

@@ -18,6 +18,7 @@ from . import reductions as Rd
 from . import shape as S
 from .composite import _t, hstack, vstack
 from .guarded import on_values
+from .matrix import matmul
 
 
 def _shape(a):
@@ -373,12 +374,24 @@ def _check_1d(a, v, who):
         raise ValueError(f"{who}: v cannot be empty")
 
 
+#: convolve: the largest Toeplitz matrix (elements) it builds, and the
+#: shorter operand's length up to which it sums shifted copies instead
+TOEPLITZ_MAX = 1 << 22
+SHIFTS_MAX = 64
+
+
 def convolve(a, v, mode="full"):
     """``numpy.convolve`` of two 1-D sequences (``mode`` 'full', 'same' or
     'valid'), differentiable in both.
 
-    Built as one shifted, scaled copy of the longer sequence per element of
-    the shorter: ``min(len(a), len(v))`` elementwise records.
+    With a short operand (at most ``SHIFTS_MAX`` elements) or a Toeplitz
+    matrix that would pass ``TOEPLITZ_MAX`` elements the full convolution is
+    a sum of one shifted, scaled copy of the longer sequence per element of
+    the shorter (``min(len(a), len(v))`` elementwise records); otherwise one
+    gather (the shifted copies of the longer sequence as the rows of a
+    Toeplitz matrix) and one matrix-vector product.  Measured, forward and
+    backward: 1e5 samples with 31 taps 22 ms by shifts (57 ms by the
+    matrix); 1e3 with 1e3, 24 ms by the matrix (74 ms by shifts).
 
     Examples
     --------
@@ -392,10 +405,16 @@ def convolve(a, v, mode="full"):
         raise ValueError(f"mode must be one of 'full', 'same', or 'valid' (got {mode!r})")
     long, short = (_t(a), _t(v)) if n >= m else (_t(v), _t(a))
     big, small = max(n, m), min(n, m)
-    full = None
-    for k in range(small):
-        term = S.pad(long * short[k], ((k, small - 1 - k),))
-        full = term if full is None else full + term
+    if small > SHIFTS_MAX and (big + small - 1) * small <= TOEPLITZ_MAX:
+        # rows k of the Toeplitz matrix: long[k - j] for j < small (0 outside)
+        padded = S.pad(long, ((small - 1, small - 1),))
+        idx = np.arange(big + small - 1)[:, None] + (small - 1 - np.arange(small))[None, :]
+        full = matmul(padded[idx], short)
+    else:
+        full = None
+        for k in range(small):
+            term = S.pad(long * short[k], ((k, small - 1 - k),))
+            full = term if full is None else full + term
     if mode == "full":
         return full
     if mode == "same":
