@@ -290,3 +290,16 @@ def test_forward_mode():
     v = np.array([1.0, -2.0, 0.5])
     _, jv = tg.jvp(_special_mix, (x,), (v,))
     np.testing.assert_allclose(jv, tg.grad(_special_mix)(x) @ v, rtol=1e-13)
+
+
+def test_nested_first_derivatives_agree_with_the_hessian():
+    def f(x):
+        return (tg.erf(x) * tg.digamma(x + 2.0) + tg.i1e(x) + tg.log_ndtr(x)
+                + np.interp(x, [0.0, 1.0, 2.0], [0.0, 3.0, 1.0]) + np.sinc(x)).sum()
+    x = np.array([0.3, 0.8, 1.4])
+    H = tg.hessian(f)(x)
+    t = tg.tensor(x, requires_grad=True)
+    (g,) = tg.autograd.grad(f(t), t, create_graph=True)
+    (h,) = tg.autograd.grad((g * np.array([1.0, 2.0, 3.0])).sum(), t)
+    np.testing.assert_allclose(h.numpy(), H @ np.array([1.0, 2.0, 3.0]), rtol=1e-13)
+    np.testing.assert_allclose(tg.jacobian(tg.grad(f))(x), H, rtol=1e-13, atol=1e-15)
