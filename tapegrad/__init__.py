@@ -16,6 +16,7 @@ tensor([0.3, 3.0, 0.0003])
 """
 from . import ops as _ops  # noqa: F401  (registers ops, binds Tensor methods)
 from .function import Function, FunctionCtx
+from .checkpointing import checkpoint, checkpoint_loop
 from .anomaly import detect_anomaly, is_anomaly_enabled
 from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 from .graph import AccumulateGrad, Node
