@@ -1170,7 +1170,7 @@ def replay_hessian(rep, coo=False):
     """The Hessian of a replayed trace with one output element, as an (n, n)
     float64 array over all its inputs' elements (a ``SparseHessian`` with
     ``coo``), after ``rep.forward(xs, full=True)``
-    (``tracing.TracedFunction.hessian``).
+    (``traced_function.TracedFunction.hessian``).
 
     The pass's layout, arenas and directions depend only on the records, so
     the trace keeps them (an :class:`HvpPlan` with arenas of its own) and each

@@ -49,6 +49,8 @@ import numpy as np
 from .kernels import codes as C
 from .kernels import replay as RK
 from .ops.registry import REGISTRY
+from .trace_replay import _HOST_EXTRA, _HOST_FORWARD, _NOT_REPLAYABLE, _Replay
+from .traced_function import LoadedFunction, TracedFunction, files
 
 #: version of the file layout; a loader refuses versions it does not know
 FORMAT_VERSION = 1
@@ -105,7 +107,6 @@ def replay_state(rep, key, user_ops=True):
     """The arrays that describe one trace (a ``_Replay``) at signature ``key``;
     ``user_ops``: whether user elementwise ops may be saved (by name)."""
     from .ops.custom import USER_OPS
-    from .tracing import _HOST_FORWARD, _NOT_REPLAYABLE
     n = rep.n
     kinds = rep.op >> C.SHIFT
     ip = rep.ip.copy()
@@ -328,7 +329,6 @@ _LIM = 1 << 40
 
 def _op_status():
     """Per op code: 0 loadable, 1 unknown, 2 known but not loadable."""
-    from .tracing import _HOST_FORWARD, _NOT_REPLAYABLE
     status = np.ones(max(REGISTRY) + 1, np.int8)
     for c, spec in REGISTRY.items():
         status[c] = 2 if (spec.name in _NOT_REPLAYABLE
@@ -567,7 +567,6 @@ def _screen(op, arg0, size, ip0, args, ip, nparents, kinds, is_output):
 def _validate_trace(a, k, ops):
     """Check one trace's arrays (dict of name -> array); returns the parsed
     signature, host dict, shapes and dtypes."""
-    from .tracing import _HOST_EXTRA, _HOST_FORWARD, _NOT_REPLAYABLE
     p = f"t{k}."
     g = {name: _arr(a, p + name, dt) for name, dt in _FIELDS.items()}
     op, arg0, size, ip0, args = g["op"], g["arg0"], g["size"], g["ip0"], g["args"]
@@ -1121,7 +1120,7 @@ def from_bytes(data, f=None):
 
 
 def from_arrays(arrays, f=None, where="tape", ops=None):
-    """A :class:`~tapegrad.tracing.LoadedFunction` (or a ``TracedFunction``
+    """A :class:`~tapegrad.traced_function.LoadedFunction` (or a ``TracedFunction``
     of ``f``) from a dict of arrays, which go through the same reader and
     checks as a file's (they are written to ``.npz`` bytes and read back:
     an object array, a subclass or an oversized array is refused as in a
@@ -1134,7 +1133,6 @@ def from_arrays(arrays, f=None, where="tape", ops=None):
 
 def _build(arrays, f=None, where="tape", ops=None):
     """The function of arrays as :func:`read` returns them."""
-    from .tracing import LoadedFunction, TracedFunction, _Replay
     try:
         name, traces = parse(arrays, allow_empty=f is not None, ops=ops)
     except TapeFileError as e:
@@ -1199,3 +1197,7 @@ def load(path, ops=None, max_bytes=None):
     if ops is not None and not isinstance(ops, dict):
         ops = {op.name: op for op in ops}
     return _build(read(path, max_bytes), where=str(path), ops=ops)
+
+
+files.bind(save=save, function_state=function_state, npz_bytes=_npz_bytes,
+           from_bytes=from_bytes)

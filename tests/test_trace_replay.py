@@ -6,9 +6,9 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad import tracing
+from tapegrad import trace_replay
 
-N = 2 * tracing.FUSE_MIN + 37  # large enough to fuse; not a whole number of blocks
+N = 2 * trace_replay.FUSE_MIN + 37  # large enough to fuse; not a whole number of blocks
 
 
 def _replay(ft):
@@ -367,7 +367,7 @@ def test_traced_jacobian_and_cotangent_batch_take_one_vector_sweep(monkeypatch):
     x = rng.standard_normal(30)
     ft = tg.trace(f, x)
     # one sweep for all 30 rows: Replay.backward (a sweep per vector) is not used
-    monkeypatch.setattr(tracing._Replay, "backward", None)
+    monkeypatch.setattr(trace_replay._Replay, "backward", None)
     J = ft.jacobian(x)
     np.testing.assert_allclose(J, tg.jacobian(f)(x), rtol=1e-13, atol=1e-15)
     cts = rng.standard_normal((5, 30))

@@ -1,0 +1,612 @@
+"""Traced functions: :class:`TracedFunction` (``tg.trace``, ``tg.compile``)
+and :class:`LoadedFunction` (``tg.load``, a pickle without the Python code).
+
+A traced function keeps its traces (one :class:`~tapegrad.trace_replay._Replay`
+per branch combination seen, up to ``MAX_TRACES`` per input signature),
+replays the one whose guards hold, and traces again when none does.  Its
+methods run the transforms over the replay: ``grad`` and ``vjp`` the
+replay's reverse sweep, ``jacobian`` ``functional.replay_reverse``, ``jvp``
+``forward``'s tangent sweep, ``hvp`` and ``hessian`` ``second``'s passes.
+
+Saving and pickling go through :mod:`tapegrad.tapefile`, which sits above
+this module (it builds the functions it loads): it binds the functions
+called here into ``files`` when it is imported, and :mod:`tapegrad.tracing`
+imports it.
+"""
+import math
+import os
+import pickle
+import threading
+import types
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from .trace_replay import _Replay
+from .trace_tape import _signature
+
+
+class _FileBindings:
+    """The tape-file functions saving and pickling call (``save``,
+    ``function_state``, ``npz_bytes``, ``from_bytes``): tapefile.py binds
+    them when it is imported (``bind``), so that this module never imports
+    the module above it."""
+
+    def bind(self, **fns):
+        self.__dict__.update(fns)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):  # introspection (doctest, copy): a plain missing attribute
+            raise AttributeError(name)
+        raise RuntimeError(f"tapegrad.tapefile is not imported ({name} is not bound): "
+                           "use tg.trace / tg.compile, or import tapegrad.tracing")
+
+
+#: tapefile.py's functions, bound by it (see _FileBindings)
+files = _FileBindings()
+
+#: a TracedFunction warns once when it has retraced this many times
+RETRACE_WARNING = 10
+#: traces kept per signature (one per branch combination seen, most recent first)
+MAX_TRACES = 8
+
+# One lock for all traced functions: a replay reuses its trace's value and
+# adjoint storage, so two calls of one trace must not interleave.
+_LOCK = threading.RLock()
+
+
+
+class TracedFunction:
+    """A function traced once per input signature and replayed in compiled code.
+
+    Made by :func:`trace` or :func:`compile`.  Floating-point arrays, tensors
+    and Python floats among the arguments are the inputs (traced);
+    other arguments are static.  Calls are serialised by a lock.
+
+    Attributes
+    ----------
+    retraces : int
+        How many times a guard failed and the function was traced again.
+    """
+
+    def __init__(self, f):
+        self.f = f
+        self.cache = {}        # signature -> [_Replay, ...], most recent first
+        self.retraces = 0
+        self._warned = False
+        self.__wrapped__ = f
+        self.__name__ = getattr(f, "__name__", "traced")
+        self.__doc__ = getattr(f, "__doc__", None)
+
+    def _run(self, args, full=False):
+        """A replay whose forward has run at ``args`` (lock held by caller)."""
+        key, pos, xs = _signature(args)
+        reps = self.cache.get(key)
+        if reps is None:
+            reps = self.cache[key] = [_Replay(self.f, args)]
+        for k, rep in enumerate(reps):
+            if rep.forward(xs, full):
+                if k:
+                    reps.insert(0, reps.pop(k))
+                return rep, xs
+        # every trace of this signature took another branch: trace again
+        self.retraces += 1
+        if self.retraces >= RETRACE_WARNING and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"tapegrad: {self.__name__} was traced again {self.retraces} times because "
+                "Python control flow on traced values went another way; traced functions "
+                "are fast when branches are rare (use tg.where for elementwise choices)",
+                RuntimeWarning, stacklevel=3)
+        rep = _Replay(self.f, args)
+        reps.insert(0, rep)
+        del reps[MAX_TRACES:]
+        if not rep.forward(xs, full):
+            raise RuntimeError(f"tapegrad.trace: {self.__name__} does not take the same "
+                               "branches twice at the same inputs (is it deterministic?)")
+        return rep, xs
+
+    def __call__(self, *args):
+        """The function's value at ``args`` (an ndarray or NumPy scalar; a tuple
+        of them for a function that returns a tuple)."""
+        return self._locked(args)[0]
+
+    def _locked(self, args, seeds=None, scalar=False):
+        """Value and, for each cotangent list (one entry per output) in
+        ``seeds``, the gradients, under the lock (many cotangents at once go
+        through ``_vector`` instead)."""
+        with _LOCK:
+            rep, xs = self._run(args)
+            try:
+                value = rep.value()
+                if seeds is None:
+                    return value, None
+                if scalar and (rep.multi or np.size(value) != 1):
+                    what = (f"a tuple of {len(value)} outputs" if rep.multi
+                            else f"shape {np.shape(value)}")
+                    raise RuntimeError(
+                        f"grad needs a function with one output element; this one returns "
+                        f"{what}: use ft.vjp(*args, cotangent)")
+                return value, [rep.backward(s) for s in seeds]
+            finally:
+                rep.release()
+
+    @staticmethod
+    def _unpack(g):
+        return g[0] if len(g) == 1 else tuple(g)
+
+    def value_and_grad(self, *args):
+        """``(f(*args), gradient)`` for a function with one output element; the
+        gradient is one array per input (a tuple when there are several).
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: (x * x).sum(), np.ones(3))
+        >>> v, g = ft.value_and_grad(np.array([1.0, 2.0, 3.0]))
+        >>> float(v), g
+        (14.0, array([2., 4., 6.]))
+        """
+        v, gs = self._locked(args, [[np.ones(1)]], scalar=True)
+        return v, self._unpack(gs[0])
+
+    def grad(self, *args):
+        """The gradient of a one-element output w.r.t. every input.
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: np.sin(x).sum(), np.zeros(2))
+        >>> ft.grad(np.array([0.0, np.pi]))
+        array([ 1., -1.])
+        """
+        return self.value_and_grad(*args)[1]
+
+    def vjp(self, *args_and_cotangent):
+        """``(f(*args), cotangentᵀ ∂f/∂inputs)``; the cotangent (last argument)
+        has the output's shape, or one more leading axis for a batch of them
+        (the gradients then have that leading axis too).  For a function that
+        returns a tuple, the cotangent is a tuple with one entry per output
+        (all batched with the same leading axis, or none).
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: 3 * x, np.zeros(2))
+        >>> ft.vjp(np.ones(2), np.array([[1.0, 0.0], [0.0, 2.0]]))[1]
+        array([[3., 0.],
+               [0., 6.]])
+        >>> fm = tg.trace(lambda x: (x.sum(), 2 * x), np.zeros(2))
+        >>> (total, doubled), g = fm.vjp(np.ones(2), (1.0, np.array([0.0, 1.0])))
+        >>> float(total), doubled, g
+        (2.0, array([2., 2.]), array([1., 3.]))
+        """
+        *args, ct = args_and_cotangent
+
+        def cotangents(rep):
+            if rep.multi:
+                if not isinstance(ct, (tuple, list)) or len(ct) != len(rep.roots):
+                    raise TypeError(
+                        f"vjp: the function returns a tuple of {len(rep.roots)} outputs; "
+                        f"give a tuple of as many cotangents, got {type(ct).__name__}"
+                        + (f" of {len(ct)}" if isinstance(ct, (tuple, list)) else ""))
+                cts = [np.asarray(c, np.float64) for c in ct]
+            else:
+                cts = [np.asarray(ct, np.float64)]
+            if all(c.shape == s for c, s in zip(cts, rep.out_shapes)):
+                batch.append(False)
+                return [c.reshape(1, -1) for c in cts], 1
+            ks = {c.shape[0] if c.ndim else None for c in cts}
+            if (len(ks) != 1 or None in ks
+                    or any(c.shape[1:] != s for c, s in zip(cts, rep.out_shapes))):
+                raise ValueError(
+                    f"vjp: the cotangent has shape {[c.shape for c in cts] if rep.multi else cts[0].shape}"
+                    f"; the output has shape "
+                    f"{rep.out_shapes if rep.multi else rep.out_shape} (a batch of "
+                    "cotangents adds the same leading axis to each)")
+            p = ks.pop()
+            batch.append(True)
+            return [c.reshape(p, -1) for c in cts], p
+
+        batch = []
+        v, rep, gs = self._vector(args, cotangents)
+        gs = [g.reshape(g.shape[:1] + tuple(s)).astype(d, copy=False)
+              for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)]
+        return v, self._unpack(gs if batch[0] else [g[0] for g in gs])
+
+    def jacobian(self, *args):
+        """∂f/∂x for every input x: shape ``f.shape + x.shape``, from one
+        forward and one vector reverse sweep that carries all the output's
+        unit seeds (``functional.replay_reverse``, as ``tg.jacobian``).  For a function that returns
+        a tuple: a tuple with one such result per output.
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: x * x, np.zeros(2))
+        >>> ft.jacobian(np.array([1.0, 2.0]))
+        array([[2., 0.],
+               [0., 4.]])
+        """
+        def seeds(rep):
+            sizes = [math.prod(s) for s in rep.out_shapes]
+            p, at, out = sum(sizes), 0, []
+            for m in sizes:
+                s = np.zeros((p, m))
+                s[at + np.arange(m), np.arange(m)] = 1.0
+                out.append(s)
+                at += m
+            return out, p
+
+        _, rep, gs = self._vector(args, seeds)
+        res, at = [], 0
+        for shape in rep.out_shapes:
+            m = math.prod(shape)
+            res.append(self._unpack([
+                g[at:at + m].reshape(shape + tuple(s)).astype(d, copy=False)
+                for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)]))
+            at += m
+        return tuple(res) if rep.multi else res[0]
+
+    def _vector(self, args, seeds):
+        """``(value, replay, grads)`` for the p cotangents ``seeds(replay)``
+        returns (``(per output a (p, size) array or None, p)``): all p
+        through one compiled vector reverse sweep
+        (``functional.replay_reverse``); grads holds one (p, size) float64
+        array per input."""
+        from .functional import replay_reverse
+        with _LOCK:
+            rep, _ = self._run(args)
+            try:
+                value = rep.value()
+                cts, p = seeds(rep)
+                if rep.segs and p > 1:
+                    # fused segments keep their intermediates in scratch; the
+                    # vector sweep reads every record's value
+                    rep.forward(None, True)
+                return value, rep, replay_reverse(rep, cts, p)
+            finally:
+                rep.release()
+
+    def _tangents(self, rep, args_and_t, who):
+        """The tangent argument of jvp/hvp checked against the inputs, as
+        ``(args, [(p, size) float64 per input], p, batched)``."""
+        from . import forward as FW
+        *args, ts = args_and_t
+        if not isinstance(ts, (tuple, list)) and len(rep.in_shapes) == 1:
+            ts = (ts,)  # one input: its tangent may come bare
+        ts = FW._as_tuple(ts, "tangents")
+        if len(ts) != len(rep.in_shapes):
+            raise ValueError(f"{who}: {len(rep.in_shapes)} traced inputs but {len(ts)} "
+                             "tangents; give one tangent per float-array argument")
+        like = [types.SimpleNamespace(shape=s, dtype=d)
+                for s, d in zip(rep.in_shapes, rep.in_dtypes)]
+        ts, p, batch = FW._check_tangents(like, ts, None)
+        return [t.reshape(p, -1) for t in ts], p, batch
+
+    def jvp(self, *args_and_tangents):
+        """``(f(*args), J t)`` by the compiled tangent sweep of ``tg.jvp`` over
+        the replayed tape; ``tangents`` (the last argument) has one entry per
+        float-array argument (a bare array when there is one), each of that
+        argument's shape, or with one more leading axis p for a batch of p
+        directions (``J t`` then has shape ``(p,) + out.shape``).
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: np.sin(x) * 2, np.zeros(2))
+        >>> ft.jvp(np.array([0.0, np.pi]), np.array([1.0, 1.0]))[1]
+        array([ 2., -2.])
+        >>> ft.jvp(np.zeros(2), np.eye(2))[1]       # a batch: the Jacobian's rows
+        array([[2., 0.],
+               [0., 2.]])
+        """
+        from . import forward as FW
+        from .functional import _root_span
+        *args, _ = args_and_tangents
+        with _LOCK:
+            rep, _ = self._run(args, full=True)
+            try:
+                flat, p, batch = self._tangents(rep, args_and_tangents, "jvp")
+                value = rep.value()
+                outs = []
+                for root, shape, dt in rep.outputs():
+                    t = np.zeros((p, int(np.prod(shape))))
+                    if root is not None:
+                        upto = _root_span(rep, root)
+                        recs = [r for r in rep.leaf_rec if r < upto]
+                        tan = FW._Tangents(rep, upto, np.array(recs or [root], np.int64))
+                        if recs and tan.reached[root]:
+                            per = max(int(tan.total), 1) * 8
+                            chunk = int(max(1, min(p, FW.JACFWD_BYTES // per)))
+                            for lo in range(0, p, chunk):
+                                hi = min(p, lo + chunk)
+                                tan.alloc(hi - lo)
+                                for k, r in enumerate(rep.leaf_rec):
+                                    if r < upto:
+                                        tan.block(r)[...] = flat[k][lo:hi].T
+                                FW._sweep(rep, tan, rep.arrays(tan) + (tan.reached,))
+                                t[lo:hi] = tan.block(root).T
+                    t = t.reshape((p,) + shape).astype(dt, copy=False)
+                    outs.append(t if batch else t[0])
+            finally:
+                rep.release()
+        value = value[()] if not rep.multi and value.ndim == 0 else value
+        return value, (tuple(outs) if rep.multi else outs[0])
+
+    def hvp(self, *args_and_v):
+        """``(grad, hvp)`` of a function with one output element, as
+        ``tg.hvp(f, args, v)`` returns them (tuples with one array per
+        float-array argument), by the forward-over-reverse pass of
+        ``tg.hvp`` over the replayed tape.  ``v`` (the last argument) is as
+        the tangents of :meth:`jvp`: a batch of p directions gives each
+        ``hvp[i]`` the shape ``(p,) + x_i.shape``.
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: (x ** 3).sum(), np.zeros(2))
+        >>> g, hv = ft.hvp(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+        >>> g[0], hv[0]
+        (array([ 3., 12.]), array([6., 0.]))
+        """
+        from . import second
+        from .functional import _root_span
+        *args, _ = args_and_v
+        with _LOCK:
+            rep, _ = self._run(args, full=True)
+            try:
+                if rep.multi or int(np.prod(rep.out_shape)) != 1:
+                    raise TypeError(
+                        f"hvp: the function must return one number (a scalar); this one "
+                        f"returned {'a tuple' if rep.multi else f'shape {rep.out_shape}'}")
+                flat, p, batch = self._tangents(rep, args_and_v, "hvp")
+                sizes = [int(np.prod(s)) for s in rep.in_shapes]
+                if rep.root is None or rep.root in rep.leaf_rec:
+                    # constant, or the output is an input: f is linear, H = 0
+                    # (as tg.hvp's driver does, without a pass)
+                    res = [(np.full(n, 1.0 if r == rep.root else 0.0), np.zeros((p, n)))
+                           for n, r in zip(sizes, rep.leaf_rec)]
+                else:
+                    out = types.SimpleNamespace(_rec=rep.root)
+                    leaves = [types.SimpleNamespace(size=n) for n in sizes]
+                    upto = _root_span(rep, rep.root)
+                    recs = [r if r < upto else None for r in rep.leaf_rec]
+                    res, _ = second._hvp_pass(rep, out, leaves, recs, lambda k: flat[k], p)
+            finally:
+                rep.release()
+        gs, hs = [], []
+        for (g, hv), shape, dt in zip(res, rep.in_shapes, rep.in_dtypes):
+            gs.append(np.array(g, dtype=dt).reshape(shape))
+            hv = np.array(hv, dtype=dt).reshape((p,) + shape)
+            hs.append(hv if batch else hv[0])
+        return tuple(gs), tuple(hs)
+
+    def hessian(self, *args):
+        """The Hessian of a function with one output element at ``args``, as
+        ``tg.hessian(f, argnums=...)`` over every float-array argument gives
+        it: shape ``x.shape + x.shape`` for one such argument, else a tuple of
+        tuples ``H[i][j]`` of shape ``x_i.shape + x_j.shape``.
+
+        Forward-over-reverse over the replayed tape with all n unit
+        directions in one pass.  The pass's layout, arenas and directions
+        are kept with the trace, so a call replays the values and runs the
+        two compiled sweeps -- the traced counterpart of
+        ``jax.jit(jax.hessian(f))``.
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: (x[0] ** 2) * x[1], np.zeros(2))
+        >>> ft.hessian(np.array([1.0, 3.0]))
+        array([[6., 2.],
+               [2., 0.]])
+        """
+        from .second import split_blocks
+        H, shapes, dtypes = self._hessian(args, False)
+        rows = split_blocks(H, shapes, dtypes)
+        return rows[0][0] if len(rows) == 1 else rows
+
+    def sparse_hessian(self, *args):
+        """The Hessian at ``args`` as its nonzeros, a ``tg.SparseHessian``
+        over all float-array arguments' elements in order -- what
+        ``tg.sparse_hessian(f, argnums=...)`` returns, with the structural
+        pattern and its colouring found once, with the trace's plan.
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: (x[:-1] * x[1:] ** 2).sum(), np.ones(4))
+        >>> h = ft.sparse_hessian(np.arange(4.0))
+        >>> h.rows, h.cols, h.colors
+        (array([0, 1, 1, 1, 2, 2, 2, 3, 3]), array([1, 0, 1, 2, 1, 2, 3, 2, 3]), 3)
+        """
+        return self._hessian(args, True)[0]
+
+    def _hessian(self, args, coo):
+        """``(H or SparseHessian, input shapes, input dtypes)``."""
+        from . import second
+        with _LOCK:
+            rep, _ = self._run(args, full=True)
+            try:
+                if rep.multi or math.prod(rep.out_shape) != 1:
+                    raise TypeError(
+                        f"hessian: the function must return one number (a scalar); this one "
+                        f"returned {'a tuple' if rep.multi else f'shape {rep.out_shape}'}")
+                if rep.root in rep.leaf_rec:  # the output is an input: f is linear
+                    n = sum(math.prod(s) for s in rep.in_shapes)
+                    H = second.SparseHessian.zero(n) if coo else np.zeros((n, n))
+                else:
+                    H = second.replay_hessian(rep, coo)
+                return H, list(rep.in_shapes), list(rep.in_dtypes)
+            finally:
+                rep.release()
+
+    def grad_batch(self, *batches, workers=None):
+        """Gradients at a batch of inputs: each argument has one more leading
+        axis than the function takes, and the result too (one gradient per
+        row; a tuple of such arrays when there are several inputs).
+
+        The rows are split among ``workers`` threads (default: every core),
+        each replaying its own copy of the trace; the compiled replay and
+        sweep release the GIL, so the threads run at once.  A row whose
+        guard fails is evaluated through ``grad`` (tracing again if needed).
+
+        Examples
+        --------
+        >>> import numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: (x ** 3).sum(), np.zeros(2))
+        >>> ft.grad_batch(np.array([[1.0, 2.0], [3.0, 4.0]]))
+        array([[ 3., 12.],
+               [27., 48.]])
+        """
+        if not batches:
+            raise TypeError("grad_batch needs at least one batch of inputs")
+        batches = [np.asarray(b) for b in batches]
+        if any(b.ndim == 0 for b in batches) or len({len(b) for b in batches}) != 1:
+            raise ValueError("grad_batch: every argument needs the same leading (batch) "
+                             f"axis; got shapes {[b.shape for b in batches]}")
+        nb = len(batches[0])
+        if nb == 0:
+            raise ValueError("grad_batch: the batch is empty")
+        with _LOCK:
+            rep, _ = self._run([b[0] for b in batches])
+            try:
+                scalar = not rep.multi and np.size(rep.value()) == 1
+            finally:
+                rep.release()
+            if not scalar:
+                raise RuntimeError("grad_batch needs a function with one output element")
+            key = _signature([b[0] for b in batches])[0]
+            if rep.pos != list(range(len(batches))) or any(k[0] == "static" for k in key):
+                raise TypeError("grad_batch takes array inputs only (no static arguments)")
+            workers = max(1, min(workers or os.cpu_count() or 1, nb))
+            reps = [rep.clone() for _ in range(workers)]  # the cached one stays free
+        outs = [np.empty((nb,) + s, d) for s, d in zip(rep.in_shapes, rep.in_dtypes)]
+        seed = [np.ones(1)]
+        missed = [[] for _ in range(workers)]
+
+        def work(w):
+            mine = reps[w]
+            for i in range(w * nb // workers, (w + 1) * nb // workers):
+                if mine.forward([np.asarray(b[i], np.float64) for b in batches]):
+                    gs = mine.backward(seed)
+                    for k, o in enumerate(outs):
+                        o[i] = gs[k]
+                    del gs  # let the next backward reuse the gradient arena
+                else:
+                    missed[w].append(i)
+            mine.release()
+
+        if workers == 1:
+            work(0)
+        else:
+            with ThreadPoolExecutor(workers - 1) as pool:
+                futs = [pool.submit(work, w) for w in range(1, workers)]
+                work(0)
+                for fu in futs:
+                    fu.result()
+        for i in sorted(i for m in missed for i in m):
+            # another branch: the locked path traces again (or raises, if loaded)
+            gs = self.value_and_grad(*[b[i] for b in batches])[1]
+            for o, g in zip(outs, gs if isinstance(gs, tuple) else [gs]):
+                o[i] = g
+        return self._unpack(outs)
+
+    def save(self, path):
+        """Write every trace of this function to ``path``, one ``.npz`` of plain
+        arrays (no pickled code); :func:`tapegrad.load` reads it back in any
+        process.
+
+        User elementwise ops (``tg.elementwise``) are saved by name: pass them
+        to ``tg.load(path, ops=[...])``.  Raises ``ValueError`` for static
+        arguments other than int, bool, str and None.
+
+        Examples
+        --------
+        >>> import os, tempfile, numpy as np, tapegrad as tg
+        >>> ft = tg.trace(lambda x: np.exp(x).sum(), np.zeros(2))
+        >>> path = os.path.join(tempfile.mkdtemp(), "f.npz")
+        >>> ft.save(path)
+        >>> float(tg.load(path)(np.zeros(2)))
+        2.0
+        """
+        with _LOCK:
+            self._check_single("saved")
+            calls = sorted({c.name for reps in self.cache.values() for rep in reps
+                            for c in rep.calls})
+            if calls:
+                raise ValueError(
+                    f"tapegrad: {self.__name__} cannot be saved: a trace guards "
+                    f"{', '.join('numpy.' + n for n in calls)} on traced values, which runs "
+                    "Python at every replay; compute such indices outside the function and "
+                    "pass them in, or keep the Python function (pickle it) instead")
+            files.save(self, path)
+
+    def __reduce__(self):
+        # the traces travel as the bytes of a tape file, read back by the
+        # file loader with all its checks; the Python function too when it
+        # pickles (so the copy can still retrace).  Unpickling runs whatever
+        # a pickle names, as any pickle: untrusted traces go through tg.load.
+        f = getattr(self, "f", None)
+        try:
+            pickle.dumps(f)
+        except Exception:
+            f = None
+        with _LOCK:
+            self._check_single("pickled")
+            # a trace that guards a Python call travels as the function, which
+            # the copy traces again when called
+            portable = {k: [r for r in reps if not r.calls] for k, reps in self.cache.items()}
+            portable = {k: reps for k, reps in portable.items() if reps}
+            if f is None and portable != self.cache:
+                raise TypeError(
+                    f"tapegrad: {self.__name__} cannot be pickled: a trace guards a NumPy "
+                    "call on traced values (Python at every replay) and the function itself "
+                    "does not pickle; define it at module level")
+            stand_in = types.SimpleNamespace(cache=portable, __name__=self.__name__)
+            data = files.npz_bytes(files.function_state(stand_in, user_ops=False))
+        return files.from_bytes, (data, f)
+
+    def _check_single(self, how):
+        if any(rep.multi for reps in self.cache.values() for rep in reps):
+            raise NotImplementedError(
+                f"tapegrad: a traced function that returns a tuple cannot be {how} yet "
+                "(tape files hold one output); trace one function per output to save them")
+
+    @property
+    def n_traces(self):
+        """How many traces are cached, over all signatures."""
+        return sum(len(v) for v in self.cache.values())
+
+    def __repr__(self):
+        return f"<tapegrad traced function {self.__name__}, {self.n_traces} trace(s)>"
+
+
+class LoadedFunction(TracedFunction):
+    """A traced function read from a file or a pickle without its Python code:
+    it replays its saved traces only (call :func:`tapegrad.load`)."""
+
+    def __init__(self, name="loaded"):
+        super().__init__(None)
+        self.__name__ = name
+
+    def _run(self, args, full=False):
+        key, pos, xs = _signature(args)
+        reps = self.cache.get(key)
+        if reps is None:
+            raise RuntimeError(
+                f"tapegrad: the loaded function {self.__name__} has no trace for "
+                f"arguments of signature {key}; it was saved for {list(self.cache)}")
+        for k, rep in enumerate(reps):
+            if rep.forward(xs, full):
+                if k:
+                    reps.insert(0, reps.pop(k))
+                return rep, xs
+        raise RuntimeError(
+            f"tapegrad: the loaded function {self.__name__} takes another branch at these "
+            "inputs than any saved trace (a guard failed) and has no Python code to "
+            "trace again; save it after calling it on such inputs")
+
+
