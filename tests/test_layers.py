@@ -28,8 +28,8 @@ LAYERS = [
     ("engine", lambda m: m in ("graph", "hooks", "anomaly", "autograd", "function")),
     ("transforms", lambda m: m in ("functional", "forward", "second", "sparsity",
                                    "checkpointing")),
-    ("trace", lambda m: m in ("trace_tape", "trace_replay", "traced_function", "tapefile",
-                              "tracing")),
+    ("trace", lambda m: m in ("trace_tape", "trace_replay", "traced_function",
+                              "tapefile_checks", "tapefile", "tracing")),
     ("debug", lambda m: m in ("viz", "stats")),
     ("api", lambda m: m in ("", "linalg", "__main__")),
 ]

@@ -21,6 +21,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad import tapefile
+from tapegrad.tapefile_checks import _output_slots, _screen
 
 W = np.linspace(-1.0, 1.0, 12).reshape(3, 4)
 SPD = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
@@ -330,10 +331,10 @@ def test_valid_files_need_no_per_record_checks(name):
     a = {k[3:]: v for k, v in _arrays(name).items() if k.startswith("t0.")}
     op, arg0, args = a["op"], a["arg0"], a["args"]
     nparents, kinds = np.diff(arg0), op >> 6
-    is_output, _, slots_bad = tapefile._output_slots(op, arg0, a["size"], a["ip0"], args,
-                                                     a["ip"], nparents, kinds)
-    flagged = tapefile._screen(op, arg0, a["size"], a["ip0"], args, a["ip"], nparents,
-                               kinds, is_output) | slots_bad
+    is_output, _, slots_bad = _output_slots(op, arg0, a["size"], a["ip0"], args,
+                                            a["ip"], nparents, kinds)
+    flagged = _screen(op, arg0, a["size"], a["ip0"], args, a["ip"], nparents,
+                      kinds, is_output) | slots_bad
     assert not flagged.any(), np.flatnonzero(flagged)
 
 
