@@ -22,6 +22,7 @@ from .kernels.tangents import fwd_layout, sweep_fwd
 from .kernels.sweep import layout
 from .ops import matrix as L
 from .ops.registry import REGISTRY
+from .second_rules import _pinv_tangent
 from .tape import current
 from .tensor import Tensor
 
@@ -542,14 +543,6 @@ def _svd_jvp(tape, tan, r):
     tan.put(r + 1, full_U)
     tan.put(r + 2, np.einsum("...ii->...i", dP))
     tan.put(r + 3, full_Vh)
-
-
-def _pinv_tangent(A, X, dA):
-    """d pinv(A) where the rank is constant (Golub and Pereyra)."""
-    m, n = A.shape[-2], A.shape[-1]
-    dAT = _T(dA)
-    return (-X @ dA @ X + X @ _T(X) @ dAT @ (np.eye(m) - A @ X)
-            + (np.eye(n) - X @ A) @ dAT @ _T(X) @ X)
 
 
 def _pinv_jvp(tape, tan, r):

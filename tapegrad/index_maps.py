@@ -1,5 +1,5 @@
 """Records' index maps in NumPy, for the passes that run in Python (the
-second-order rules of ``second.py``, the Hessian patterns of
+second-order rules of ``second_rules.py``, the Hessian patterns of
 ``sparsity.py``): which element of an operand each output element reads,
 from the integer parameters the compiled kernels walk with an odometer
 (``kernels/_views.py``).

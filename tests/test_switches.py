@@ -16,7 +16,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad import forward as FW
-from tapegrad import second as S2
+from tapegrad import second_rules as S2
 from tapegrad.kernels import codes as C
 from tapegrad.kernels import elementwise_vjp as E
 from tapegrad.kernels import optable
