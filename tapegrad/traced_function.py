@@ -4,9 +4,10 @@ and :class:`LoadedFunction` (``tg.load``, a pickle without the Python code).
 A traced function keeps its traces (one :class:`~tapegrad.trace_replay._Replay`
 per branch combination seen, up to ``MAX_TRACES`` per input signature),
 replays the one whose guards hold, and traces again when none does.  Its
-methods run the transforms over the replay: ``grad`` and ``vjp`` the
-replay's reverse sweep, ``jacobian`` ``functional.replay_reverse``, ``jvp``
-``forward``'s tangent sweep, ``hvp`` and ``hessian`` ``second``'s passes.
+methods run the transforms over the replay: ``grad`` and ``grad_batch``
+the replay's reverse sweep, ``vjp`` and ``jacobian``
+``functional.replay_reverse``, ``jvp`` ``forward``'s tangent sweep, ``hvp``
+and ``hessian`` ``second``'s passes.
 
 Saving and pickling go through :mod:`tapegrad.tapefile`, which sits above
 this module (it builds the functions it loads): it binds the functions
@@ -109,7 +110,12 @@ class TracedFunction:
 
     def __call__(self, *args):
         """The function's value at ``args`` (an ndarray or NumPy scalar; a tuple
-        of them for a function that returns a tuple)."""
+        of them for a function that returns a tuple).  Given tensors that
+        require grad, the value is a tensor on their graph, whose gradient is
+        the trace's (``tapegrad/traced_call.py``)."""
+        from . import traced_call
+        if traced_call.joins_graph(args):
+            return traced_call.call(self, args)
         return self._locked(args)[0]
 
     def _locked(self, args, seeds=None, scalar=False):
