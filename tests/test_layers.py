@@ -28,7 +28,7 @@ LAYERS = [
     ("engine", lambda m: m in ("graph", "hooks", "anomaly", "autograd", "function")),
     ("transforms", lambda m: m in ("functional", "forward", "second_rules", "second",
                                    "sparsity", "checkpointing")),
-    ("trace", lambda m: m in ("trace_tape", "trace_replay", "traced_function",
+    ("trace", lambda m: m in ("trace_tape", "trace_replay", "traced_function", "traced_call",
                               "tapefile_checks", "tapefile", "tracing")),
     ("debug", lambda m: m in ("viz", "stats")),
     ("api", lambda m: m in ("", "linalg", "__main__")),
