@@ -93,15 +93,20 @@ def check_nested(tape, reached, upto, inputs=()):
                 "tg.hessian / tg.hvp")
 
 
-def check_stale(tape, reached, upto):
+def check_stale(tape, reached, upto, inputs=None):
     """Raise PyTorch's in-place error if a backward used a saved value that
-    was written in place after it was recorded (``Tape.stale``)."""
+    was written in place after it was recorded (``Tape.stale``).
+
+    ``inputs``: the records of ``backward(inputs=...)`` / ``autograd.grad``'s
+    inputs; then only records on a path from the root to one of them count
+    (PyTorch runs no other), though the sweep reached more."""
     if not tape.stale:
         return
     from .kernels.codes import K_HOST, SHIFT
     from .kernels.optable import READS_INPUTS, READS_OUTPUT
     arg0 = tape.arg0[:upto + 1]
     args = tape.args[:int(arg0[-1])]
+    on_path = None
     for s, what in tape.stale.items():
         if s >= upto:
             continue
@@ -111,13 +116,68 @@ def check_stale(tape, reached, upto):
         for c in users:
             op = int(tape.op[c])
             if reached[c] and (READS_INPUTS[op] or READS_OUTPUT[op] and c == s
-                               or op >> SHIFT == K_HOST):
+                               or op >> SHIFT == K_HOST and not _checks_own_reads(tape, c)):
+                if _reads_only_the_constant(tape, c, s):
+                    continue
+                if inputs is not None:
+                    if on_path is None:
+                        on_path = _depends_on(arg0, args, upto, inputs)
+                    if not on_path[c]:
+                        continue
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been "
                     f"modified by an inplace operation: {what}, saved by "
                     f"{REGISTRY[op].name}Backward (record {c}), was written in place after "
                     "the graph was recorded. Record the graph again after the write, or "
                     "write into a copy (x = x.copy() / x * 1.0)")
+
+
+def _reads_only_the_constant(tape, c, s):
+    """Whether record c, a product or quotient with a constant operand (an
+    ndarray, which gets no gradient), needs nothing of operand s's value: the
+    derivative of ``s * k`` and of ``s / k`` in s reads only k, as PyTorch's
+    saves only k there."""
+    from .kernels import codes as C
+    op = int(tape.op[c])
+    if op not in (_MUL, _DIV) or c == s:
+        return False
+    a0 = int(tape.arg0[c])
+    if int(tape.arg0[c + 1]) - a0 != 2:
+        return False
+    a, b = int(tape.args[a0]), int(tape.args[a0 + 1])
+    const = C.code(C.K_NONE, C.CONST)
+    if a == s and b != s and int(tape.op[b]) == const:
+        return True
+    return op == _MUL and b == s and a != s and int(tape.op[a]) == const
+
+
+def _depends_on(arg0, args, upto, recs):
+    """Which records ``0 .. upto-1`` depend on one of the records ``recs``
+    (recording order is topological: one pass upwards)."""
+    dep = np.zeros(upto, np.bool_)
+    recs = [int(r) for r in recs if 0 <= r < upto]
+    if not recs:
+        return dep
+    dep[recs] = True
+    for r in range(min(recs) + 1, upto):
+        if not dep[r]:
+            a, b = arg0[r], arg0[r + 1]
+            if b > a and dep[args[a:b]].any():
+                dep[r] = True
+    return dep
+
+
+def _checks_own_reads(tape, c):
+    """Whether host record c is a ``tg.Function`` whose backward checks the
+    values it reads itself (a create_graph gradient: its pass over the first
+    graph runs ``check_stale`` on the records it reads), so that a write into
+    one of its parents is no error unless that pass reads the value."""
+    h = tape.host.get(int(c))
+    return isinstance(h, tuple) and bool(h) and getattr(h[0], "checks_own_reads", False)
+
+
+from .kernels import codes as _C  # noqa: E402  (op codes of check_stale)
+_MUL, _DIV = _C.code(_C.K_NARY, _C.MUL), _C.code(_C.K_NARY, _C.DIV)
 
 
 def _freed_error():

@@ -56,6 +56,7 @@ def _function_vjp(tape, adj, r):
         grads_out = tuple(adj[r + 1 + k].reshape(s).copy() if adj.reached.size > r + 1 + k
                           and adj.reached[r + 1 + k] else np.zeros(s)
                           for k, s in enumerate(out_shapes))
+    ctx._record = r   # where the record is now (compaction renumbers records)
     grads = cls.backward(ctx, *grads_out)
     if not isinstance(grads, tuple):
         grads = (grads,)

@@ -335,7 +335,8 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
                 continue
             g = g.reshape((p,) + x.shape)
             out[i] = g if out[i] is None else out[i] + g
-    check_stale(tape, adj.reached, upto)
+    check_stale(tape, adj.reached, upto,
+                [q for r in rec if r is not None for q in (r if isinstance(r, list) else (r,))])
     check_nested(tape, adj.reached, upto, inputs)
     if not retain_graph:
         tape.after_backward(adj.reached, T)
@@ -739,8 +740,15 @@ class _GraphGrad(Function):
     """Gradients computed with ``create_graph=True``, as one differentiable
     record over every leaf that requires grad in the graph they came from."""
 
+    # The record's parents are s (the seeded sum of the outputs, whose graph the
+    # backward differentiates again) and the leaves.  s is a parent and not an
+    # attribute of ctx: the tape must not hold a tensor of its own graph (its
+    # epoch token would keep the tape from ever resetting), and as a parent,
+    # s's graph lives exactly as long as a tensor that reaches this record.
+    checks_own_reads = True   # backward checks the in-place writes its pass reads
+
     @staticmethod
-    def forward(ctx, spec, *leaves):
+    def forward(ctx, spec, s, *leaves):
         ctx.spec = spec
         return spec.outputs if len(spec.outputs) > 1 else spec.outputs[0]
 
@@ -749,18 +757,48 @@ class _GraphGrad(Function):
         # cotangents u of the gradients g = d s / d x (s = sum of seeds * outputs):
         # leaf z receives sum_x d2 s / (dz dx) u_x, one forward-over-reverse pass
         # over the retained graph with tangent u on the inputs and 0 elsewhere
-        from .second import _hvp_pass, _recs_below
+        from .second import _hvp_pass
         spec = ctx.spec
         tape = current()
-        if spec.s._tok is not tape.tok or tape.freed[spec.s._rec]:
+        s = _At(int(tape.args[tape.arg0[ctx._record]]))
+        if tape.freed[s._rec]:
             raise _freed_error()
         tangents = [np.zeros((1, z.size)) for z in spec.leaves]
         for k, u in zip(spec.where, us):
             tangents[k] = tangents[k] + np.asarray(u, dtype=np.float64).reshape(1, -1)
-        with fresh_arenas():
-            recs = _recs_below(tape, spec.leaves, _root_span(tape, spec.s._rec))
-            res, _ = _hvp_pass(tape, spec.s, spec.leaves, recs, lambda k: tangents[k], 1)
-        return (None,) + tuple(hv[0].reshape(z.shape) for z, (_, hv) in zip(spec.leaves, res))
+        upto = _root_span(tape, s._rec)
+        # every LEAF record of each leaf below s: a leaf written in place since
+        # (no_grad, .data) records anew when next used, and the first graph
+        # reads its older record, which its ._lrec no longer names
+        recs = {}
+        for q, z in tape.leaves.items():
+            if q < upto:
+                recs.setdefault(id(z), []).append(q)
+        which, leaves, rs = [], [], []
+        for k, z in enumerate(spec.leaves):
+            for q in recs.get(id(z), ()):
+                which.append(k)
+                leaves.append(z)
+                rs.append(q)
+        out = [np.zeros(z.size) for z in spec.leaves]
+        if rs:
+            with fresh_arenas():
+                res, used = _hvp_pass(tape, s, leaves, rs, lambda j: tangents[which[j]], 1)
+                if used is not None:
+                    # a value of the first graph written in place since it was
+                    # recorded raises here, as the first graph's own backward would
+                    check_stale(tape, used[0], upto)
+            for k, (_, hv) in zip(which, res):
+                out[k] = out[k] + hv[0]
+        return (None, None) + tuple(o.reshape(z.shape) for z, o in zip(spec.leaves, out))
+
+
+class _At:
+    """A record id where the passes of second.py take a tensor (``._rec``)."""
+    __slots__ = ("_rec",)
+
+    def __init__(self, rec):
+        self._rec = rec
 
 
 def _graph_grad(outputs, seeds, inputs, allow_unused):
@@ -804,11 +842,11 @@ def _graph_grad(outputs, seeds, inputs, allow_unused):
     if not used:  # allow_unused, and no input reached: nothing to differentiate again
         return (None,) * len(inputs)
     spec = _Spec()
-    spec.s, spec.leaves = s, leaves
+    spec.leaves = leaves
     spec.where = [next(k for k, z in enumerate(leaves) if z is inputs[i]) for i in used]
     spec.outputs = tuple(np.asarray(gs[i][0].reshape(inputs[i].shape), dtype=np.float64)
                          for i in used)
-    outs = _GraphGrad.apply(spec, *leaves)
+    outs = _GraphGrad.apply(spec, s, *leaves)
     outs = outs if isinstance(outs, tuple) else (outs,)
     res = [None] * len(inputs)
     for i, o in zip(used, outs):

@@ -665,14 +665,6 @@ class Gen:
                 return True
             if self.vars[v.root].leaf and not leaves_too:
                 return False                # left out with F (inputs= after a write into a leaf), now a plain test: not into a leaf or a view of one
-            # KNOWN BUG I (test_known_bug_create_graph_misses_writes_into_the_first_graph) and
-            # DIFFERENCE (test_known_difference_saved_values): after
-            # create_graph=True, the second backward neither sees an unrecorded write into
-            # a value of the first graph (no error; over 16 elements the new value is used)
-            # nor lets a leaf of it be written (an error PyTorch does not raise).  Writes
-            # then go only into tensors made after the first gradient.
-            if self.first_graph_end is not None and v.root < self.first_graph_end:
-                return False
             if v.root in self.detached_roots:
                 return False            # known bug B
             # KNOWN BUG C (test_known_bug_unrecorded_write_into_a_base_misses_saved_views): an
@@ -826,11 +818,6 @@ def make_inplace_program(d, known_bugs_excluded=True):
         # unrecorded write into a leaf, backward(inputs=[leaf]) and tg.autograd.grad give the
         # leaf nothing from graphs recorded before the write.  Such leaves are no inputs.
         deps = sorted(k for k in g.vars[y].deps if not (g.exclude and g.vars[k].rewritten))
-        # KNOWN BUG H (test_known_bug_inputs_check_records_off_their_paths): backward(inputs=)
-        # raises the in-place error for a stale value on a path to no input, which PyTorch
-        # never reads.  inputs= only in programs without unrecorded writes.
-        if g.exclude and any(s[0] in ("raw", "sgd") for s in g.steps):
-            deps = []
         if deps and d.bool(0.2):
             inputs = tuple(k for k in deps if d.bool(0.6)) or (deps[0],)
         g.steps.append(("backward", y, seed, inputs))
@@ -859,8 +846,7 @@ def make_create_graph_program(d, known_bugs_excluded=True):
     y = g.choice_output(lambda k: g.savable(k))
     yv = g.vars[y]
     inputs = tuple(sorted(yv.deps))
-    if len(inputs) > 1 and d.bool(0.3) and not (
-            g.exclude and any(s[0] == "raw" for s in g.steps)):   # known bug H
+    if len(inputs) > 1 and d.bool(0.3):
         inputs = (d.choice(inputs),)
     unused = [k for k in g.leaf_vars() if k not in yv.deps]
     if unused and d.bool(0.3):

@@ -342,6 +342,9 @@ def test_backward_create_graph_fills_differentiable_grads():
     close(x.grad, [3.0, 12.0])
     (gg,) = tg.autograd.grad(x.grad.sum(), x)
     close(gg, [6.0, 12.0])
+    # x.grad holds the graph that reaches x: a cycle through the tape's leaves, as
+    # PyTorch's through its AccumulateGrad node; setting .grad to None breaks it
+    x.grad = None
 
 
 def test_create_graph_with_grad_outputs_and_several_outputs():
@@ -460,3 +463,117 @@ def test_inputs_reach_a_leaf_written_in_place_after_its_use():
     assert g.numpy().tolist() == [4.0, 6.0]  # 3 + 2 x at the new value
     z.backward(inputs=[x])
     assert x.grad.numpy().tolist() == [4.0, 6.0]
+
+
+# -- create_graph: liveness, writes into the first graph, inputs= --------------------
+def test_a_create_graph_gradient_lets_the_tape_reset_once_dropped():
+    """The first graph lives as long as a tensor that reaches the gradient's
+    record (as in PyTorch), not for ever: a loop of gradient penalties runs in
+    bounded memory and the tape resets once every tensor is gone."""
+    def run():
+        import gc
+
+        def step():
+            x = tg.tensor([0.3, -0.7, 1.1], requires_grad=True)
+            (g,) = tg.autograd.grad((tg.sin(x) * x).sum(), x, create_graph=True)
+            (h,) = tg.autograd.grad((g * 2.0).sum(), x)
+            return h.numpy()
+        for _ in range(200):
+            h = step()
+        x0 = np.array([0.3, -0.7, 1.1])
+        np.testing.assert_allclose(h, 2.0 * (2.0 * np.cos(x0) - x0 * np.sin(x0)), rtol=1e-12)
+        gc.collect()
+        x = tg.tensor([1.0], requires_grad=True)
+        assert (x * 2.0)._rec <= 1               # the tape reset: records start again
+    in_fresh_thread(run)
+
+
+def test_a_create_graph_gradient_keeps_the_first_graph_while_it_lives():
+    """Nothing but g holds the first graph; its second derivative is still right
+    after other graphs were recorded and dropped (and after compaction)."""
+    def run():
+        x = tg.tensor([0.3, -0.7, 1.1], requires_grad=True)
+        (g,) = tg.autograd.grad(tg.sin(x).sum() * 1.0, x, create_graph=True)
+        for _ in range(3000):                    # enough records for a compaction
+            tg.exp(x * 2.0)
+        (g * g).sum().backward()
+        x0 = x.detach().numpy()
+        np.testing.assert_allclose(x.grad.numpy(), -2.0 * np.cos(x0) * np.sin(x0),
+                                   rtol=1e-12)
+    in_fresh_thread(run)
+
+
+@pytest.mark.parametrize("n", [3, 24])
+def test_the_second_backward_sees_writes_into_the_first_graph(n):
+    """h saved by sin in the first graph, written under no_grad after the
+    create_graph gradient: the second backward raises PyTorch's error (it
+    neither uses the old value nor, for a value kept by reference, the new
+    one), and no .grad changes."""
+    def run():
+        x = tg.tensor(np.linspace(0.1, 1.0, n), requires_grad=True)
+        h = x * 1.0
+        (g,) = tg.autograd.grad(tg.sin(h).sum(), [x], create_graph=True)
+        with tg.no_grad():
+            h += 3.0
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            (g * g).sum().backward()
+        assert x.grad is None
+    in_fresh_thread(run)
+
+
+def test_the_second_backward_reads_a_written_leaf_only_where_needed():
+    """A leaf of the first graph written under no_grad: the second pass needs
+    h's value, not x's, so it runs (PyTorch's value: -2 cos h sin h with h at
+    the old value)."""
+    def run():
+        x0 = np.array([0.1, 0.5, 1.0])
+        x = tg.tensor(x0, requires_grad=True)
+        h = x * 1.0
+        (g,) = tg.autograd.grad(tg.sin(h).sum(), [x], create_graph=True)
+        with tg.no_grad():
+            x += 3.0
+        (g * g).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), -np.sin(2.0 * x0), rtol=1e-12)
+    in_fresh_thread(run)
+
+
+def test_backward_inputs_ignore_stale_values_off_their_paths():
+    """PyTorch runs only the nodes on paths to inputs=: h * h reads h, which
+    was written, but no path from it reaches x."""
+    def run():
+        x = tg.tensor([1.0, 2.0], requires_grad=True)
+        w = tg.tensor([3.0, 4.0], requires_grad=True)
+        h = w * 1.0
+        y = x + h * h
+        with tg.no_grad():
+            h += 1.0
+        (gx,) = tg.autograd.grad(y.sum(), [x], retain_graph=True)
+        assert gx.numpy().tolist() == [1.0, 1.0]
+        y.sum().backward(inputs=[x], retain_graph=True)
+        assert x.grad.numpy().tolist() == [1.0, 1.0] and w.grad is None
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward(inputs=[w])         # on w's path: the error, nothing changed
+        assert x.grad.numpy().tolist() == [1.0, 1.0] and w.grad is None
+    in_fresh_thread(run)
+
+
+@pytest.mark.parametrize("n", [2, 24])
+@pytest.mark.parametrize("op", ["mul", "div"])
+def test_a_product_with_a_constant_array_does_not_need_the_tensor(op, n):
+    """x * k and x / k (k an ndarray): the gradient in x reads only k, so a
+    write into x afterwards is no error and the gradient is k (or 1 / k)."""
+    def run():
+        k = np.linspace(2.0, 3.0, n)
+        x = tg.tensor(np.linspace(0.5, 2.0, n), requires_grad=True)
+        y = x * k if op == "mul" else x / k
+        with tg.no_grad():
+            x += 1.0
+        y.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), k if op == "mul" else 1.0 / k, rtol=1e-15)
+        z = tg.tensor(np.linspace(0.5, 2.0, n), requires_grad=True)
+        y = k / z                               # reads z: the error stays
+        with tg.no_grad():
+            z += 1.0
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+    in_fresh_thread(run)
