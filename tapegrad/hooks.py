@@ -137,16 +137,20 @@ def retain_grad(t):
     if h.retain is None:
         h.retain = weakref.ref(t)
         t._grad = None
+    _RETAINING[id(t)] = weakref.ref(t, lambda _, key=id(t): _RETAINING.pop(key, None))
+
+
+#: id(t) -> weakref of the non-leaf tensors that called retain_grad(): the flag
+#: belongs to the tensor, and stays when a backward frees the graph (and with it
+#: the record's Hooks), as in PyTorch
+_RETAINING = {}
 
 
 def retains_grad(t):
     if t._tok is None:
         return False
-    try:
-        h = _hooks_of(t, False)
-    except RuntimeError:
-        return False
-    return h is not None and h.retain is not None and h.retain() is t
+    ref = _RETAINING.get(id(t))
+    return ref is not None and ref() is t
 
 
 def run_record_hooks(tape, adj, r, retained):

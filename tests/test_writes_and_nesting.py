@@ -577,3 +577,18 @@ def test_a_product_with_a_constant_array_does_not_need_the_tensor(op, n):
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.sum().backward()
     in_fresh_thread(run)
+
+
+def test_retains_grad_stays_true_after_backward_frees_the_graph():
+    """PyTorch keeps y.retains_grad True after the backward that freed y's graph
+    (and y.grad holds the gradient)."""
+    def run():
+        x = tg.tensor([1.0, 2.0], requires_grad=True)
+        y = x * x
+        y.retain_grad()
+        (3.0 * y).sum().backward()
+        assert y.retains_grad and not x.retains_grad
+        assert y.grad.numpy().tolist() == [3.0, 3.0]
+        z = x * 2.0
+        assert not z.retains_grad
+    in_fresh_thread(run)
