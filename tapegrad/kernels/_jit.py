@@ -271,13 +271,23 @@ def notice(what):
 
 
 def numba_version():
-    """The installed Numba's version, read without importing Numba."""
-    from importlib import metadata
-    try:
-        return metadata.version("numba")
-    except metadata.PackageNotFoundError:
-        import numba
-        return numba.__version__
+    """The installed Numba's version, read without importing Numba (or
+    ``importlib.metadata``, which costs as much): from the name of the one
+    ``numba-<version>.dist-info`` beside the package; Numba's own
+    ``__version__`` when that is not clear."""
+    import importlib.util
+    spec = importlib.util.find_spec("numba")
+    if spec is not None and spec.origin:
+        site = os.path.dirname(os.path.dirname(spec.origin))
+        try:
+            found = [n for n in os.listdir(site)
+                     if n.startswith("numba-") and n.endswith(".dist-info")]
+        except OSError:
+            found = []
+        if len(found) == 1:
+            return found[0][len("numba-"):-len(".dist-info")]
+    import numba
+    return numba.__version__
 
 
 def _stamp():
