@@ -22,7 +22,7 @@ from .kernels.tangents import fwd_layout, sweep_fwd
 from .kernels.sweep import layout
 from .ops import matrix as L
 from .ops.registry import REGISTRY
-from .second_rules import _pinv_tangent
+from .second_decompositions import _pinv_tangent
 from .tape import current
 from .tensor import Tensor
 
