@@ -29,7 +29,7 @@ LAYERS = [
     ("transforms", lambda m: m in ("functional", "forward", "second_decompositions",
                                    "second_rules", "second", "sparsity", "checkpointing")),
     ("trace", lambda m: m in ("trace_tape", "trace_replay", "traced_function", "traced_call",
-                              "tapefile_checks", "tapefile", "tracing")),
+                              "tapefile_screen", "tapefile_checks", "tapefile", "tracing")),
     ("debug", lambda m: m in ("viz", "stats")),
     ("api", lambda m: m in ("", "linalg", "__main__")),
 ]

@@ -21,7 +21,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad import tapefile
-from tapegrad.tapefile_checks import _output_slots, _screen
+from tapegrad.tapefile_screen import _output_slots, _screen
 
 W = np.linspace(-1.0, 1.0, 12).reshape(3, 4)
 SPD = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
