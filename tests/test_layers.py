@@ -31,7 +31,7 @@ LAYERS = [
     ("trace", lambda m: m in ("trace_tape", "trace_replay", "traced_function", "traced_call",
                               "tapefile_screen", "tapefile_checks", "tapefile", "tracing")),
     ("debug", lambda m: m in ("viz", "stats")),
-    ("api", lambda m: m in ("", "linalg", "__main__")),
+    ("api", lambda m: m in ("", "linalg", "__main__", "dask_support")),
 ]
 
 #: import cycles inside one layer that remain (each module of a cycle found
