@@ -107,7 +107,7 @@ def check_stale(tape, reached, upto, inputs=None):
     arg0 = tape.arg0[:upto + 1]
     args = tape.args[:int(arg0[-1])]
     on_path = None
-    for s, what in tape.stale.items():
+    for s, what in _with_views(tape, arg0, args, upto).items():
         if s >= upto:
             continue
         users = np.searchsorted(arg0, np.flatnonzero(args == s), "right") - 1
@@ -130,6 +130,35 @@ def check_stale(tape, reached, upto, inputs=None):
                     f"{REGISTRY[op].name}Backward (record {c}), was written in place after "
                     "the graph was recorded. Record the graph again after the write, or "
                     "write into a copy (x = x.copy() / x * 1.0)")
+
+
+#: ops whose result PyTorch makes a view of its input (sharing its version
+#: counter); basic indexing is among them too, noted per record (Tape.aliases)
+_VIEW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Swapaxes",
+             "Moveaxis", "Diagonal", "Split", "Unbind")
+_view_codes = None
+
+
+def _with_views(tape, arg0, args, upto):
+    """``tape.stale`` and, with the same note, every record below ``upto`` that
+    is a view of a stale one (and views of those): a write into a tensor
+    reaches the values of the views taken of it, live or not, as in PyTorch."""
+    global _view_codes
+    if _view_codes is None:
+        _view_codes = frozenset(c for c, d in REGISTRY.items() if d.name in _VIEW_OPS) | {
+            OUTPUT}   # the pieces of split / unbind (a multi-output record's slots)
+    stale = dict(tape.stale)
+    work = [s for s in stale if s < upto]
+    while work:
+        s = work.pop()
+        for c in np.searchsorted(arg0, np.flatnonzero(args == s), "right") - 1:
+            c = int(c)
+            if c in stale or args[arg0[c]] != s:
+                continue
+            if int(tape.op[c]) in _view_codes or c in tape.aliases:
+                stale[c] = stale[s]
+                work.append(c)
+    return stale
 
 
 def _reads_only_the_constant(tape, c, s):

@@ -68,7 +68,7 @@ class Tape:
     __slots__ = ("_enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
-                 "where", "stale", "consts", "sums")
+                 "where", "stale", "consts", "sums", "aliases")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -88,6 +88,7 @@ class Tape:
         self.where = {}            # record -> source line, only in anomaly mode
         self.flipped = []          # arrays made read-only, to restore
         self.stale = {}            # record -> what was written in place after it saved it
+        self.aliases = set()       # basic-index records: views of their parent's memory
         self.consts = []           # (array, CONST record) of small copied operands
         self.sums = []             # (array, checksum) of kept values, in anomaly mode
         self.scratch = None        # adjoint arena, reused across backwards
@@ -458,6 +459,7 @@ class Tape:
         flipped = [a for a in self.flipped if id(a) in kept]
         released = [a for a in self.flipped if id(a) not in kept]
         stale = {int(new_id[r]): v for r, v in self.stale.items() if keep[r]}
+        aliases = {int(new_id[r]) for r in self.aliases if keep[r]}
         consts = [(a, int(new_id[r])) for a, r in self.consts if keep[r]]
         sums = [(int(new_id[r]), a, c) for r, a, c in self.sums if keep[r]]
         recs = [int(new_id[h._rec]) for h in holders]
@@ -482,6 +484,7 @@ class Tape:
             self._update_room()
             self.refs = refs
             self.host, self.hooks, self.where, self.stale = host, hooks, where, stale
+            self.aliases = aliases
             self.consts, self.sums = consts, sums
             self.lkey = lkey
             for r, leaf in leaves.items():
@@ -513,6 +516,7 @@ class Tape:
         self.hooks.clear()
         self.where.clear()
         self.stale.clear()
+        self.aliases.clear()
         self.consts.clear()
         self.sums.clear()
         self._new_epoch()

@@ -37,6 +37,11 @@ def is_basic(key):
 def note_view(base, view, key):
     """Remember that ``view`` is ``base[key]`` (a basic index)."""
     view._vw = (base, key)
+    tok = view._tok
+    if tok is not None and tok is tok.tape.tok:
+        # its record shares the base record's memory: a write the graph does not
+        # see into the base reaches what the view's consumers saved (check_stale)
+        tok.tape.aliases.add(view._rec)
     if base._requires_grad:  # recorded writes re-derive the base's other views
         try:
             views = base._views

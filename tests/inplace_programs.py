@@ -19,6 +19,8 @@ Step kinds:
 ``("binary", name, i, j)``        + - * and ``a / (b * b + 0.5)``, broadcasting
 ``("reduce", name, i, axis, keepdims)``   sum, mean
 ``("view", i, key)``              a basic index: a view of ``v[i]``
+``("tview", name, i, key)``       a unary op of a temporary view: ``sin(v[i][key])``
+                                  (the view itself is dropped at once)
 ``("take", i, key)``              an advanced index (int array, mask): a copy
 ``("rec", t, kind, arg)``         an in-place write with grad mode on (recorded):
                                   ``t += c``, ``t *= c``, ``t -= c``, ``t /= c``,
@@ -70,11 +72,13 @@ Left out of generation, and why:
   copy first; the value of a write is never from the written family;
 * ``t.data -= c`` in PyTorch skips the version counter (a silently wrong
   gradient), so PyTorch runs it as the same write under ``no_grad``;
-* ``c / x`` and products and quotients with constant arrays: tapegrad keeps a
-  value PyTorch does not (``test_known_difference_saved_values``);
-* the shapes of the known bugs (``KNOWN BUG X`` below, each with a strict
-  xfail reproducer in ``tests/test_fuzz_inplace.py``), unless the generator
-  is asked to keep them (``known_bugs_excluded=False``).
+* ``c / x``, and unrecorded writes into a quotient ``a / b`` (a family with
+  one): tapegrad keeps a value PyTorch does not and raises where PyTorch
+  computes (``test_known_difference_saved_values``), unless the generator is
+  asked to keep them (``known_bugs_excluded=False``); products and quotients
+  with constant arrays are not generated (``tests/test_writes_and_nesting.py``
+  and ``test_product_with_a_constant_array_needs_only_the_constant`` check
+  them).
 """
 import math
 
@@ -198,6 +202,10 @@ class Program:
                 lines.append(f"{new()} = {name[s[2]]}.{s[1]}(axis={s[3]}, keepdims={s[4]})")
             elif kind in ("view", "take"):
                 lines.append(f"{new()} = {name[s[1]]}[{key_src(s[2])}]")
+            elif kind == "tview":
+                x = f"{name[s[2]]}[{key_src(s[3])}]"
+                expr = {"square": f"tg.square({x})", "neg": f"-{x}"}.get(s[1], f"tg.{s[1]}({x})")
+                lines.append(f"{new()} = {expr}")
             elif kind == "rec":
                 lines.append(_write_src(name, s))
             elif kind == "raw":
@@ -276,9 +284,6 @@ class Var:
         self.dead = False          # not used again (see the known-bug exclusions)
         self.saved = False         # an op that saves its input read it
         self.has_grad = False      # a leaf that a mid backward reached
-        self.stale_marked = False  # known bug D: an unrecorded write marked its record stale
-        self.read_only = False     # known bug E: a read-only array (x[:, idx])
-        self.rewritten = False     # left out with F (inputs= after a write into a leaf), now a plain test: a leaf written without a record
         self.quotient = False      # a / b: tapegrad saves the quotient (PyTorch does not)
         self.none = False          # a gradient that is None (an unused input)
 
@@ -326,7 +331,6 @@ class Gen:
         self.d, self.family = d, family
         self.exclude = known_bugs_excluded
         self.vars, self.leaves, self.steps, self.notes = [], [], [], set()
-        self.detached_roots = set()   # known bug B (see below)
         self.first_graph_end = None   # create_graph: variables before this are the first graph
 
     # variables -----------------------------------------------------------------------------
@@ -355,10 +359,6 @@ class Gen:
                 out.append(m)
                 frontier.add(m)
         return out
-
-    def savable(self, k):
-        """Whether an op that saves its input may read variable k (known bug D)."""
-        return not (self.exclude and self.vars[k].stale_marked)
 
     def leaf_family(self, k):
         return self.vars[self.vars[k].root].leaf
@@ -461,8 +461,6 @@ class Gen:
         i = self.d.choice(self.alive())
         v = self.vars[i]
         name = self.d.choice(UNARY)
-        if name in SAVES_INPUT_UNARY and not self.savable(i):
-            return False
         bound = {"sin": 1.0, "cos": 1.0, "tanh": 1.0, "neg": v.bound,
                  "exp": math.exp(min(v.bound, 50)), "square": v.bound ** 2}[name]
         if name == "exp" and v.bound > 2.5 or bound > BOUND:
@@ -477,8 +475,6 @@ class Gen:
         i = self.d.choice(self.alive())
         v = self.vars[i]
         name = self.d.choice(SCALAR)
-        if name in SAVES_INPUT_SCALAR and not self.savable(i):
-            return False
         c = self.d.choice(CONSTS)
         bound = {"add": v.bound + abs(c), "rsub": v.bound + abs(c), "mul": v.bound * abs(c),
                  "div": v.bound / abs(c), "pow2": v.bound ** 2}[name]
@@ -508,8 +504,6 @@ class Gen:
         if bound > BOUND or (name == "div" and b.bound ** 2 > BOUND):
             return False
         if name in ("mul", "div"):
-            if not (self.savable(i) and self.savable(j)):
-                return False
             a.saved = b.saved = True
         k = self.op_result(shape, bound, a.deps | b.deps)
         self.vars[k].quotient = name == "div"
@@ -546,6 +540,24 @@ class Gen:
         self.steps.append(("view", i, key))
         return True
 
+    def step_tview(self):
+        cands = self.alive(lambda v: v.shape != ())
+        if not cands:
+            return False
+        i = self.d.choice(cands)
+        v = self.vars[i]
+        key = self.basic_key(v.shape)
+        shape = key_shape(v.shape, key)
+        name = self.d.choice(UNARY)
+        bound = {"sin": 1.0, "cos": 1.0, "tanh": 1.0, "neg": v.bound,
+                 "exp": math.exp(min(v.bound, 50)), "square": v.bound ** 2}[name]
+        if 0 in shape or name == "exp" and v.bound > 2.5 or bound > BOUND:
+            return False
+        self.op_result(shape, bound, v.deps)
+        self.steps.append(("tview", name, i, key))
+        self.notes.add("temporary_view")
+        return True
+
     def step_take(self):
         cands = self.alive(lambda v: v.shape != ())
         if not cands:
@@ -557,7 +569,6 @@ class Gen:
         if 0 in shape:
             return False
         k = self.op_result(shape, v.bound, v.deps)
-        self.vars[k].read_only = len(key) == 2 and key[1][0] == "a"
         self.steps.append(("take", i, key))
         return True
 
@@ -597,13 +608,6 @@ class Gen:
         kind = self.d.choice(REC_KINDS)
         fam = self.family_of(t)
         deps = tv.deps
-        # known bug D: the records of ``t[k] = v`` (and of the bases a write through a view
-        # reaches, ``index_put``) and of ``t *= v`` save t's old value: not a stale one
-        chain = self.ancestors(t)
-        saving = chain + ([t] if kind in ("set", "item_iadd", "item_imul", "imul_v",
-                                          "idiv_v") else [])
-        if not all(self.savable(m) for m in saving):
-            return False
         if kind in ("iadd_c", "imul_c", "isub_c", "idiv_c"):
             c = self.d.choice(CONSTS)
             arg = c
@@ -620,8 +624,6 @@ class Gen:
             if kind == "idiv_v" and b * b > BOUND:
                 return False
             if kind in ("imul_v", "idiv_v"):
-                if not (self.savable(t) and self.savable(j)):
-                    return False
                 self.vars[j].saved = True
             deps = deps | self.vars[j].deps
         else:
@@ -647,8 +649,6 @@ class Gen:
             tv.saved = True
         if kind == "idiv_v":
             tv.quotient = True
-        for m in fam:                      # new records: the written view, its bases, the
-            self.vars[m].stale_marked = False   # views taken again
         root_deps = frozenset().union(*(self.vars[m].deps for m in fam)) | deps
         for m in fam:
             self.vars[m].bound = max(self.vars[m].bound, bound)
@@ -659,28 +659,11 @@ class Gen:
             self.notes.add("rec_into_viewed")
         return True
 
-    def step_raw(self, leaves_too=True):
+    def step_raw(self):
         def ok(v):
             if not self.exclude:
                 return True
-            if self.vars[v.root].leaf and not leaves_too:
-                return False                # left out with F (inputs= after a write into a leaf), now a plain test: not into a leaf or a view of one
-            if v.root in self.detached_roots:
-                return False            # known bug B
-            # KNOWN BUG C (test_known_bug_unrecorded_write_into_a_base_misses_saved_views): an
-            # unrecorded write into a tensor whose view an op saved is not seen by the
-            # backward (no error; with more than 16 elements the new value is used
-            # silently).  No unrecorded writes into a tensor with a saved descendant.
             k = self.vars.index(v)
-            if any(self.vars[m].saved for m in self.descendants(k)):
-                return False
-            # KNOWN BUG E (test_known_bug_unrecorded_write_into_a_read_only_result_unshares_it):
-            # the array of ``x[:, idx]`` (and of a create_graph gradient) is read-only; an
-            # unrecorded write into it (or into a view of it) copies, and the other views of
-            # it keep the old value.  No unrecorded writes into such a family once it has
-            # views.
-            if self.vars[v.root].read_only and len(self.family_of(k)) > 1:
-                return False
             # DIFFERENCE (test_known_difference_saved_values): tapegrad's a / b saves the
             # quotient, which PyTorch does not, so an unrecorded write into it raises in
             # tapegrad alone.  No unrecorded writes into a quotient's family.
@@ -710,19 +693,8 @@ class Gen:
         if bound > BOUND:
             return False
         self.steps.append(("raw", t, kind, arg))
-        self.after_raw_write(t)
         for m in self.family_of(t):
             self.vars[m].bound = max(self.vars[m].bound, bound)
-        if self.exclude:
-            # Left out: after an unrecorded write into a tensor made by an op, its
-            # family is not saved by a later op.  Programs such as sin(x)[0] += c
-            # (recorded) then the same write under no_grad can miss the base: the
-            # view's value no longer shares the base's memory after the recorded
-            # write.  (A single unrecorded write into such a tensor is checked by
-            # test_unrecorded_write_into_a_non_leaf_keeps_later_graphs_working.)
-            for m in self.family_of(t):
-                if not self.vars[m].leaf:
-                    self.vars[m].stale_marked = True
         if tv.leaf:
             self.notes.add("raw_into_leaf")
         elif self.leaf_family(t):
@@ -730,20 +702,6 @@ class Gen:
         if self.descendants(t):
             self.notes.add("raw_into_viewed")
         return True
-
-    def after_raw_write(self, t):
-        if not self.exclude:
-            return
-        fam = self.family_of(t)
-        root = self.vars[self.vars[t].root]
-        if root.leaf:
-            root.rewritten = True            # left out with F (inputs= after a write into a leaf), now a plain test
-        # KNOWN BUG G (test_known_bug_zero_d_view_misses_unrecorded_writes_into_its_base):
-        # ``x[i]`` of a 1-d tensor keeps a NumPy scalar, not a view of x's memory, so an
-        # unrecorded write into x (or a view of it) does not reach it.  Not used again.
-        for m in fam:
-            if m != t and self.vars[m].shape == () and self.vars[m].base is not None:
-                self.vars[m].dead = True
 
     def seed_for(self, shape):
         if shape == () and self.d.bool(0.3):
@@ -760,22 +718,19 @@ class Gen:
         return True
 
     def step_sgd(self):
-        cands = [k for k in self.alive(lambda v: v.leaf and v.has_grad)
-                 if not self.exclude or (not any(self.vars[m].saved for m in self.descendants(k))
-                                         and self.vars[k].root not in self.detached_roots)]
+        cands = self.alive(lambda v: v.leaf and v.has_grad)
         if not cands:
             return False
         k = self.d.choice(cands)
         self.steps.append(("sgd", k, 0.01))
-        self.after_raw_write(k)
         for m in self.family_of(k):
             self.vars[m].bound += 10.0        # |lr * grad| is not known: a wide margin
         return True
 
     STEPS = {"unary": (step_unary, 3), "scalar": (step_scalar, 2), "binary": (step_binary, 2),
              "reduce": (step_reduce, 1), "view": (step_view, 2), "take": (step_take, 1),
+             "tview": (step_tview, 1),
              "rec": (step_rec, 4), "raw": (step_raw, 3), "mid": (step_mid, 0.5),
-             "raw_nonleaf": (lambda self: self.step_raw(leaves_too=False), 3),
              "sgd": (step_sgd, 0.5)}
 
     def random_steps(self, n, kinds):
@@ -814,10 +769,7 @@ def make_inplace_program(d, known_bugs_excluded=True):
         y = g.choice_output()
         seed = g.seed_for(g.vars[y].shape)
         inputs = None
-        # KNOWN BUG F (test_known_bug_inputs_miss_a_leaf_written_without_a_record): after an
-        # unrecorded write into a leaf, backward(inputs=[leaf]) and tg.autograd.grad give the
-        # leaf nothing from graphs recorded before the write.  Such leaves are no inputs.
-        deps = sorted(k for k in g.vars[y].deps if not (g.exclude and g.vars[k].rewritten))
+        deps = sorted(g.vars[y].deps)
         if deps and d.bool(0.2):
             inputs = tuple(k for k in deps if d.bool(0.6)) or (deps[0],)
         g.steps.append(("backward", y, seed, inputs))
@@ -837,13 +789,12 @@ def make_create_graph_program(d, known_bugs_excluded=True):
     g.new_leaf(shape)
     for _ in range(d.int(0, 1)):
         g.new_leaf(d.choice([shape, shape[-1:], ()]))
-    fwd = ["unary", "scalar", "binary", "reduce", "view", "take", "rec"]
+    fwd = ["unary", "scalar", "binary", "reduce", "view", "take", "tview", "rec"]
     if d.bool(0.3):
-        fwd.append("raw_nonleaf" if g.exclude else "raw")   # no leaf writes: left out with F (inputs= after a write into a leaf), now a plain test
+        fwd.append("raw")
     if g.random_steps(d.int(1, 5), fwd) == "end":
         return g.finish()
-    # known bug D: tapegrad's create_graph=True records y * seed, which saves y
-    y = g.choice_output(lambda k: g.savable(k))
+    y = g.choice_output()
     yv = g.vars[y]
     inputs = tuple(sorted(yv.deps))
     if len(inputs) > 1 and d.bool(0.3):
@@ -859,7 +810,6 @@ def make_create_graph_program(d, known_bugs_excluded=True):
     grads = []
     for k in inputs:
         grads.append(g.op_result(g.vars[k].shape, BOUND / 100, yv.deps))
-        g.vars[grads[-1]].read_only = True        # known bug E: a read-only array
         if k not in yv.deps:                      # None: compared, never used
             g.vars[grads[-1]].dead = g.vars[grads[-1]].none = True
             grads.pop()
@@ -879,7 +829,7 @@ def make_create_graph_program(d, known_bugs_excluded=True):
             g.steps.append(("reduce", "sum", len(g.vars) - 1, None, False))
             g.op_result((), BOUND, g.vars[gk].deps | {u})
     if form in ("mixed", "free"):
-        post = ["unary", "scalar", "binary", "reduce", "view", "take", "rec"]
+        post = ["unary", "scalar", "binary", "reduce", "view", "take", "tview", "rec"]
         if d.bool(0.4):
             post.append("raw")                     # a write between the two backward passes
         # the gradients' own bounds are not known: no exp of them (bound large)
@@ -887,8 +837,8 @@ def make_create_graph_program(d, known_bugs_excluded=True):
             return g.finish()
     z = g.choice_output()
     zseed = g.seed_for(g.vars[z].shape)
-    if d.bool(0.5) or (g.exclude and any(g.vars[k].rewritten for k in g.leaf_vars())):
-        g.steps.append(("backward", z, zseed, None))     # (left out with F (inputs= after a write into a leaf), now a plain test: no grad step)
+    if d.bool(0.5):
+        g.steps.append(("backward", z, zseed, None))
     else:
         outs = tuple(g.leaf_vars())
         g.steps.append(("grad", z, outs, zseed, False, ()))
@@ -1133,6 +1083,8 @@ def run(prog, lib, functional=False):
                 vals.append(vals[s[1]][B.key(s[2])])
             elif kind == "take":
                 vals.append(vals[s[1]][B.key(s[2])])
+            elif kind == "tview":
+                vals.append(B.unary(s[1], vals[s[2]][B.key(s[3])]))
             elif kind == "rec":
                 t = s[1]
                 if not functional or root(t) in leaf_vars:

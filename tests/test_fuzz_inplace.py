@@ -31,9 +31,10 @@ NumPy arrays and strings: no tensor stays on the main thread's tape, which
 other, order-dependent tests read.
 
 Normal run: 40 programs per family.  ``TAPEGRAD_FUZZ_LONG=1``: 2,000 per
-family (``TAPEGRAD_FUZZ_EXAMPLES`` sets the number).  Known bugs have strict
-xfail reproducers below; the generator leaves their program shapes out
-(``TAPEGRAD_FUZZ_KNOWN_BUGS=1`` puts them back, to check a fix).
+family (``TAPEGRAD_FUZZ_EXAMPLES`` sets the number).  Known differences from
+PyTorch have strict xfail reproducers below; the generator leaves their
+program shapes out (``TAPEGRAD_FUZZ_KNOWN_BUGS=1`` puts them back, to check
+a fix).
 """
 import os
 
@@ -179,8 +180,8 @@ def test_generator_covers_its_step_kinds_and_both_outcomes():
         writes |= {s[2] for s in prog.steps if s[0] in ("rec", "raw")}
         notes |= set(prog.notes)
         outcomes.append(check(prog))
-    assert kinds >= {"leaf", "unary", "scalar", "binary", "reduce", "view", "take", "rec",
-                     "raw", "mid", "sgd", "grad", "backward"}, kinds
+    assert kinds >= {"leaf", "unary", "scalar", "binary", "reduce", "view", "take", "tview",
+                     "rec", "raw", "mid", "sgd", "grad", "backward"}, kinds
     assert writes >= set(ip.REC_KINDS) | set(ip.RAW_KINDS), writes
     assert notes >= {"rec_into_view", "rec_into_leaf", "raw_into_leaf", "raw_into_leaf_view",
                      "raw_into_viewed", "penalty", "hvp", "mixed", "free"}, notes
@@ -201,15 +202,16 @@ def test_the_check_catches_a_wrong_gradient(monkeypatch):
         check(prog)
 
 
-# -- known bugs: the smallest programs, strict xfail ---------------------------------------------
-# Each was found by the fuzzer above and minimised by hand; the generator leaves its program
-# shape out (inplace_programs, "KNOWN BUG X").  When one is fixed, its test XPASSes (a failure
-# under strict): remove the xfail and the exclusion, and run with TAPEGRAD_FUZZ_KNOWN_BUGS=1.
+# -- the smallest programs of bugs the fuzzer found (each fixed, kept as a test) -------------------
+# A bug found later gets its minimised program here as a strict xfail (known_bug) and its shape
+# left out of the generator (inplace_programs); once fixed, its test XPASSes (a failure under
+# strict): remove the xfail and the exclusion, and run with TAPEGRAD_FUZZ_KNOWN_BUGS=1.
 def P(leaves, *steps):
     """A hand-written program: leaves (lists), steps; every variable compared."""
     leaves = [np.asarray(a, dtype=np.float64) for a in leaves]
     n = sum(1 for s in steps if s[0] == "leaf") + sum(
-        1 for s in steps if s[0] in ("unary", "scalar", "binary", "reduce", "view", "take"))
+        1 for s in steps if s[0] in ("unary", "scalar", "binary", "reduce", "view", "take",
+                                     "tview"))
     n += sum(len(s[2]) for s in steps if s[0] == "grad")
     return ip.Program("hand", leaves, list(steps), list(range(n)))
 
@@ -243,6 +245,15 @@ def test_recorded_write_into_a_view_keeps_sharing_its_memory():
 def test_unrecorded_write_into_a_base_reaches_saved_live_views(n):
     check(P([np.linspace(0.1, 1.0, n)], ("leaf", 0), ("view", 0, (("s", 0, n - 1, 1),)),
             ("unary", "sin", 1), ("raw", 0, "ng_set", ((("i", 0),), ONE)),
+            ("backward", 2, np.ones(n - 1), None)))
+
+
+@pytest.mark.parametrize("n", [3, 40])
+# ... and of its temporary views (sin(h[:-1]), the view dropped at once): they
+# share the base's memory, so the graph that saved one raises too.
+def test_unrecorded_write_into_a_base_reaches_saved_temporary_views(n):
+    check(P([np.linspace(0.1, 1.0, n)], ("leaf", 0), ("scalar", "mul", 0, 2.0),
+            ("tview", "sin", 1, (("s", 0, n - 1, 1),)), ("raw", 1, "ng_set", ((("i", 0),), ONE)),
             ("backward", 2, np.ones(n - 1), None)))
 
 
@@ -328,10 +339,9 @@ def test_create_graph_sees_writes_into_the_first_graph(n):
 
 # -- differences in what is saved: tapegrad raises where PyTorch computes ---------------------
 # Not wrong numbers: tapegrad keeps (and checks) a value PyTorch does not save, so a write
-# into it raises the in-place error in tapegrad alone.  Undocumented; strict xfail so that a
-# change shows.  The generator leaves these shapes out (c / x and products with constant
-# arrays are not generated; no unrecorded writes into a quotient, or into the first graph
-# after create_graph=True).
+# into it raises the in-place error in tapegrad alone.  Strict xfail so that a change shows.
+# The generator leaves these shapes out (c / x is not generated; no unrecorded writes into a
+# quotient's family).
 def _tg_then_torch(body):
     """body(m, tensor) on tapegrad (fresh thread) and torch: (error or None, grad)."""
     def one(lib):

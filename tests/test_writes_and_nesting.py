@@ -592,3 +592,42 @@ def test_retains_grad_stays_true_after_backward_frees_the_graph():
         z = x * 2.0
         assert not z.retains_grad
     in_fresh_thread(run)
+
+
+@pytest.mark.parametrize("n", [4, 24])
+@pytest.mark.parametrize("how", ["slice", "reshape", "transpose", "unbind"])
+def test_a_graph_that_saved_a_temporary_view_raises_after_a_write_into_its_base(how, n):
+    """sin(h[1:]), sin(h.reshape(...)), ...: the view is gone, but its value is
+    h's memory (PyTorch: the same version counter), so an unrecorded write into
+    h raises at backward -- for small views copied into the tape (which would
+    give the old value) and large ones kept by reference (the new one)."""
+    def run():
+        x = tg.tensor(np.linspace(0.1, 1.0, n), requires_grad=True)
+        h = x * 1.0
+        if how == "slice":
+            y = tg.sin(h[1:]).sum()
+        elif how == "reshape":
+            y = tg.sin(h.reshape(2, -1)).sum()
+        elif how == "transpose":
+            y = tg.sin(h.reshape(2, -1).T).sum()
+        else:
+            y = sum(tg.sin(p) for p in tg.unbind(h.reshape(2, -1)))[0]
+        with tg.no_grad():
+            h += 1.0
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+        assert x.grad is None
+    in_fresh_thread(run)
+
+
+def test_an_advanced_index_copies_so_a_write_into_its_base_is_no_error():
+    """h[[0, 2]] is a copy (NumPy and PyTorch): the graph that saved it runs."""
+    def run():
+        x = tg.tensor([0.1, 0.5, 1.0], requires_grad=True)
+        h = x * 1.0
+        y = tg.sin(h[np.array([0, 2])]).sum()
+        with tg.no_grad():
+            h += 1.0
+        y.backward()
+        np.testing.assert_allclose(x.grad.numpy(), [np.cos(0.1), 0.0, np.cos(1.0)], rtol=1e-15)
+    in_fresh_thread(run)
