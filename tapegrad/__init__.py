@@ -33,6 +33,7 @@ from .ops.composite import (
     clip, dot, hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
     select, std, tensordot, var, vdot, vsplit, vstack)
 from .ops.custom import ElementwiseOp, elementwise
+from .ops.derive import DeriveError
 from .ops.numeric import (
     append, convolve, correlate, cross, diff, dsplit, ediff1d, geomspace, gradient, interp,
     nan_to_num, polyval, rollaxis, rot90, row_stack, sinc, trapezoid)

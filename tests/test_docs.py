@@ -1,6 +1,11 @@
-"""The generated docs table matches what the code dispatches."""
+"""The generated docs table matches what the code dispatches; the README's
+derived-derivative example runs and prints what its comments say."""
+import contextlib
+import io
 import pathlib
+import re
 import runpy
+import textwrap
 
 import numpy as np
 import pytest
@@ -15,3 +20,17 @@ def test_numpy_function_table_is_up_to_date():
     render = runpy.run_path(str(ROOT / "docs" / "make_function_table.py"))["render"]
     assert table == render(), \
         "docs/numpy_functions.md is stale: run python docs/make_function_table.py"
+
+
+def test_readme_derived_derivative_example_runs(tmp_path):
+    # derive.py reads the forward's source, so the block runs from a file of its own
+    blocks = re.findall(r"```python\n(.*?)\n\s*```", (ROOT / "README.md").read_text(), re.S)
+    block = next(textwrap.dedent(b) for b in blocks if "def huber(x)" in b)
+    script = tmp_path / "readme_huber.py"
+    script.write_text(block)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runpy.run_path(str(script))
+    printed = out.getvalue().splitlines()
+    wanted = [ln.split("# ")[-1] for ln in block.splitlines() if ln.startswith("print(")]
+    assert printed == wanted

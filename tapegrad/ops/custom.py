@@ -17,6 +17,7 @@ from ..kernels import codes as C
 from ..kernels._jit import compile_lock
 from ..tape import current
 from ..tensor import Tensor, _plain, _result
+from .derive import derive, ready
 from .elementwise import _operand, broadcast_params
 from .numpy_api import UFUNCS
 from .registry import register
@@ -169,7 +170,7 @@ class ElementwiseOp:
                 # sweep (Numba would print "Exception ignored" and return 0.0),
                 # so any other exception the derivative raises makes its value
                 # NaN, which propagates and which detect_anomaly reports
-                d = numba.njit(error_model="numpy")(self.derivative)
+                d = numba.njit(error_model="numpy")(ready(self.derivative))
                 if self.nin == 1:
                     if _arity(self.derivative, "derivative") == 1:
                         def dx(x, y):
@@ -230,7 +231,7 @@ class ElementwiseOp:
 
             def build():
                 # IEEE arithmetic, as for the derivative (see _compile)
-                d2 = numba.njit(error_model="numpy")(self.second_derivative)
+                d2 = numba.njit(error_model="numpy")(ready(self.second_derivative))
                 if self.nin == 1:
                     if _arity(self.second_derivative, "second derivative") == 1:
                         def dxx(x, y):
@@ -330,8 +331,16 @@ def elementwise(forward=None, derivative=None, *, second_derivative=None, name=N
     ``(dy/da, dy/db)``.  Numba compiles the derivative to machine code that
     the reverse sweep calls directly: a backward through the op makes no
     Python call.  Binary ops broadcast as NumPy does.  Use it as a decorator
-    with ``derivative=`` or call it with both functions.  Both are compiled on
-    the op's first call (about a second).
+    (``@tg.elementwise`` or ``@tg.elementwise(derivative=...)``) or call it
+    with the functions.  They are compiled on the op's first call (about a
+    second).
+
+    Without ``derivative``, both derivatives are derived from the forward's
+    source (``tapegrad/ops/derive.py``: forward mode, branches and loops
+    included, calls of other Python and ``@numba.njit`` functions followed);
+    a construct that cannot be differentiated raises
+    :class:`tapegrad.DeriveError` here, naming its file and line.  A
+    ``second_derivative`` given beside it is kept.
 
     The derivatives follow IEEE arithmetic, as the built-in ops do: a
     division by zero gives inf or NaN.  A derivative that raises (an explicit
@@ -369,16 +378,24 @@ def elementwise(forward=None, derivative=None, *, second_derivative=None, name=N
     >>> H = tg.hessian(lambda x: sp2(x).sum())(np.array([0.0, 1.0]))
     >>> np.allclose(H, np.diag([0.25, np.exp(-1) / (1 + np.exp(-1)) ** 2]))
     True
+
+    Derived, the same derivatives without writing them:
+
+    >>> @tg.elementwise
+    ... def softplus3(x):
+    ...     return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+    >>> x = np.array([-1.0, 2.0])
+    >>> np.allclose(tg.hessian(lambda x: softplus3(x).sum())(x),
+    ...             tg.hessian(lambda x: sp2(x).sum())(x))
+    True
     """
     if forward is None:
-        if derivative is None:
-            raise TypeError("tapegrad.elementwise needs the derivative: "
-                            "@tg.elementwise(derivative=df)")
         return lambda f: elementwise(f, derivative, second_derivative=second_derivative,
                                      name=name)
-    if derivative is None:
-        raise TypeError(f"tapegrad.elementwise: no derivative given for "
-                        f"{getattr(forward, '__name__', forward)!r}; pass derivative=df")
+    if derivative is None and callable(forward) and _arity(forward, "forward") in (1, 2):
+        # derived from the forward's source (ops/derive.py); a given second derivative wins
+        derivative, derived = derive(forward)
+        second_derivative = derived if second_derivative is None else second_derivative
     for f, what in ((forward, "forward"), (derivative, "derivative"),
                     (second_derivative, "second derivative")):
         if f is not None and not callable(f):
