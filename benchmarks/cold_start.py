@@ -12,8 +12,11 @@ temporary directory (so nothing compiled earlier is found), except the
   first gradient of ``x * 2.0`` has compiled the sweep (so the row is what
   the family adds);
 * ``tg.jacobian``, ``tg.hessian``, ``tg.trace`` replay: their first call;
-* ``first gradient, 1e6 elements``: work too large to interpret, so it
-  compiles at once;
+* ``first gradient, 1e6 elements``: elementwise ops and a sum, whose VJPs
+  run as whole-array NumPy in the interpreted tier (kernels/interpret.py:
+  ``array_form``), so nothing compiles;
+* ``first gradient, 1e6-element cumsum``: cumulative ops have no
+  whole-array form, so work this large compiles at once;
 * ``300 small gradients``: a loop that starts interpreted and compiles its
   kernels once interpreting them has cost their budget (kernels/interpret.py).
 
@@ -76,6 +79,10 @@ CASES = {
     "first gradient, 1e6 elements": (_PRE + "g = tg.grad(lambda x: (x * x + tg.sin(x)).sum())"
                                      "(np.linspace(0.1, 0.9, 10**6))\n"
                                      "print('T', time.perf_counter() - _t0)\n", "program"),
+    "first gradient, 1e6-element cumsum": (_PRE + "g = tg.grad(lambda x: (tg.cumsum(x) * x)"
+                                           ".sum())"
+                                           "(np.linspace(0.1, 0.9, 10**6))\n"
+                                           "print('T', time.perf_counter() - _t0)\n", "program"),
     "300 small gradients": (_PRE + "f = tg.grad(lambda x: (x * x + tg.sin(x)).sum())\n"
                             "for i in range(300):\n    f(np.linspace(0.1, 0.9, 50) + i)\n"
                             "print('T', time.perf_counter() - _t0)\n", "program"),

@@ -10,8 +10,11 @@ the sweep calls them directly for one-element records.
 Derivative conventions at non-smooth points follow PyTorch: ``abs'(0) = 0``;
 ``maximum``/``minimum`` split the gradient equally between tied operands.
 """
+import numpy as np
+
 from . import codes as C
 from ._jit import inline, inner
+from .interpret import ARRAY_MIN, array_form
 from ._views import OP, IP0, IP  # tape fields
 from ._views import (adjoint, advance, alias, claim, claim_zeroed, fparam, odometer,
                      parent, value)
@@ -36,6 +39,16 @@ def _put(gx, i, v, first):
 def _unary_loop(sub, g, x, y, gx, first):
     for i in range(g.size):
         _put(gx, i, g[i] * d_unary(sub, x[i], y[i]), first)
+
+
+# The loops' whole-array forms, for the interpreted tier (interpret.array_form):
+# the same rule on whole arrays, every output written after all is computed.
+@array_form(_unary_loop)
+def _unary_arrays(sub, g, x, y, gx, first):
+    if g.size < ARRAY_MIN:
+        return NotImplemented
+    v = g * d_unary(sub, x, y)
+    gx[:] = v + (0.0 if first else gx)
 
 
 # The VJP loops of each family with the common subs compiled for a constant
@@ -77,6 +90,14 @@ def _scalar_loop(sub, g, x, y, c, gx, first):
         _put(gx, i, g[i] * d_scalar(sub, x[i], y[i], c), first)
 
 
+@array_form(_scalar_loop)
+def _scalar_arrays(sub, g, x, y, c, gx, first):
+    if g.size < ARRAY_MIN:
+        return NotImplemented
+    v = g * d_scalar(sub, x, y, c)
+    gx[:] = v + (0.0 if first else gx)
+
+
 @inner
 def scalar_loops(sub, g, x, y, c, gx, first):
     if sub == C.ADDC:
@@ -114,6 +135,16 @@ def _binary_same_shape(sub, g, xa, xb, y, ga, gb, first):
         _put(gb, i, gi * db, first)
 
 
+@array_form(_binary_same_shape)
+def _binary_same_shape_arrays(sub, g, xa, xb, y, ga, gb, first):
+    if g.size < ARRAY_MIN:
+        return NotImplemented
+    da, db = d_binary(sub, xa, xb, y)
+    va, vb = g * da, g * db
+    ga[:] = va + (0.0 if first else ga)
+    gb[:] = vb + (0.0 if first else gb)
+
+
 @inline
 def _binary_one_side(sub, g, xa, xb, y, gx, first, left):
     """Same-shape binary VJP into one operand only (the other is a constant,
@@ -123,11 +154,29 @@ def _binary_one_side(sub, g, xa, xb, y, gx, first, left):
         _put(gx, i, g[i] * (da if left else db), first)
 
 
+@array_form(_binary_one_side)
+def _binary_one_side_arrays(sub, g, xa, xb, y, gx, first, left):
+    if g.size < ARRAY_MIN:
+        return NotImplemented
+    da, db = d_binary(sub, xa, xb, y)
+    v = g * (da if left else db)
+    gx[:] = v + (0.0 if first else gx)
+
+
 @inline
 def _binary_self(sub, g, x, y, gx, first):
     for i in range(g.size):
         da, db = d_binary(sub, x[i], x[i], y[i])
         _put(gx, i, g[i] * (da + db), first)
+
+
+@array_form(_binary_self)
+def _binary_self_arrays(sub, g, x, y, gx, first):
+    if g.size < ARRAY_MIN:
+        return NotImplemented
+    da, db = d_binary(sub, x, x, y)
+    v = g * (da + db)
+    gx[:] = v + (0.0 if first else gx)
 
 
 _BOTH, _LEFT, _RIGHT, _SELF = 0, 1, 2, 3
@@ -153,6 +202,26 @@ def _binary_any(sub, g, xa, xb, y, ga, gb, first, mode):
             _put(gb, i, gi * db, first)
         else:
             _put(ga, i, gi * (da + db), first)
+
+
+@array_form(_binary_any)
+def _binary_any_arrays(sub, g, xa, xb, y, ga, gb, first, mode):
+    if g.size < ARRAY_MIN:
+        return NotImplemented
+    da, db = d_binary(sub, xa, xb, y)
+    if mode == _BOTH:
+        va, vb = g * da, g * db
+        ga[:] = va + (0.0 if first else ga)
+        gb[:] = vb + (0.0 if first else gb)
+    elif mode == _LEFT:
+        va = g * da
+        ga[:] = va + (0.0 if first else ga)
+    elif mode == _RIGHT:
+        vb = g * db
+        gb[:] = vb + (0.0 if first else gb)
+    else:
+        va = g * (da + db)
+        ga[:] = va + (0.0 if first else ga)
 
 
 @inner
@@ -227,6 +296,43 @@ def nary_vjp(T, r, sub):
     binary_loops(sub, g, xa, xb, y, ga, gb, first)
 
 
+@inline
+def _broadcast_flat(sub, g, xa, xb, y, ga, gb, ca, cb):
+    """The VJP of a binary op whose operands are full-size or one element,
+    into zeroed adjoints (a constant operand's is not written)."""
+    n, ma, mb = g.size, xa.size, xb.size
+    for i in range(n):
+        ia = _operand_index(i, n, ma)
+        ib = _operand_index(i, n, mb)
+        da, db = d_binary(sub, xa[ia], xb[ib], y[i])
+        if not ca:
+            ga[ia] += g[i] * da
+        if not cb:
+            gb[ib] += g[i] * db
+
+
+def _add_in_order(acc, v):
+    """``acc + v[0] + v[1] + ...`` summed left to right, as a loop does (a
+    cumulative sum is sequential; ``np.sum`` is pairwise)."""
+    return np.cumsum(np.concatenate((np.array([acc]), v)))[-1]
+
+
+@array_form(_broadcast_flat)
+def _broadcast_flat_arrays(sub, g, xa, xb, y, ga, gb, ca, cb):
+    n, ma, mb = g.size, xa.size, xb.size
+    if n < ARRAY_MIN:
+        return NotImplemented
+    da, db = d_binary(sub, xa if ma == n else xa[0], xb if mb == n else xb[0], y)
+    va = g * np.broadcast_to(da, (n,))
+    vb = g * np.broadcast_to(db, (n,))
+    ta = None if ca else (ga + va if ma == n else _add_in_order(ga[0], va))
+    tb = None if cb else (gb + vb if mb == n else _add_in_order(gb[0], vb))
+    if ta is not None:
+        ga[:] = ta
+    if tb is not None:
+        gb[:] = tb
+
+
 @inner
 def broadcast_vjp(T, r, sub):
     """Broadcasting binary ops and ``where``; gradients reduced to each shape.
@@ -269,14 +375,7 @@ def broadcast_vjp(T, r, sub):
     claim_zeroed(T, ar)
     claim_zeroed(T, br)
     if nd == 0:  # every operand full-size or a single element
-        for i in range(n):
-            ia = _operand_index(i, n, ma)
-            ib = _operand_index(i, n, mb)
-            da, db = d_binary(sub, xa[ia], xb[ib], y[i])
-            if not ca:
-                ga[ia] += g[i] * da
-            if not cb:
-                gb[ib] += g[i] * db
+        _broadcast_flat(sub, g, xa, xb, y, ga, gb, ca, cb)
         return
     shape, strides, cnt, pos = odometer(ip, b, nd, 2)
     for i in range(n):

@@ -23,12 +23,19 @@ imported only when the first kernel must run compiled (kernels/_numba.py).
 Interpreted kernels hold the GIL: threads that sweep at once run one at a
 time until the kernels are compiled.
 
-Both tiers run the same source on the same memory, so they give the same
-numbers (tests/test_interpret.py checks them against each other); the
-interpreted tier only swaps the few names that exist in compiled code alone
-(``numba.carray``, the intrinsics that call through a function pointer) for
-Python equivalents, and ``math`` for NumPy's functions, which return inf
-and NaN where compiled code does instead of raising.
+Both tiers run the same source on the same memory (tests/test_interpret.py
+checks every op and loop of one against the other, the interpreted side in
+a process that compiles nothing); the interpreted tier only swaps the few
+names that exist in compiled code alone (``numba.carray``, the intrinsics
+that call through a function pointer) for Python equivalents, and ``math``
+for NumPy's functions, which return inf and NaN where compiled code does
+instead of raising.  The element loops of the elementwise, sum and gather
+(indexing, views) VJPs also
+have whole-array forms (:func:`array_form`): the same scalar rules applied
+to whole arrays, so a first gradient over a million elements runs at
+NumPy's speed with nothing compiled.  Arithmetic is the same IEEE operation
+per element in either tier; transcendental functions may differ in the last
+bit between NumPy and the compiled code's libm.
 
 ``TAPEGRAD_INTERPRET=0`` compiles every kernel on its first call;
 ``TAPEGRAD_INTERPRET=force`` interprets every kernel that is not compiled
@@ -43,6 +50,8 @@ import time
 import types
 
 import numpy as np
+
+from . import codes as C
 
 #: seconds of interpretation per kernel after which it is compiled: about
 #: what compiling one kernel with the families it reaches costs here
@@ -168,6 +177,66 @@ STAND_INS = {
 
 _copies = {}
 
+#: whole-array forms of element loops (``kernel.py_func -> function``), which
+#: the interpreted tier runs in place of the loop (:func:`array_form`)
+ARRAY_FORMS = {}
+
+#: arrays with fewer elements than this run the element loop: a handful of
+#: NumPy calls cost more than the loop's few iterations
+ARRAY_MIN = 16
+
+#: estimated interpreted cost per element of a record whose family has array
+#: forms (seconds; NumPy's per-element cost with room for the temporaries)
+PER_ARRAY_ELEMENT = 2e-8
+
+#: the kinds of record (kernels/codes.py) whose VJPs have array forms, and
+#: the op codes of other kinds that have them (sum and mean), for the
+#: estimate (:func:`_work`); tests/test_interpret.py runs one of each as
+#: arrays.  (Binary ops whose derivative branches on the values, such as
+#: maximum, fall back to the element loop at run time: the estimate is low
+#: for them, and the budget then compiles their family on the next call.)
+ARRAY_KINDS = (C.K_UNARY, C.K_SCALAR, C.K_NARY, C.K_GATHER)
+ARRAY_CODES = (C.code(C.K_REDUCE, C.SUM), C.code(C.K_REDUCE, C.MEAN))
+
+#: [ran as arrays, a rule took no arrays (element loop), not applicable here
+#: (small, or a case without an array form: element loop)]
+_array_calls = [0, 0, 0]
+
+
+def array_form(loop):
+    """Register the decorated Python function as ``loop``'s whole-array form.
+
+    The interpreted tier calls it with the loop's arguments instead of
+    running the loop element by element (2 us an element as Python, ~1000x
+    NumPy's cost), so that a first gradient over large arrays runs at
+    NumPy's speed without compiling.  It computes with the same scalar rules
+    (``d_unary`` ...) called on whole arrays -- element by element the same
+    IEEE operations, in the same order -- and writes its outputs only after
+    everything is computed.  It returns ``NotImplemented`` where it does not
+    apply (then the element loop runs), and a rule that cannot take arrays
+    (a branch on an element's value: ``if a > b``) raises ``TypeError`` or
+    ``ValueError`` before anything is written, which falls back the same
+    way."""
+    def register(fn):
+        ARRAY_FORMS[getattr(loop, "py_func", loop)] = fn
+        return fn
+    return register
+
+
+def _arrays_or_loop(arrays, loop):
+    def run(*args):
+        try:
+            got = arrays(*args)
+        except (TypeError, ValueError):
+            _array_calls[1] += 1
+            return loop(*args)
+        if got is NotImplemented:
+            _array_calls[2] += 1
+            return loop(*args)
+        _array_calls[0] += 1
+        return got
+    return run
+
 
 def _is_kernel(v):
     """A kernel, recorded (kernels/_jit.py: Deferred) or a Numba dispatcher."""
@@ -194,7 +263,10 @@ def python_copy(fn, stand_ins=None):
             continue
         v = env.get(name)
         if _is_kernel(v):
-            env[name] = python_copy(v, stand_ins)
+            loop = python_copy(v, stand_ins)
+            arrays = ARRAY_FORMS.get(v.py_func)
+            env[name] = loop if arrays is None else \
+                _arrays_or_loop(python_copy(arrays, stand_ins), loop)
     return copy
 
 
@@ -219,15 +291,23 @@ _states = {}
 def _work(args):
     """Estimated seconds to interpret a call on ``args``: per tape record
     and per element of the tape's values, or per element of plain arrays."""
-    records = elements = 0
+    records = elements = array_elements = 0
     for a in args:
         if isinstance(a, tuple) and len(a) >= 14 and isinstance(a[2], np.ndarray):
-            # the tape tuple: its size column counts every record's elements
-            records += a[2].size
-            elements += int(a[2].sum())
+            # the tape tuple: its size column counts every record's elements,
+            # its op column (a[0]) tells the records run as arrays
+            # (leaves, constants and output slots: no element work)
+            size = a[2]
+            records += size.size
+            ops = a[0][:size.size]
+            kinds = ops >> C.SHIFT
+            arrays = (np.isin(kinds, ARRAY_KINDS) | np.isin(ops, ARRAY_CODES)) \
+                & (size >= ARRAY_MIN)
+            array_elements += int(size[arrays].sum())
+            elements += int(size[~arrays & (kinds != C.K_NONE)].sum())
         elif isinstance(a, np.ndarray):
             elements += a.size
-    return records * PER_RECORD + elements * PER_ELEMENT
+    return records * PER_RECORD + elements * PER_ELEMENT + array_elements * PER_ARRAY_ELEMENT
 
 
 def _tier_args(args):

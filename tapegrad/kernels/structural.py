@@ -12,6 +12,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, inner
+from .interpret import ARRAY_MIN, array_form
 from ._views import ARG0, SIZE, IP0, IP  # tape fields
 from ._views import (adjoint, adjoint_span, advance, claim, claim_zeroed, odometer, parent,
                      rows_of, value)
@@ -123,6 +124,22 @@ def full_sum_vjp(T, r, sub):
             gx[i] += d
 
 
+@array_form(full_sum_vjp)
+def _full_sum_arrays(T, r, sub):
+    """``full_sum_vjp`` on whole arrays (the interpreted tier)."""
+    xr = parent(T, r, 0)
+    g = adjoint_span(T, r, 1)[0]
+    gx = adjoint(T, xr)
+    n = gx.size
+    if n < ARRAY_MIN:
+        return NotImplemented
+    d = g if sub == C.SUM else (g / n if n > 0 else 0.0)
+    if claim(T, xr):
+        gx[:] = d
+    else:
+        gx += d
+
+
 @inner
 def sum_vjp(T, r, sub):
     """sum and mean: the common reductions, a family of their own so that
@@ -144,6 +161,26 @@ def sum_vjp(T, r, sub):
         gx[i] = g[j] * scale + (0.0 if first else gx[i])
         if R != 0:
             a, q, c = _step(a, q, c, R, Cn)
+
+
+@array_form(sum_vjp)
+def _sum_arrays(T, r, sub):
+    """``sum_vjp`` on whole arrays (the interpreted tier) where the reduced
+    axes are one run: input element ``(a, q, c)`` takes output ``(a, c)``."""
+    ip = T[IP]
+    b = T[IP0][r]
+    nd = ip[b]
+    xr = parent(T, r, 0)
+    g = adjoint(T, r)
+    gx = adjoint(T, xr)
+    n, m = gx.size, g.size
+    A, R, Cn = _runs(ip, b, nd, n, m)
+    if R == 0 or n < ARRAY_MIN:
+        return NotImplemented
+    scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
+    v = (np.broadcast_to(g.reshape(A, 1, Cn), (A, R, Cn)) * scale).ravel()
+    first = claim(T, xr)
+    gx[:] = v + (0.0 if first else gx)
 
 
 @inner
@@ -237,11 +274,27 @@ def gather_vjp(T, r, sub):
     g = adjoint_span(T, r, m)
     xr = parent(T, r, 0)
     claim_zeroed(T, xr)
-    gx = adjoint(T, xr)
+    _scatter_add(adjoint(T, xr), g, ip, b + 1, m)
+
+
+@inline
+def _scatter_add(gx, g, ip, at, m):
+    """``gx[ip[at + k]] += g[k]`` for k in order, skipping indices of -1."""
     for k in range(m):
-        i = ip[b + 1 + k]
+        i = ip[at + k]
         if i >= 0:
             gx[i] += g[k]
+
+
+@array_form(_scatter_add)
+def _scatter_add_arrays(gx, g, ip, at, m):
+    # np.add.at adds in index order, unbuffered: repeated indices accumulate
+    # in the loop's order
+    if m < ARRAY_MIN:
+        return NotImplemented
+    idx = ip[at:at + m]
+    keep = idx >= 0
+    np.add.at(gx, idx[keep], g[keep])
 
 
 @inner
