@@ -288,12 +288,31 @@ class _State:
 _states = {}
 
 
-def _work(args):
-    """Estimated seconds to interpret a call on ``args``: per tape record
-    and per element of the tape's values, or per element of plain arrays."""
+#: loops over the tape whose records' element work runs as arrays where the
+#: families have array forms (the reverse sweep), and loops that touch no
+#: element at all (graph walks); every other loop is estimated per element
+ARRAY_LOOPS = set()
+RECORD_LOOPS = set()
+
+
+def estimate_as(loop, how):
+    """Declare how :func:`_work` estimates ``loop``'s calls: ``"arrays"``
+    (its element work runs as arrays where it can) or ``"records"`` (it
+    walks records and touches no element)."""
+    (ARRAY_LOOPS if how == "arrays" else RECORD_LOOPS).add(getattr(loop, "py_func", loop))
+
+
+def _work(args, loop=None):
+    """Estimated seconds to interpret a call of ``loop`` on ``args``: per
+    tape record and per element of the tape's values, or per element of
+    plain arrays."""
     records = elements = array_elements = 0
+    loop = getattr(loop, "py_func", loop)
     for a in args:
         if isinstance(a, tuple) and len(a) >= 14 and isinstance(a[2], np.ndarray):
+            if loop in RECORD_LOOPS:
+                records += a[2].size
+                continue
             # the tape tuple: its size column counts every record's elements,
             # its op column (a[0]) tells the records run as arrays
             # (leaves, constants and output slots: no element work)
@@ -302,7 +321,7 @@ def _work(args):
             ops = a[0][:size.size]
             kinds = ops >> C.SHIFT
             arrays = (np.isin(kinds, ARRAY_KINDS) | np.isin(ops, ARRAY_CODES)) \
-                & (size >= ARRAY_MIN)
+                & (size >= ARRAY_MIN) & (loop in ARRAY_LOOPS)
             array_elements += int(size[arrays].sum())
             elements += int(size[~arrays & (kinds != C.K_NONE)].sum())
         elif isinstance(a, np.ndarray):
@@ -332,7 +351,7 @@ def run_as_python(key, in_cache, kernel, args):
         if st.cached is None:
             st.cached = bool(in_cache())
         budget = min(setting, LOAD_BUDGET) if st.cached else setting
-        if st.spent + _work(args) > budget:
+        if st.spent + _work(args, kernel) > budget:
             return False, None
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):

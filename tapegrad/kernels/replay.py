@@ -15,6 +15,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import deferred, inline, inner, kernel
+from .interpret import estimate_as
 from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1, RIX, PTRS, APTR, REACHED  # tape fields
 from ._views import _voidptr, carray, advance, copy_into, odometer, parent, rows_of, value
 # the VJP loops of a segment's records: one compiled function per family, a
@@ -729,6 +730,9 @@ def seg_plan(T, r0, r1, slot):
                 assign[2 * q + j] = not reached[p]
                 reached[p] = True
     return reach, write, assign
+
+
+estimate_as(seg_plan, "records")
 
 
 @kernel

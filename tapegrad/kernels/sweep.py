@@ -11,6 +11,7 @@ from ._jit import inline, kernel
 from ._views import OP, ARG0, SIZE, ARGS, V1, RIX, PTRS, REACHED  # tape fields
 from ._views import adjoint_span, claim, fparam
 from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
+from .interpret import estimate_as
 from .rules import d_binary, d_scalar, d_unary
 
 
@@ -94,6 +95,7 @@ def _sweep(T, freed, start, stop, table):
 
 
 _sweep.what = "the reverse sweep"
+estimate_as(_sweep, "arrays")
 
 
 @kernel
@@ -108,6 +110,7 @@ def consumed(T, n, freed):
     return keep
 
 
+estimate_as(consumed, "records")
 _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
 
 
@@ -134,6 +137,9 @@ def live_records(T, n, roots):
                 keep[j] = True
                 j += 1
     return keep
+
+
+estimate_as(live_records, "records")
 
 
 _LEAF = C.code(C.K_NONE, C.LEAF)

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import kernel
+from .interpret import estimate_as
 from ._views import OP, ARG0, SIZE, ARGS, RIX, PTRS, APTR, REACHED  # tape fields
 from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
 
@@ -108,6 +109,9 @@ def touched(T, r, out):
             out[k] = p
             k += 1
     return k
+
+
+estimate_as(touched, "records")
 
 
 def sweep_vec(T, freed, start, stop, p, stride):
