@@ -216,7 +216,7 @@ def _run(tape, adj, T, start, stop, p):
 
 
 def replay_reverse(rep, seeds, p):
-    """Vector reverse mode over a replayed trace (``tracing._Replay``) whose
+    """Vector reverse mode over a replayed trace (``trace_replay._Replay``) whose
     every record holds its value (``forward(..., full=True)``): ``seeds`` has
     one ``(p, size)`` float64 array (or None: zero) per output; returns one
     ``(p, size)`` float64 array per input, ``sum_k seeds_k^T d out_k / d

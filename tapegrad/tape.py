@@ -72,7 +72,7 @@ class Tape:
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
-    #: a tapegrad.tracing.TraceTape: comparisons record and item()/bool() guard
+    #: a tapegrad.trace_tape.TraceTape: comparisons record and item()/bool() guard
     tracing = False
 
     def __init__(self, capacity=1024):

@@ -217,7 +217,7 @@ class ElementwiseOp:
 
     def second_rules(self):
         """The second derivatives as float64 NumPy ufuncs, for ``tg.hessian`` /
-        ``tg.hvp`` (``tapegrad/second.py`` applies them with NumPy): ``(d2(x,
+        ``tg.hvp`` (``tapegrad/second_rules.py`` applies them with NumPy): ``(d2(x,
         y),)`` for a unary op, ``(d_aa, d_ab, d_bb)`` of ``(a, b, y)`` for a
         binary one; None when the op was defined without one.  Compiled on
         first use only: ops that never meet a Hessian never pay for it."""
