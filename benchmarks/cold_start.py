@@ -92,6 +92,10 @@ CASES = {
 def run_case(name, cache, pythonpath, compiled=False):
     env = dict(os.environ, NUMBA_CACHE_DIR=cache, TAPEGRAD_QUIET="1")
     env.pop("TAPEGRAD_INTERPRET", None)
+    # Python's bytecode as an installed package has it (pip compiles it at
+    # install): an environment that forbids writing it would time the
+    # compilation of every module's source instead (main() compiles it once)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if compiled:
         env["TAPEGRAD_INTERPRET"] = "0"
     if pythonpath:
@@ -118,6 +122,8 @@ def main(argv=None):
     ap.add_argument("--compiled", action="store_true",
                     help="TAPEGRAD_INTERPRET=0: compile every kernel on its first call")
     a = ap.parse_args(argv)
+    package = os.path.join(a.pythonpath or ROOT, "tapegrad")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], check=True)
     names = [n for n in CASES if not a.only or any(o.strip() in n for o in a.only.split(","))]
     print(f"{'case':32} {'cold s':>8} {'warm s':>8}   (median of {a.repeat}; "
           f"{os.cpu_count()} cores)")
