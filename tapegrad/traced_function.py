@@ -275,11 +275,28 @@ class TracedFunction:
             finally:
                 rep.release()
 
-    def _tangents(self, rep, args_and_t, who):
+    @staticmethod
+    def _split(args_and_t, who):
+        """``(args, tangents)`` of a jvp/hvp call: ``(*args, tangents)``, or
+        ``tg.jvp`` / ``tg.hvp``'s ``(primals, tangents)``, two tuples (a
+        traced function's arguments are never tuples of arrays, so the forms
+        are told apart); there the tangents may also come one per primal,
+        those of the non-array (static) arguments ignored."""
+        if len(args_and_t) == 2 and all(isinstance(a, (tuple, list)) for a in args_and_t):
+            args, ts = tuple(args_and_t[0]), tuple(args_and_t[1])
+            pos = _signature(args)[1]
+            if len(ts) == len(args) != len(pos):
+                ts = tuple(ts[i] for i in pos)
+            return args, ts
+        if not args_and_t:
+            raise TypeError(f"{who}: give the arguments and then the tangents, or the two "
+                            "tuples (primals, tangents)")
+        return tuple(args_and_t[:-1]), args_and_t[-1]
+
+    def _tangents(self, rep, ts, who, batched=None):
         """The tangent argument of jvp/hvp checked against the inputs, as
-        ``(args, [(p, size) float64 per input], p, batched)``."""
+        ``([(p, size) float64 per input], p, batched)``."""
         from . import forward as FW
-        *args, ts = args_and_t
         if not isinstance(ts, (tuple, list)) and len(rep.in_shapes) == 1:
             ts = (ts,)  # one input: its tangent may come bare
         ts = FW._as_tuple(ts, "tangents")
@@ -288,15 +305,17 @@ class TracedFunction:
                              "tangents; give one tangent per float-array argument")
         like = [types.SimpleNamespace(shape=s, dtype=d)
                 for s, d in zip(rep.in_shapes, rep.in_dtypes)]
-        ts, p, batch = FW._check_tangents(like, ts, None)
+        ts, p, batch = FW._check_tangents(like, ts, batched)
         return [t.reshape(p, -1) for t in ts], p, batch
 
-    def jvp(self, *args_and_tangents):
+    def jvp(self, *args_and_tangents, batched=None):
         """``(f(*args), J t)`` by the compiled tangent sweep of ``tg.jvp`` over
         the replayed tape; ``tangents`` (the last argument) has one entry per
         float-array argument (a bare array when there is one), each of that
         argument's shape, or with one more leading axis p for a batch of p
         directions (``J t`` then has shape ``(p,) + out.shape``).
+        ``tg.jvp``'s form ``ft.jvp(primals, tangents)`` (two tuples) and its
+        ``batched`` give the same results.
 
         Examples
         --------
@@ -310,11 +329,11 @@ class TracedFunction:
         """
         from . import forward as FW
         from .functional import _root_span
-        *args, _ = args_and_tangents
+        args, ts = self._split(args_and_tangents, "jvp")
         with _LOCK:
             rep, _ = self._run(args, full=True)
             try:
-                flat, p, batch = self._tangents(rep, args_and_tangents, "jvp")
+                flat, p, batch = self._tangents(rep, ts, "jvp", batched)
                 value = rep.value()
                 outs = []
                 for root, shape, dt in rep.outputs():
@@ -341,13 +360,15 @@ class TracedFunction:
         value = value[()] if not rep.multi and value.ndim == 0 else value
         return value, (tuple(outs) if rep.multi else outs[0])
 
-    def hvp(self, *args_and_v):
+    def hvp(self, *args_and_v, batched=None):
         """``(grad, hvp)`` of a function with one output element, as
         ``tg.hvp(f, args, v)`` returns them (tuples with one array per
         float-array argument), by the forward-over-reverse pass of
         ``tg.hvp`` over the replayed tape.  ``v`` (the last argument) is as
         the tangents of :meth:`jvp`: a batch of p directions gives each
-        ``hvp[i]`` the shape ``(p,) + x_i.shape``.
+        ``hvp[i]`` the shape ``(p,) + x_i.shape``.  ``tg.hvp``'s form
+        ``ft.hvp(primals, tangents)`` (two tuples) and its ``batched`` give
+        the same results.
 
         Examples
         --------
@@ -356,10 +377,13 @@ class TracedFunction:
         >>> g, hv = ft.hvp(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
         >>> g[0], hv[0]
         (array([ 3., 12.]), array([6., 0.]))
+        >>> g, hv = ft.hvp((np.array([1.0, 2.0]),), (np.array([1.0, 0.0]),))   # as tg.hvp
+        >>> hv[0]
+        array([6., 0.])
         """
         from . import second
         from .functional import _root_span
-        *args, _ = args_and_v
+        args, ts = self._split(args_and_v, "hvp")
         with _LOCK:
             rep, _ = self._run(args, full=True)
             try:
@@ -367,7 +391,7 @@ class TracedFunction:
                     raise TypeError(
                         f"hvp: the function must return one number (a scalar); this one "
                         f"returned {'a tuple' if rep.multi else f'shape {rep.out_shape}'}")
-                flat, p, batch = self._tangents(rep, args_and_v, "hvp")
+                flat, p, batch = self._tangents(rep, ts, "hvp", batched)
                 sizes = [int(np.prod(s)) for s in rep.in_shapes]
                 if rep.root is None or rep.root in rep.leaf_rec:
                     # constant, or the output is an input: f is linear, H = 0

@@ -236,9 +236,12 @@ def test_einsum_ellipsis_implicit_output_matches_numpy():
         check_vjp(lambda x, y: tg.einsum(spec, x, y), [a, bb], rng)
 
 
-def test_einsum_rejects_sublist_form():
-    with pytest.raises(TypeError, match="subscripts as a string"):
-        tg.einsum(leaf(np.ones(2)), [0])
+def test_einsum_sublist_form_is_the_string_form():
+    # the interleaved form's own tests: tests/test_real_partition_einsum.py
+    x = leaf(np.arange(1.0, 3.0))
+    close(tg.einsum(x, [0]), np.einsum(np.arange(1.0, 3.0), [0]))
+    tg.einsum(x, [0], x, [0], []).backward()
+    close(x.grad, [2.0, 4.0])
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 The compiled sweep stops at a host record, this module's VJP adds the
 operands' gradients into the adjoint arena with NumPy, and the sweep resumes.
 """
+import operator
+
 import numpy as np
 
 from ..kernels import codes as C
@@ -358,11 +360,48 @@ _EIGH = register("LinalgEigh", C.K_HOST, 7, np.linalg.eigh, host_vjp=_eigh_vjp)
 _EINSUM = register("Einsum", C.K_HOST, 8, np.einsum, host_vjp=_einsum_vjp)
 
 
+def _einsum_sublists(args):
+    """NumPy's interleaved form ``einsum(op0, sublist0, op1, sublist1, ...,
+    [sublist_out])`` as ``(subscripts, operands)``: integers 0-25 become
+    ``A``-``Z`` and 26-51 ``a``-``z`` (as NumPy maps them, so the implicit
+    output keeps their order), ``Ellipsis`` becomes ``...``."""
+    args = list(args)
+    out = args.pop() if len(args) % 2 else None
+
+    def letters(sub):
+        try:
+            items = list(sub)
+        except TypeError:
+            raise TypeError("einsum: in the interleaved form each operand is followed by a "
+                            f"list of subscripts, got {type(sub).__name__}") from None
+        s = []
+        for v in items:
+            if v is Ellipsis:
+                s.append("...")
+                continue
+            try:
+                k = operator.index(v)
+            except TypeError:
+                raise TypeError("einsum: subscripts in a sublist must be integers or "
+                                f"Ellipsis, got {v!r}") from None
+            if not 0 <= k < 52:
+                raise ValueError(f"einsum: subscript {k} is not within the valid range [0, 52)")
+            s.append(chr(ord("A") + k) if k < 26 else chr(ord("a") + k - 26))
+        return "".join(s)
+
+    spec = ",".join(letters(sub) for sub in args[1::2])
+    if out is not None:
+        spec += "->" + letters(out)
+    return spec, tuple(args[0::2])
+
+
 def einsum(subscripts, *operands):
     """``numpy.einsum`` with explicit or implicit output, differentiable in
     every operand: ``...`` broadcasting, and repeated indices within one
     operand (diagonals such as ``'ii->i'``, ``'ii'``, ``'iij->j'``), whose
-    gradient lands on that diagonal.  Subscripts must be a string.
+    gradient lands on that diagonal.  Subscripts are a string, or NumPy's
+    interleaved form ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` (integer
+    sublists, ``Ellipsis`` for ``...``), which is translated to one.
 
     Examples
     --------
@@ -375,10 +414,11 @@ def einsum(subscripts, *operands):
     >>> m.grad
     tensor([[1.0, 0.0],
             [0.0, 1.0]])
+    >>> np.einsum(a, [0, 1], np.arange(3.0), [1], [0])   # the interleaved form
+    tensor([3.0, 3.0], grad_fn=<EinsumBackward>)
     """
     if not isinstance(subscripts, str):
-        raise TypeError("tapegrad.einsum: pass the subscripts as a string "
-                        "(the interleaved operand, sublist form is not supported)")
+        subscripts, operands = _einsum_sublists((subscripts,) + operands)
     ins, out = _einsum_parse(subscripts, [np.shape(x._data if isinstance(x, Tensor) else x)
                                           for x in operands])
     return _host(_EINSUM, lambda *d: np.einsum(subscripts, *d, optimize=True),  # BLAS

@@ -1,5 +1,6 @@
 """More of NumPy, as composites of differentiable ops: rotations, appends,
 differences and integrals, polynomials, 1-D convolution and interpolation,
+``real`` / ``imag`` / ``conj`` / ``angle`` of real tensors, ``partition``,
 ``linspace`` / ``geomspace`` between tensor endpoints, and NumPy 2's
 ``dtype=`` / ``casting=`` keywords of the joining functions.
 
@@ -12,7 +13,7 @@ import operator
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..tensor import Tensor, _plain
 from . import elementwise as E
 from . import reductions as Rd
 from . import shape as S
@@ -679,3 +680,118 @@ def where(condition, x=np._NoValue, y=np._NoValue):
         raise ValueError("either both or neither of x and y should be given")
     return E.where(condition, x, y)
 
+
+
+# -- the complex-number functions on real tensors ------------------------------------
+def _real_tensor(x, who):
+    x = _t(x)
+    if x.dtype.kind == "c":
+        raise TypeError(f"{who}: complex tensors are not supported; this takes real ones")
+    return x
+
+
+def real(val):
+    """``numpy.real`` of a real tensor: the tensor itself (NumPy's real part
+    of a real array is a view of all of it), derivative 1.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> x = tg.tensor([1.0, -2.0])
+    >>> np.real(x) is x
+    True
+    """
+    return _real_tensor(val, "real")
+
+
+def imag(val):
+    """``numpy.imag`` of a real tensor: zeros of its shape and dtype, a
+    constant (no gradient flows through it).
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> np.imag(tg.tensor([1.0, -2.0], requires_grad=True))
+    tensor([0.0, 0.0])
+    """
+    x = _real_tensor(val, "imag")
+    return _plain(np.zeros(_shape(x), x.dtype))
+
+
+def conjugate(x):
+    """``numpy.conjugate`` (``numpy.conj``) of a real tensor: a copy,
+    derivative 1.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> np.conj(tg.tensor([1.0, -2.0], requires_grad=True))
+    tensor([1.0, -2.0], grad_fn=<PositiveBackward>)
+    """
+    return E.positive(_real_tensor(x, "conjugate"))
+
+
+def angle(z, deg=False):
+    """``numpy.angle`` of a real tensor: pi (180 with ``deg=True``) where
+    the sign bit is set (negative numbers and -0.0, as NumPy's
+    ``arctan2(0, x)``), else 0, NaN at NaN; derivative 0 (the result is on
+    the graph, as ``sign``'s is).
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> np.angle(tg.tensor([-2.0, 0.0, 3.0]))
+    tensor([3.14159265, 0.0, 0.0])
+    """
+    x = _real_tensor(z, "angle")
+    # pi (or 180) as NumPy rounds it in the result's dtype (float16's 180 is 179.875)
+    half = np.angle(np.array([-1], x.dtype), deg=deg)
+    negative = E.less(E.copysign(1.0, x), 0.0)
+    # sign(x) * 0 is 0 with derivative 0, and NaN at NaN
+    out = E.where(negative, half[0], 0.0) + E.sign(x) * 0.0
+    return out if out.dtype == half.dtype else S.astype(out, half.dtype)
+
+
+# -- partition -----------------------------------------------------------------------
+def _partition_index(a, kth, axis, kind):
+    """Indices along ``axis`` that gather ``numpy.partition(a, kth, axis)``
+    from ``a`` (of ``a.ravel()`` when ``axis`` is None): NumPy's own order,
+    which ``argpartition``'s indices do not always give."""
+    if axis is None:
+        a, axis = np.ravel(a), -1
+    p = np.partition(a, kth, axis=axis, kind=kind)
+    # the k-th smallest of a and of p are the same value: match them by rank
+    ra = np.argsort(a, axis=axis, kind="stable")
+    rp = np.argsort(p, axis=axis, kind="stable")
+    idx = np.empty_like(ra)
+    np.put_along_axis(idx, rp, ra, axis=axis)
+    return idx
+
+
+def partition(a, kth, axis=-1, kind="introselect", order=None):
+    """``numpy.partition``: NumPy's values, in NumPy's order, differentiable
+    by a gather (each output element's gradient goes to the input element
+    it is); ``kth`` an int or a sequence, any axis, ``axis=None`` flattens.
+
+    The indices are computed on the values (in a trace, a guard: a replay
+    whose values order differently traces again).  ``numpy.argpartition``
+    gives plain indices.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> x = tg.tensor([3.0, 1.0, 2.0], requires_grad=True)
+    >>> y = np.partition(x, 1)
+    >>> y
+    tensor([1.0, 2.0, 3.0], grad_fn=<TakeAlongAxisBackward>)
+    >>> (y[0] * 10.0).backward()
+    >>> x.grad
+    tensor([0.0, 10.0, 0.0])
+    """
+    if order is not None:
+        raise TypeError("partition: order= (structured arrays) is not supported on tensors")
+    a = _t(a)
+    idx = on_values(_partition_index, a, kth, axis, kind)
+    if axis is None:
+        return S.getitem(S.ravel(a), idx)
+    return S.take_along_axis(a, idx, axis)

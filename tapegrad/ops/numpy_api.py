@@ -37,7 +37,7 @@ UFUNCS = {
     np.floor_divide: E.floor_divide, np.heaviside: E.heaviside,
     np.less: E.less, np.less_equal: E.less_equal, np.greater: E.greater,
     np.greater_equal: E.greater_equal, np.equal: E.equal,
-    np.not_equal: E.not_equal,
+    np.not_equal: E.not_equal, np.conjugate: N.conjugate,
 }
 
 #: ``scipy.special`` ufuncs, by ``ufunc.__name__`` (digamma's is ``psi``): a
@@ -125,7 +125,8 @@ HANDLED_FUNCTIONS = {
     np.convolve: N.convolve, np.correlate: N.correlate, np.interp: N.interp,
     np.gradient: N.gradient, np.linspace: N.linspace, np.geomspace: N.geomspace,
     np.concatenate: N.concatenate, np.stack: N.stack, np.vstack: N.vstack_,
-    np.hstack: N.hstack_, np.where: N.where,
+    np.hstack: N.hstack_, np.where: N.where, np.real: N.real, np.imag: N.imag,
+    np.angle: N.angle, np.partition: N.partition,
 }
 if hasattr(np, "row_stack"):  # deprecated in NumPy 2.0
     HANDLED_FUNCTIONS[np.row_stack] = N.row_stack
