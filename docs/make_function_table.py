@@ -8,10 +8,11 @@ import pathlib
 
 import numpy as np
 
+from tapegrad.ops import complex_tensor as Z
 from tapegrad.ops.numpy_api import HANDLED_FUNCTIONS, PLAIN_UFUNCS, SPECIAL_UFUNCS, UFUNCS
 
 OUT = pathlib.Path(__file__).with_name("numpy_functions.md")
-NAMESPACES = [("numpy", np), ("numpy.linalg", np.linalg)]
+NAMESPACES = [("numpy", np), ("numpy.linalg", np.linalg), ("numpy.fft", np.fft)]
 
 
 def _public(ns):
@@ -43,6 +44,13 @@ def rows():
                 yield full, "TypeError", f"tapegrad cannot differentiate {full} yet"
             else:  # not overridable: NumPy converts tensors with __array__
                 yield full, "plain values", "converts tensors to arrays (no gradient)"
+
+
+def _qualname(f):
+    for prefix, ns in NAMESPACES:
+        if getattr(ns, f.__name__, None) is f:
+            return f"{prefix}.{f.__name__}"
+    return f.__name__
 
 
 def render():
@@ -81,6 +89,20 @@ def render():
     ]
     names = {"psi": "digamma"}
     lines_after = [
+        "",
+        "## On complex tensors",
+        "",
+        "A complex tensor (`tg.tensor(complex_array)`, `tg.complex(re, im)`, a tensor",
+        "times a complex number, `np.fft.fft(t)`) is a pair of real tensors; these",
+        "ufuncs and functions take it, and any other raises a TypeError naming the",
+        "function and saying to work on `z.real` and `z.imag`. `np.abs`, `np.real`,",
+        "`np.imag` and `np.angle` give real tensors; comparisons other than `==` and",
+        "`!=` raise (complex numbers have no order).",
+        "",
+        "| function |",
+        "|---|",
+        *[f"| `{_qualname(f)}` |" for f in sorted(set(Z.UFUNCS) | set(Z.FUNCTIONS),
+                                                  key=_qualname)],
         "",
         "## What NumPy's protocols cannot reach",
         "",

@@ -32,6 +32,7 @@ from .ops.composite import (
     array_split, atleast_1d, atleast_2d, atleast_3d, average, column_stack, dstack, hsplit,
     clip, dot, hstack, inner, kron, nanmax, nanmean, nanmin, nansum, norm, outer, ptp,
     select, std, tensordot, var, vdot, vsplit, vstack)
+from .ops.complex_tensor import ComplexTensor, complex
 from .ops.custom import ElementwiseOp, elementwise
 from .ops.derive import DeriveError
 from .ops.numeric import (

@@ -21,6 +21,7 @@ from .kernels._views import SMALL
 from .kernels.tangents import fwd_layout, sweep_fwd
 from .kernels.sweep import layout
 from .ops import matrix as L
+from .ops import fft as FF
 from .ops.registry import REGISTRY
 from .second_decompositions import _pinv_tangent
 from .tape import current
@@ -598,6 +599,7 @@ HOST_JVP = {
     L._SVD: _svd_jvp,
     L._PINV: _pinv_jvp,
     L._LSTSQ: _lstsq_jvp,
+    FF._FFT: FF._fft_jvp,
     _FUNCTION: _function_jvp,
 }
 assert all(c >> C.SHIFT == C.K_HOST for c in HOST_JVP)

@@ -19,6 +19,7 @@ import numpy as np
 from .index_maps import operand_maps, reduce_map
 from .kernels import codes as C
 from .kernels._views import SMALL
+from .ops import fft as FF
 from .ops import matrix as L
 from .ops.custom import USER_OPS
 from .ops.registry import REGISTRY
@@ -386,7 +387,7 @@ HOST_RULES = {L._MATMUL: _matmul2, L._EINSUM: _einsum2, L._INV: _inv2, L._SOLVE:
               L._DET: lambda P, r: _det_like2(P, r, True),
               L._LOGABSDET: lambda P, r: _det_like2(P, r, False),
               L._CHOLESKY: _cholesky2, L._EIGH: _eigh2, L._QR: _qr2, L._SVD: _svd2,
-              L._PINV: _pinv2, L._LSTSQ: _lstsq2}
+              L._PINV: _pinv2, L._LSTSQ: _lstsq2, FF._FFT: FF._fft_second}
 
 _FAMILY = {C.K_REDUCE: _reduce2, C.K_SCAN: _scan2, C.K_USER: _user2}
 

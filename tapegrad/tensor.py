@@ -462,9 +462,10 @@ def tensor(data, requires_grad=False, dtype=None):
             f"{type(data).__name__}: {e}") from None
     except TypeError as e:
         raise TypeError(f"tapegrad.tensor could not convert {type(data).__name__}: {e}") from None
+    if a.dtype.kind == "c":  # a pair of real tensors (ops/complex_tensor.py binds it)
+        return bound.complex_tensor(a, requires_grad)
     if a.dtype.kind not in "biuf":
-        what = {"c": "complex numbers are not supported",
-                "U": "strings are not numbers", "S": "bytes are not numbers",
+        what = {"U": "strings are not numbers", "S": "bytes are not numbers",
                 "O": "the data is not a rectangular array of numbers"}.get(
                     a.dtype.kind, f"dtype {a.dtype} is not supported")
         raise TypeError(f"tapegrad.tensor: {what} (got {a.dtype}); pass real "

@@ -29,6 +29,7 @@ from .kernels import optable
 from .kernels import replay as RK
 from .kernels._views import SMALL
 from .kernels.sweep import layout, sweep
+from .ops.fft import _fft_forward
 from .ops.registry import REGISTRY
 from .tape import _local, _writeable
 from .tensor import Tensor, _node, _plain
@@ -44,9 +45,10 @@ _HOST_FORWARD = {
     "LinalgCholesky": lambda xs, h: np.linalg.cholesky(*xs),
     "LinalgPinv": lambda xs, h: np.linalg.pinv(xs[0], hermitian=h[0]),
     "Einsum": lambda xs, h: np.einsum(",".join(h[0]) + "->" + h[1], *xs),
+    "FFT": _fft_forward,
 }
 #: how many leading entries of ``tape.host[r]`` precede the input shapes
-_HOST_EXTRA = {"Mm": 0, "LinalgPinv": 1, "Einsum": 2}
+_HOST_EXTRA = {"Mm": 0, "LinalgPinv": 1, "Einsum": 2, "FFT": 3}
 #: records whose replay would silently be wrong at new inputs
 _NOT_REPLAYABLE = {
     "Sort": "its index map depends on the values",

@@ -394,6 +394,10 @@ CASES = {
     "LinalgEigh": (square_case(values=_spd), lambda a: _weighted(np.linalg.eigh(_sym(a))[0]).sum()
                    + _weighted(np.linalg.eigh(_sym(a))[1] ** 2).sum()),  # sign-free
     "Einsum": (einsum_case(), lambda *xs, spec: _weighted(np.einsum(spec, *xs) * 1.0)),
+    # numpy.fft (ops/fft.py): one host record type for every transform; a complex
+    # intermediate in between (tests/test_complex.py covers each transform)
+    "FFT": (axis_of(), lambda x, axis: _weighted(np.fft.irfft(
+        np.fft.fft(x, axis=axis, norm="ortho") * (1 + 0.5j), n=x.shape[axis] + 1, axis=axis))),
     "LinalgQr": (rect_case(mode=lambda m, n: ["reduced", "r"] + (["complete"] if m <= n else [])),
                  _qr_fn),
     "LinalgSvd": (rect_case(full_matrices=[False, True], hermitian=[False, True]), _svd_fn),

@@ -14,6 +14,7 @@ from . import reductions as Rd
 from . import shape as S
 from .. import views as V
 from . import view_writes
+from . import complex_tensor as Z
 from .numpy_api import (HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, special_ufunc,
                         ufunc_name, unsupported)
 
@@ -34,8 +35,26 @@ _OPERATORS = {
     "__lt__": E.less, "__le__": E.less_equal, "__gt__": E.greater,
     "__ge__": E.greater_equal, "__eq__": E.equal, "__ne__": E.not_equal,
 }
+
+
+def _or_complex(name, fn):
+    """Operator ``name``: a complex operand (a ComplexTensor, a complex number or
+    array) makes it the complex op of ops/complex_tensor.py."""
+    cfn = Z.tensor_operator(name)
+    if cfn is None:
+        return fn
+    is_complex = Z.is_complex
+
+    def op(self, other):
+        if is_complex(other):
+            return cfn(self, other)
+        return fn(self, other)
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
 for _name, _fn in _OPERATORS.items():
-    setattr(Tensor, _name, _fn)
+    setattr(Tensor, _name, _or_complex(_name, _fn))
 Tensor.__neg__ = E.negative
 Tensor.__pos__ = E.positive
 Tensor.__abs__ = E.absolute
@@ -388,6 +407,8 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
                         "supported on tensors")
     if dtype is not None:
         inputs = tuple(S.astype(x, dtype) if isinstance(x, Tensor) else x for x in inputs)
+    if method == "__call__" and any(map(Z.is_complex, inputs)):
+        return Z.ComplexTensor.__array_ufunc__(None, ufunc, method, *inputs)
     if method == "__call__":
         fn = UFUNCS.get(ufunc) or special_ufunc(ufunc)
         if fn is not None:
@@ -401,6 +422,8 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
 
 
 def _array_function(self, func, types, args, kwargs):
+    if Z.ComplexTensor in types:
+        return NotImplemented  # NumPy asks ComplexTensor's handler next
     fn = HANDLED_FUNCTIONS.get(func)
     if fn is None:
         module = getattr(func, "__module__", None) or "numpy"

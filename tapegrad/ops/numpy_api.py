@@ -11,6 +11,7 @@ import numpy as np
 
 from . import composite as K
 from . import elementwise as E
+from . import fft as F
 from . import matrix as L
 from . import numeric as N
 from . import reductions as Rd
@@ -169,6 +170,7 @@ for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort,
            np.flatnonzero, np.argwhere, np.digitize, np.argpartition, np.lexsort,
            np.array_equiv, np.nanargmax, np.nanargmin, np.isposinf, np.isneginf):
     HANDLED_FUNCTIONS[_f] = _plain_values(_f)
+HANDLED_FUNCTIONS.update(F.FUNCTIONS)  # numpy.fft: ops/fft.py
 HANDLED_FUNCTIONS[np.sort] = K.sort
 HANDLED_FUNCTIONS[np.unique] = K.unique
 
