@@ -985,3 +985,64 @@ def test_plain_python_callee_and_lambda():
     op = tg.elementwise(lambda x: helper(x) + ALPHA * x)
     assert op.derivative(3.0, 0.0) == 6.75
     assert op.second_derivative(3.0, 0.0) == 2.0
+
+
+# -- globals read when the op is defined and when it compiles ---------------------------
+
+SCALE = 2.0
+
+
+def _scaled(x):
+    return SCALE * x * _helper(x)
+
+
+@njit
+def _helper(v):
+    return v
+
+
+@njit
+def _cube(v):
+    return v * v * v
+
+
+def test_a_global_changed_before_the_first_call_is_read_again():
+    global SCALE, _helper
+    op = tg.elementwise(_scaled)
+    old_helper = _helper
+    SCALE = 3.0                  # before the first call: Numba's forward reads 3.0
+    try:
+        x = np.array([1.0, 2.0])
+        np.testing.assert_array_equal(op(x), 3.0 * x * x)
+        np.testing.assert_array_equal(tg.grad(lambda t: op(t).sum())(x), 6.0 * x)
+        SCALE = 5.0              # after it: the compiled forward keeps 3.0, and so do
+        _helper = _cube          # the derivatives, the second compiled only now
+        np.testing.assert_array_equal(op(x), 3.0 * x * x)
+        np.testing.assert_array_equal(np.diag(tg.hessian(lambda t: op(t).sum())(x)), 6.0)
+    finally:
+        SCALE, _helper = 2.0, old_helper
+
+
+def test_a_closure_variable_or_callee_changed_before_the_first_call():
+    c = 2.0
+
+    def inner(v):
+        return v * v
+
+    def f(x):
+        return c * inner(x)
+
+    op = tg.elementwise(f)
+    c = 4.0                      # noqa: F841  (read through the closure)
+
+    def inner(v):                # noqa: F811  rebinds the closure's callee
+        return v * v * v
+
+    x = np.array([1.0, 2.0])
+    # a plain Python callee cannot run in the Numba forward; the derivatives see both
+    np.testing.assert_array_equal(op.derivative(2.0, 0.0), 8.0)   # before compiling: as read
+    d = tg.ops.derive.ready(op.derivative)
+    assert d(2.0, 0.0) == 48.0 and d is not op.derivative          # c = 4, inner = v ** 3
+    assert tg.ops.derive.ready(op.second_derivative)(2.0, 0.0) == 48.0
+    assert tg.ops.derive.ready(op.derivative) is d
+    del x

@@ -57,9 +57,12 @@ Calls to other Python functions (plain, or Numba ``@njit`` ones, which a
 forward compiled by Numba needs) are transformed in turn, once per pattern
 of differentiated arguments, into functions that return a value and its
 tangents.  Globals and closure variables that are numbers are read as the
-constants they are when ``tg.elementwise`` runs (Numba freezes them the
-same way).  Everything else raises :class:`DeriveError` at decoration
-time, naming the file, the line and the construct.
+constants they are when ``tg.elementwise`` runs; Numba freezes them in the
+forward when the op first compiles, and if one has changed by then (or a
+called function was rebound) :func:`ready` derives again, so the
+derivatives read what the compiled forward reads.  Everything else raises
+:class:`DeriveError` at decoration time, naming the file, the line and the
+construct.
 """
 import ast
 import builtins
@@ -470,11 +473,14 @@ class _Function:
         name = node.id
         if name in self.free:
             try:
-                return "closure", self.free[name].cell_contents
+                v = self.free[name].cell_contents
             except ValueError:
                 self.fail(node, f"the closure variable {name} is not set yet")
+            self.d.reads.append((self.free[name], None, v))
+            return "closure", v
         g = self.fn.__globals__
         if name in g:
+            self.d.reads.append((g, name, g[name]))
             return "global", g[name]
         b = g.get("__builtins__", builtins)
         b = b if isinstance(b, dict) else vars(b)
@@ -954,6 +960,10 @@ class _Tangent(_Emit):
         self.line(f"return ({', '.join(out)})")
 
 
+def _is_number(v):
+    return isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating))
+
+
 def _number(s):
     try:
         float(s)
@@ -982,7 +992,11 @@ class _Derivation:
         self.special = False
         self.n = 1
         self.done = False
-        self.lock = threading.Lock()
+        self.jitted = False
+        self.reads = []       # (globals dict or closure cell, name or None, value read)
+        self.forward = None
+        self.use = ()         # the functions ready() hands out
+        self.lock = threading.RLock()
 
     def function(self, py, value, stack, node):
         if any(f.fn is py for f in stack):
@@ -1036,9 +1050,47 @@ class _Derivation:
         out.__qualname__ = out.__name__ = qual or name
         return out
 
-    def ready(self):
+    def stale(self):
+        """Whether a global or closure variable read when the derivative was
+        derived has changed since (a number to another value, a function or
+        module to another object)."""
+        missing = object()
+        for where, name, old in self.reads:
+            if name is None:
+                try:
+                    now = where.cell_contents
+                except ValueError:
+                    return True
+            else:
+                now = where.get(name, missing)
+            if now is old:
+                continue
+            if not (_is_number(now) and _is_number(old) and type(now) is type(old)
+                    and (now == old or (now != now and old != old))):
+                return True
+        return False
+
+    def ready(self, role):
+        """The derived function ``role`` (0: derivative, 1: second
+        derivative), its callees Numba dispatchers.  The first call (when the
+        op compiles, right after Numba compiled the forward, freezing the
+        globals it reads) derives again if a global or closure variable the
+        derivation read has changed since ``tg.elementwise`` ran, so that the
+        derivatives read the values the compiled forward does."""
         with self.lock:
-            if self.done:
+            if not self.done:
+                if self.stale():
+                    fresh = derive(self.forward)
+                    fresh[0]._tg_derivation._jit()
+                    self.use = fresh
+                else:
+                    self._jit()
+                self.done = True
+            return self.use[role]
+
+    def _jit(self):
+        with self.lock:
+            if self.jitted:
                 return
             import numba
             if self.special:
@@ -1049,7 +1101,7 @@ class _Derivation:
                     self.ns["_tg_" + nm] = getattr(d, "dispatcher", None) or d
             for name, f in self.jit.items():
                 self.ns[name] = numba.njit(error_model="numpy")(f)
-            self.done = True
+            self.jitted = True
 
 
 def derive(forward):
@@ -1067,6 +1119,7 @@ def derive(forward):
     fn = d.function(py, forward, [], None)
     d.n = n = len(fn.params)
     y = "_tg_y"
+    d.forward = forward
     out = []
     for order, what in ((1, "derivative"), (2, "second_derivative")):
         em = _Top(fn, order)
@@ -1074,15 +1127,18 @@ def derive(forward):
                      qual=f"{fn.fn.__name__}_{what}")
         g.__doc__ = f"The {what.replace('_', ' ')} of {fn.name}, derived by tapegrad."
         g._tg_derivation = d
+        g._tg_role = order - 1
         out.append(g)
-    return tuple(out)
+    d.use = tuple(out)
+    return d.use
 
 
 def ready(fn):
-    """``fn``; first, when it is a derived derivative, the functions it
-    calls become Numba dispatchers (Numba is loaded only now, when the op
-    first compiles)."""
+    """``fn``, or when it is a derived derivative the function to compile
+    for it: its callees made Numba dispatchers (Numba is loaded only now,
+    when the op first compiles), derived again if a global or closure
+    variable it read has changed since (:meth:`_Derivation.ready`)."""
     d = getattr(fn, "_tg_derivation", None)
-    if d is not None:
-        d.ready()
-    return fn
+    if d is None:
+        return fn
+    return d.ready(fn._tg_role)
