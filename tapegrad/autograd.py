@@ -13,7 +13,7 @@ import numpy as np
 
 from . import hooks as H
 from .kernels._views import SMALL
-from .kernels.sweep import layout, sweep
+from .kernels.sweep import graph_of, layout, sweep
 from .ops.registry import OUTPUT, REGISTRY
 from .tape import Tape, current
 from .tensor import Tensor, _plain, bound
@@ -230,15 +230,32 @@ class Adjoints:
     is a NumPy view for Python (host records, leaves).
     """
 
-    def __init__(self, tape, upto):
-        self.voff, self.off, self.leaf, inner, outer = layout(
-            tape.op, tape.size, upto, SMALL)
+    def __init__(self, tape, upto, first=None):
+        """``first``: lay out only the graph that records ``first .. upto-1``
+        reach (``order`` lists it, descending), in time that grows with that
+        graph and not with the rest of the tape; None: every record below
+        ``upto`` (``order`` is None)."""
+        if first is None:
+            self.order = None
+            self.voff, self.off, self.leaf, inner, outer = layout(tape.op, tape.size, upto, SMALL)
+        else:
+            self.voff = tape.voff  # mid-size values' offsets, kept as they are recorded
+            # np.zeros: pages the search never touches are never written
+            self.order, self.off, self.leaf, inner, outer = graph_of(
+                tape.op, tape.size, tape.arg0, tape.args, first, upto, np.zeros(upto, np.bool_))
         if tape.scratch is None or tape.scratch.size < inner:
             tape.scratch = np.empty(max(inner, 1024))
         self.A = tape.scratch
         self.L = np.empty(outer)
         self.size = tape.size
-        self.aptr = self.off * 8 + np.where(self.leaf, self.L.ctypes.data, self.A.ctypes.data)
+        if self.order is None:
+            self.aptr = self.off * 8 + np.where(self.leaf, self.L.ctypes.data,
+                                                self.A.ctypes.data)
+        else:
+            g = self.order
+            self.aptr = np.empty(upto, np.int64)  # set for the graph's records only
+            self.aptr[g] = self.off[g] * 8 + np.where(self.leaf[g], self.L.ctypes.data,
+                                                      self.A.ctypes.data)
         self.reached = np.zeros(upto, np.bool_)
 
     def __getitem__(self, r):
@@ -277,6 +294,10 @@ class Adjoints:
             self.reached[r] = True
 
 
+#: tapes up to this many records are laid out whole at backward (see backward)
+GRAPH_SEARCH_FROM = 4096
+
+
 def backward(t, gradient=None, retain_graph=False):
     if not t._requires_grad:
         raise RuntimeError(
@@ -301,7 +322,11 @@ def backward(t, gradient=None, retain_graph=False):
         u = root - 1 - int(tape.ip[tape.ip0[root]])
         while upto < tape.n and tape.op[upto] == OUTPUT and tape.args[tape.arg0[upto]] == u:
             upto += 1
-    adj = Adjoints(tape, upto)
+    tape.arg0[tape.n] = tape.na  # closes the last record's parents for graph_of
+    # a tape of a few thousand records is laid out whole, faster than the
+    # graph search; past that, only the root's graph (its cost must not
+    # grow with unrelated graphs that live on the tape)
+    adj = Adjoints(tape, upto, root if upto > GRAPH_SEARCH_FROM else None)
     T = tape.arrays(adj) + (adj.reached,)
     adj.add(root, seed)
     reached = adj.reached
@@ -315,8 +340,14 @@ def backward(t, gradient=None, retain_graph=False):
         _run(tape, adj, T, root, -1)
     check_stale(tape, reached, upto)
     check_nested(tape, reached, upto)
-    updates = [(leaf, adj[r]) for r, leaf in tape.leaves.items()
-               if r < upto and reached[r]]
+    graph = adj.order
+    if graph is None:
+        updates = [(leaf, adj[r]) for r, leaf in tape.leaves.items()
+                   if r < upto and reached[r]]
+    else:
+        updates = [(tape.leaves[r], adj[r])
+                   for r in graph[adj.leaf[graph] & reached[graph]][::-1].tolist()
+                   if r in tape.leaves]
     if H.LEAF_HOOKS:  # hooks see every leaf's gradient before any is stored
         updates = [(leaf, H.run_leaf_hooks(leaf, g)) for leaf, g in updates]
     for leaf, g in updates:
@@ -324,14 +355,15 @@ def backward(t, gradient=None, retain_graph=False):
     for owner, g in retained:
         _accumulate(owner, g)
     if not retain_graph:
-        tape.after_backward(reached, T)
+        tape.after_backward(reached, T, graph)
 
 
 def _run(tape, adj, T, start, stop):
-    """Sweep records ``start .. stop+1``, applying host VJPs where it stops."""
+    """Sweep records ``start .. stop+1`` (those of ``adj.order``, when it has
+    one), applying host VJPs where it stops."""
     freed = tape.freed
     while True:
-        s = sweep(T, freed, start, stop)
+        s = sweep(T, freed, start, stop, adj.order)
         if s == -1:
             return
         if s < -1:

@@ -40,6 +40,7 @@ from .kernels._views import SMALL
 from .kernels.optable import READS_INPUTS, READS_OUTPUT
 
 _INT = np.int64
+_FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
 _getrefcount = sys.getrefcount
 
 
@@ -68,7 +69,7 @@ class Tape:
     __slots__ = ("_enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
-                 "where", "stale", "consts", "sums", "aliases")
+                 "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -105,6 +106,7 @@ class Tape:
         self.v1 = np.zeros(cap, np.float64)
         self.rix = np.full(cap, -1, _INT)  # index in refs of a kept large value
         self.freed = np.zeros(cap, np.bool_)
+        self.voff = np.zeros(cap, _INT)  # where a mid-size value starts in vals
 
     def _new_epoch(self):
         self.n = 0                 # records
@@ -112,6 +114,11 @@ class Tape:
         self.ni = 1                # integer parameters; ip[0] == 0 is shared
         self.nv = 0                # arena elements used
         self.all_freed = False     # a backward freed every record
+        # records that are no op (leaves, constants, outputs: the ops' fast
+        # paths never record one) and op records freed: the op records not
+        # freed are n - n_none - n_freed (see after_backward)
+        self.n_none = 0
+        self.n_freed = 0
         self._update_room()
         self.tok = Epoch(self)
         self.base = _getrefcount(self.tok)
@@ -134,7 +141,7 @@ class Tape:
         # place, an interrupt after _alloc lost records or overran size).
         cap = 2 * len(self.op)
         grown = {}
-        for k in ("arg0", "size", "ip0", "fp", "v1", "rix", "freed", "op"):
+        for k in ("arg0", "size", "ip0", "fp", "v1", "rix", "freed", "voff", "op"):
             a = getattr(self, k)
             b = np.full(cap + (k == "arg0"), {"size": 1, "rix": -1}.get(k, 0), a.dtype)
             b[:len(a)] = a
@@ -212,6 +219,8 @@ class Tape:
         except BaseException:
             self.abandon(r, na)
             raise
+        if op < _FIRST_OP:
+            self.n_none += 1
         if k > 2:
             self._update_room()
         return r
@@ -237,6 +246,8 @@ class Tape:
         except BaseException:
             self.abandon(r, na)
             raise
+        if op < _FIRST_OP:
+            self.n_none += 1
         return r
 
     def abandon(self, r, na):
@@ -279,6 +290,7 @@ class Tape:
             if nv + size > len(self.vals):
                 self.vals = self._grown(self.vals, nv + size)
             self.vals[nv:nv + size] = np.ravel(value)
+            self.voff[r] = nv
             self.nv = nv + size
         elif READS_OUTPUT[self.op[r]]:
             self.keep(r, value)
@@ -330,10 +342,26 @@ class Tape:
         return r
 
     # -- liveness ----------------------------------------------------------------
-    def after_backward(self, reached, T):
-        """Free what a backward without ``retain_graph`` used."""
+    def after_backward(self, reached, T, order=None):
+        """Free what a backward without ``retain_graph`` used: the reached op
+        records of ``order`` (the graph the sweep walked), or of the tape.
+
+        With ``order`` this costs what the graph costs, however many other
+        records the tape holds: whether every op record is freed now comes
+        from the counts (``n_none``, ``n_freed``), confirmed by a scan only
+        when they say so, and large values can only become unneeded if the
+        graph holds some."""
         from .kernels.sweep import free_reached
-        all_freed = free_reached(self.op, self.freed, reached, self.n)
+        if order is None:
+            all_freed = free_reached(self.op, self.freed, reached, self.n)
+            self.n_freed = int(np.count_nonzero((self.op[:self.n] >= _FIRST_OP)
+                                                & self.freed[:self.n]))
+        else:
+            mine = order[reached[order] & (self.op[order] >= _FIRST_OP) & ~self.freed[order]]
+            self.freed[mine] = True
+            self.n_freed += mine.size
+            all_freed = self.n - self.n_none - self.n_freed <= 0 and bool(
+                np.all(self.freed[:self.n] | (self.op[:self.n] < _FIRST_OP)))
         if self.hooks:  # a freed record's hooks can never fire again
             self.hooks = {r: h for r, h in self.hooks.items() if not self.freed[r]}
         if all_freed:
@@ -343,7 +371,8 @@ class Tape:
             for a in self.flipped:
                 _writeable(a)
             self.flipped.clear()
-        else:
+        elif order is None or bool(np.any(self.rix[order] >= 0)):
+            # only the graph's records can have lost their last reader now
             self._release_freed(T)
 
     def _release_freed(self, T):
@@ -446,6 +475,11 @@ class Tape:
         mid = (size > 1) & (size <= SMALL)
         vsz = np.where(mid, size, 0)
         vals, _ = segments((np.cumsum(vsz) - vsz)[idx], vsz[idx], self.vals)
+        new_mid = mid[idx]
+        voff = np.cumsum(np.where(new_mid, size[idx], 0)) - np.where(new_mid, size[idx], 0)
+        is_op = self.op[idx] >= _FIRST_OP
+        n_none = int(m - np.count_nonzero(is_op))
+        n_freed = int(np.count_nonzero(is_op & self.freed[idx]))
         kept_rix = self.rix[idx]
         rix = np.where(kept_rix >= 0, np.cumsum(kept_rix >= 0) - 1, -1)
         cols = [(name, getattr(self, name)[idx]) for name in ("op", "size", "fp", "v1", "freed")]
@@ -480,7 +514,9 @@ class Tape:
             self.args[:args.size] = args
             self.ip[1:1 + ips.size] = ips
             self.vals[:vals.size] = vals
+            self.voff[:m] = voff
             self.n, self.na, self.ni, self.nv = m, args.size, 1 + ips.size, vals.size
+            self.n_none, self.n_freed = n_none, n_freed
             self._update_room()
             self.refs = refs
             self.host, self.hooks, self.where, self.stale = host, hooks, where, stale

@@ -25,8 +25,10 @@ def _deposit1(T, v, x):
         gv[0] += x
 
 
-def sweep(T, freed, start, stop):
-    """Run VJPs of reached records ``start, start-1, ..., stop+1``.
+def sweep(T, freed, start, stop, order=None):
+    """Run VJPs of reached records ``start, start-1, ..., stop+1``: those of
+    ``order`` (record ids, descending: the graph :func:`graph_of` found), or
+    every record in that range.
 
     Returns -1 when done, ``r >= 0`` when record r is a host record (Python
     applies its VJP, marks its parents and resumes at ``r - 1``), and
@@ -38,17 +40,31 @@ def sweep(T, freed, start, stop):
     The VJP families a tape uses are compiled the first time a sweep meets
     them (kernels/dispatch.py); the compiled loop hands back here for that.
     """
-    return VJP.run(_sweep, (T, freed, start, stop, TABLE), 2)
+    if order is None:
+        order = np.arange(start, stop, -1)
+    return VJP.run(_sweep, (T, freed, order, start, stop, TABLE), 3)
 
 
 @kernel
-def _sweep(T, freed, start, stop, table):
-    """``sweep``'s compiled loop; returns ``MISSING - r`` at a record whose
-    family has no entry in ``table`` yet (before touching it), ``FAILED - r``
-    when its kernel raised."""
+def _sweep(T, freed, order, start, stop, table):
+    """``sweep``'s compiled loop over the records of ``order`` in
+    ``(stop, start]``; returns ``MISSING - r`` at a record whose family has no
+    entry in ``table`` yet (before touching it), ``FAILED - r`` when its
+    kernel raised."""
     op, arg0, size, args, v1, reached = T[OP], T[ARG0], T[SIZE], T[ARGS], T[V1], T[REACHED]
     rix, ptrs = T[RIX], T[PTRS]
-    for r in range(start, stop, -1):
+    # the first position at or below start: order is descending
+    lo, hi = 0, order.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if order[mid] > start:
+            lo = mid + 1
+        else:
+            hi = mid
+    for k in range(lo, order.size):
+        r = order[k]
+        if r <= stop:
+            break
         if not reached[r]:
             continue
         if freed[r]:
@@ -112,6 +128,85 @@ def consumed(T, n, freed):
 
 estimate_as(consumed, "records")
 _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
+_LEAF = C.code(C.K_NONE, C.LEAF)
+
+
+@kernel
+def graph_of(op, size, arg0, args, first, upto, seen):
+    """The records that records ``first .. upto-1`` reach (a root and the
+    later outputs of its op), and their adjoints' layout, in time that grows
+    with that graph alone, not with the rest of the tape.
+
+    Returns ``(order, aoff, leaf, inner, outer)``: the records in descending
+    order (the order the sweep visits them: recording order is topological),
+    each one's adjoint offset and whether it is a leaf (arrays of ``upto``
+    entries, set for the graph's records only: the others are never read),
+    and the two adjoint arenas' sizes.  The outputs of a multi-output record
+    in the graph are in it together, in consecutive adjoints, since its VJP
+    reads them as one span.  ``seen`` (``upto`` zeros, from the caller: a
+    fresh zeroed allocation costs nothing for the pages never touched) marks
+    the records found.
+    """
+    stack = np.empty(64, np.int64)
+    out = np.empty(64, np.int64)
+    top = 0
+    k = 0
+    for r in range(first, upto):
+        if not seen[r]:
+            seen[r] = True
+            stack[top] = r
+            top += 1
+    while top > 0:
+        top -= 1
+        r = stack[top]
+        if k == out.size:
+            grown = np.empty(2 * out.size, np.int64)
+            grown[:k] = out
+            out = grown
+        out[k] = r
+        k += 1
+        need = top + (arg0[r + 1] - arg0[r]) + 1
+        if need > stack.size:
+            grown = np.empty(2 * need, np.int64)
+            grown[:top] = stack[:top]
+            stack = grown
+        for j in range(arg0[r], arg0[r + 1]):
+            p = args[j]
+            if not seen[p]:
+                seen[p] = True
+                stack[top] = p
+                top += 1
+        if size[r] == 0 and ((op[r] >> C.SHIFT) == C.K_GATHER or (op[r] >> C.SHIFT) == C.K_HOST):
+            j = r + 1
+            while j < upto and op[j] == _OUTPUT and args[arg0[j]] == r:
+                if not seen[j]:
+                    seen[j] = True
+                    if top == stack.size:
+                        grown = np.empty(2 * stack.size, np.int64)
+                        grown[:top] = stack[:top]
+                        stack = grown
+                    stack[top] = j
+                    top += 1
+                j += 1
+    order = np.sort(out[:k])
+    aoff = np.empty(upto, np.int64)
+    leaf = np.empty(upto, np.bool_)
+    inner = 0
+    outer = 0
+    for i in range(k):  # ascending: a multi-output record's outputs stay consecutive
+        r = order[i]
+        is_leaf = op[r] == _LEAF
+        leaf[r] = is_leaf
+        if is_leaf:
+            aoff[r] = outer
+            outer += size[r]
+        else:
+            aoff[r] = inner
+            inner += size[r]
+    return order[::-1].copy(), aoff, leaf, inner, outer
+
+
+estimate_as(graph_of, "records")
 
 
 @kernel
@@ -141,8 +236,6 @@ def live_records(T, n, roots):
 
 estimate_as(live_records, "records")
 
-
-_LEAF = C.code(C.K_NONE, C.LEAF)
 
 
 @kernel
