@@ -93,24 +93,42 @@ def check_nested(tape, reached, upto, inputs=()):
                 "tg.hessian / tg.hvp")
 
 
-def check_stale(tape, reached, upto, inputs=None):
+def _readers(tape, arg0, args, upto, graph):
+    """``users(s)``: the records below ``upto`` that read record s, ascending
+    -- among the records of ``graph`` only, when it is given (a backward's
+    graph holds every record that matters to it, and searching it alone
+    costs what the graph costs) -- and the mask of the records searched."""
+    if graph is None:
+        return (lambda s: np.searchsorted(arg0, np.flatnonzero(args == s), "right") - 1), None
+    starts = arg0[graph]
+    lens = arg0[graph + 1] - starts
+    pos = np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+    read, owner = tape.args[pos], np.repeat(graph, lens)
+    mask = np.zeros(upto, np.bool_)
+    mask[graph] = True
+    return (lambda s: np.sort(owner[read == s])), mask
+
+
+def check_stale(tape, reached, upto, inputs=None, graph=None):
     """Raise PyTorch's in-place error if a backward used a saved value that
     was written in place after it was recorded (``Tape.stale``).
 
     ``inputs``: the records of ``backward(inputs=...)`` / ``autograd.grad``'s
     inputs; then only records on a path from the root to one of them count
-    (PyTorch runs no other), though the sweep reached more."""
+    (PyTorch runs no other), though the sweep reached more.  ``graph``: the
+    records the backward's graph holds (``Adjoints.order``), if it has them."""
     if not tape.stale:
         return
     from .kernels.codes import K_HOST, SHIFT
     from .kernels.optable import READS_INPUTS, READS_OUTPUT
     arg0 = tape.arg0[:upto + 1]
     args = tape.args[:int(arg0[-1])]
+    users_of, searched = _readers(tape, arg0, args, upto, graph)
     on_path = None
-    for s, what in _with_views(tape, arg0, args, upto).items():
-        if s >= upto:
+    for s, what in _with_views(tape, arg0, args, upto, users_of, searched).items():
+        if s >= upto or searched is not None and not searched[s]:
             continue
-        users = np.searchsorted(arg0, np.flatnonzero(args == s), "right") - 1
+        users = users_of(s)
         if reached[s] and READS_OUTPUT[int(tape.op[s])]:
             users = np.append(users, s)
         for c in users:
@@ -139,19 +157,20 @@ _VIEW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Swapaxes
 _view_codes = None
 
 
-def _with_views(tape, arg0, args, upto):
+def _with_views(tape, arg0, args, upto, users_of, searched):
     """``tape.stale`` and, with the same note, every record below ``upto`` that
     is a view of a stale one (and views of those): a write into a tensor
-    reaches the values of the views taken of it, live or not, as in PyTorch."""
+    reaches the values of the views taken of it, live or not, as in PyTorch.
+    ``users_of`` and ``searched``: see :func:`_readers`."""
     global _view_codes
     if _view_codes is None:
         _view_codes = frozenset(c for c, d in REGISTRY.items() if d.name in _VIEW_OPS) | {
             OUTPUT}   # the pieces of split / unbind (a multi-output record's slots)
     stale = dict(tape.stale)
-    work = [s for s in stale if s < upto]
+    work = [s for s in stale if s < upto and (searched is None or searched[s])]
     while work:
         s = work.pop()
-        for c in np.searchsorted(arg0, np.flatnonzero(args == s), "right") - 1:
+        for c in users_of(s):
             c = int(c)
             if c in stale or args[arg0[c]] != s:
                 continue
@@ -338,7 +357,7 @@ def backward(t, gradient=None, retain_graph=False):
         _hooked(tape, adj, T, root, retained)
     else:
         _run(tape, adj, T, root, -1)
-    check_stale(tape, reached, upto)
+    check_stale(tape, reached, upto, graph=adj.order)
     check_nested(tape, reached, upto)
     graph = adj.order
     if graph is None:

@@ -69,7 +69,8 @@ class Tape:
     __slots__ = ("_enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
-                 "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed")
+                 "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
+                 "ptrs", "nptrs")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -83,6 +84,8 @@ class Tape:
         self.ip = np.zeros(4 * capacity, _INT)
         self.vals = np.zeros(capacity, np.float64)
         self.refs = []             # large values kept for VJPs (rix[r] indexes it)
+        self.ptrs = np.zeros(64, _INT)  # their addresses (0: released), for the kernels
+        self.nptrs = 0             # refs whose address ptrs holds (see arrays)
         self.leaves = {}           # LEAF record -> Tensor
         self.host = {}             # host record -> what its VJP needs
         self.hooks = {}            # record -> its tensor's hooks (tapegrad.hooks)
@@ -388,6 +391,8 @@ class Tape:
         rix = self.rix[:n]
         for r in np.flatnonzero((rix >= 0) & self.freed[:n] & ~keep):
             self.refs[rix[r]] = None
+            if rix[r] < self.nptrs:
+                self.ptrs[rix[r]] = 0
         if not self.flipped:
             return
         needed = {id(a) for a in self.refs if a is not None}
@@ -519,6 +524,7 @@ class Tape:
             self.n_none, self.n_freed = n_none, n_freed
             self._update_room()
             self.refs = refs
+            self.nptrs = 0
             self.host, self.hooks, self.where, self.stale = host, hooks, where, stale
             self.aliases = aliases
             self.consts, self.sums = consts, sums
@@ -547,6 +553,7 @@ class Tape:
             _writeable(a)
         self.flipped.clear()
         self.refs.clear()
+        self.nptrs = 0
         self.leaves.clear()
         self.host.clear()
         self.hooks.clear()
@@ -562,8 +569,16 @@ class Tape:
         """The tuple of arrays the sweep reads (see kernels/_views.py), with the
         value and adjoint layout ``adj`` (an :class:`~tapegrad.autograd.Adjoints`)."""
         self.arg0[self.n] = self.na  # closes the last record's parents
-        ptrs = np.fromiter((0 if a is None else a.ctypes.data for a in self.refs),
-                           _INT, len(self.refs))
+        # the addresses of the kept values, found once per value: a backward
+        # costs what its graph costs, not what every kept value does
+        m, k = len(self.refs), self.nptrs
+        if m > k:
+            if m > self.ptrs.size:
+                self.ptrs = self._grown(self.ptrs, m)
+            self.ptrs[k:m] = np.fromiter((0 if a is None else a.ctypes.data
+                                          for a in self.refs[k:m]), _INT, m - k)
+            self.nptrs = m
+        ptrs = self.ptrs[:m]
         return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
                 self.v1, self.vals, adj.voff, self.rix, ptrs, adj.aptr)
 
