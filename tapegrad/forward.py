@@ -577,7 +577,10 @@ def _lstsq_jvp(tape, tan, r):
 
 
 def _function_jvp(tape, tan, r):
-    cls = tape.host[r][0]
+    cls, ctx = tape.host[r][:2]
+    why = getattr(cls, "no_jvp", None)
+    if why is not None:
+        raise NotImplementedError(why(ctx))
     raise NotImplementedError(
         f"jvp: {cls.__name__} is a tg.Function, which defines backward() but no forward-mode "
         "(jvp) rule; use reverse mode (tg.vjp, tg.jacobian, tg.grad) for functions that "

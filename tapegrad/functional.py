@@ -478,7 +478,7 @@ def value_and_grad(f, argnums=0):
 class _Spec:
     """What a nested ``value_and_grad`` record needs for its VJP."""
     __slots__ = ("at", "primals", "nums", "connected", "value", "outputs", "s", "leaves",
-                 "where")
+                 "where", "missing")
 
 
 def _nested_value_and_grad(f, args, single, nums, connected):
@@ -745,9 +745,22 @@ def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_
     return tuple(res)
 
 
+def _further_order(name):
+    return (f"create_graph=True: the graph contains a gradient computed with "
+            f"create_graph=True through {name}, which has no differentiable backward "
+            "formula: that gradient differentiates once more (backward, or autograd.grad "
+            "without create_graph), but not to a further order")
+
+
 class _GraphGrad(Function):
-    """Gradients computed with ``create_graph=True``, as one differentiable
-    record over every leaf that requires grad in the graph they came from."""
+    """Gradients computed with ``create_graph=True`` through an op without a
+    differentiable backward formula (``create_graph.NoRule``), as one record
+    over every leaf that requires grad in the graph they came from: it
+    differentiates once more (second order), not further."""
+
+    @staticmethod
+    def no_jvp(ctx):  # forward mode over it is a third derivative
+        return _further_order(ctx.spec.missing)
 
     # The record's parents are s (the seeded sum of the outputs, whose graph the
     # backward differentiates again) and the leaves.  s is a parent and not an
@@ -812,16 +825,57 @@ class _At:
 
 def _graph_grad(outputs, seeds, inputs, allow_unused):
     """``autograd.grad(..., create_graph=True)``: gradients that are tensors
-    of the graph, so they can be differentiated again (second order)."""
+    of the graph, so they can be differentiated again, to any order
+    (:mod:`tapegrad.create_graph`).  A graph with an op that has no
+    differentiable backward formula there gets one second-order node
+    (``_GraphGrad``) instead, with respect to leaves only."""
+    from . import create_graph as CG
+    tape = current()
+    # the numeric backward first: it raises what the graph's own backward
+    # would (freed graph, values written in place) and tells which inputs
+    # the outputs reach
+    gs = reverse(outputs, seeds, inputs, retain_graph=True)
+    for i, (g, x) in enumerate(zip(gs, inputs)):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
+                "to not have been used in the graph. Set allow_unused=True if this is "
+                "the desired behavior.")
+    upto = max([_root_span(tape, t._rec) for t in outputs if t._tok is tape.tok] or [0])
+    try:
+        walked = CG.graph_grad(tape, outputs, seeds, inputs, upto)
+    except CG.NoRule as e:
+        return _second_order_grad(outputs, seeds, inputs, allow_unused, e)
+    res = []
+    for g, w, x in zip(gs, walked, inputs):
+        if g is None:
+            res.append(None)
+            continue
+        if w is None:  # reached only through ops of zero derivative
+            w = tensor(np.zeros(x.size))
+        if w.shape != x.shape:
+            w = w.reshape(x.shape)
+        res.append(w if x.dtype == np.float64 else w.astype(x.dtype))
+    return tuple(res)
+
+
+def _second_order_grad(outputs, seeds, inputs, allow_unused, missing):
+    """The gradients as one ``_GraphGrad`` node (differentiable once more),
+    for a graph through an op without a differentiable backward formula
+    (``missing``, a ``create_graph.NoRule``)."""
     from .kernels.sweep import live_records
     from .ops import reductions as Rd
+    why = f" ({missing.why})" if missing.why else ""
     for i, x in enumerate(inputs):
         if x._tok is not None:
             raise NotImplementedError(
-                f"create_graph=True: input {i} (shape {x.shape}) is not a leaf; tapegrad "
-                "differentiates gradients again only with respect to leaves. Make it a "
-                "leaf (h = h.detach().requires_grad_()) and compute from it, or use "
-                "tg.hessian / tg.hvp")
+                f"create_graph=True: input {i} (shape {x.shape}) is not a leaf, and the "
+                f"graph goes through {missing.name}, which has no differentiable backward "
+                f"formula{why}; through it tapegrad differentiates gradients again only "
+                "with respect to leaves. Make the input a leaf (h = "
+                "h.detach().requires_grad_()) and compute from it, or use tg.hessian / tg.hvp")
+    if missing.through is not None:
+        raise NotImplementedError(_further_order(missing.through))
     tape = current()
     with enable_grad():
         s = None
@@ -851,6 +905,7 @@ def _graph_grad(outputs, seeds, inputs, allow_unused):
     if not used:  # allow_unused, and no input reached: nothing to differentiate again
         return (None,) * len(inputs)
     spec = _Spec()
+    spec.missing = missing.name
     spec.leaves = leaves
     spec.where = [next(k for k, z in enumerate(leaves) if z is inputs[i]) for i in used]
     spec.outputs = tuple(np.asarray(gs[i][0].reshape(inputs[i].shape), dtype=np.float64)

@@ -55,8 +55,7 @@ update that takes the tensor's place (README, "In-place writes, views and
 nesting"): a graph that saved the old value keeps it.  PyTorch (``real``)
 raises there instead ("... modified by an inplace operation") when the old
 value was saved.  ``functional`` is the oracle tapegrad is held to; ``real``
-checks that oracle wherever PyTorch itself gives a result.  (The functional
-run also writes out the create_graph difference: see ``run``, "grad".)
+checks that oracle wherever PyTorch itself gives a result.
 
 Left out of generation, and why:
 
@@ -64,9 +63,6 @@ Left out of generation, and why:
   do not reach their base in tapegrad (README, "In-place writes, views and
   nesting"); only basic indexing makes views here, and no op that PyTorch
   answers with a view (``reshape``, ``.T``, ``expand``) is generated at all;
-* a third derivative (a second ``create_graph=True`` differentiated again:
-  NotImplementedError) and ``create_graph=True`` with respect to tensors that
-  are not leaves (NotImplementedError): README, "Known limits";
 * a right-hand side that shares memory with the tensor written into
   (``h[1:] += h[:2]``): PyTorch refuses partial overlaps, NumPy (and tapegrad)
   copy first; the value of a write is never from the written family;
@@ -780,10 +776,7 @@ def make_create_graph_program(d, known_bugs_excluded=True):
     """A first gradient with ``create_graph=True`` (``tg.autograd.grad``), then a function of
     it (gradient penalty, Hessian-vector product written by hand, mixed with the inputs)
     differentiated again: by ``backward`` into ``.grad`` or by ``tg.autograd.grad``.
-
-    Left out, documented (README "Known limits"): a third order (a second
-    ``create_graph=True`` differentiated again raises NotImplementedError) and
-    ``create_graph=True`` with respect to tensors that are not leaves (raises)."""
+    Third and higher orders and non-leaf inputs: tests/test_create_graph.py."""
     g = Gen(d, "create_graph", known_bugs_excluded)
     shape = g.base_shape()
     g.new_leaf(shape)
@@ -1112,15 +1105,6 @@ def run(prog, lib, functional=False):
                 B.sgd(vals[s[1]], s[2])
             elif kind == "grad":
                 outs = list(B.autograd_grad(vals[s[1]], [vals[k] for k in s[2]], s[3], s[4]))
-                if functional and s[4]:
-                    # documented: tapegrad's create_graph gradients are always tensors of
-                    # the graph (GradBackward) that reach every leaf of the first graph
-                    # and every input (``reach``), so
-                    # a second derivative PyTorch leaves out (the gradient is constant in
-                    # a leaf: None, or "does not require grad") is zeros there.  Written
-                    # out in PyTorch: each gradient plus zero times those leaves.
-                    zero = sum(vals[k].sum() for k in s[5]) * 0.0
-                    outs = [None if o is None else o + zero for o in outs]
                 vals.extend(outs)
             elif kind == "backward":
                 seed = None if s[2] is None else B.const(s[2])

@@ -98,12 +98,8 @@ def _same_numbers(a, b, who, prog, none_is_zero=False):
         _close(ga, gb, f"{who}: .grad of leaf {i}", prog, none_is_zero)
 
 
-# Documented (README: create_graph=True returns "tensors of the graph", GradBackward):
-# tapegrad's first gradients always carry a graph to every leaf of the first graph, where
-# PyTorch's gradient of a function linear in a leaf has none.  Where PyTorch then gives
-# None (no path) or refuses the backward ("does not require grad"), tapegrad gives zeros.
-# The functional oracle writes this out (inplace_programs.run); the real PyTorch run is
-# compared with it up to exactly that.
+# PyTorch's gradient of a function linear in a leaf carries no graph: a backward through
+# it raises "does not require grad" (tapegrad's the same, as the functional run shows).
 _CREATE_GRAPH_NONE = "does not require grad and does not have a grad_fn"
 
 

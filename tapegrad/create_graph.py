@@ -1,0 +1,715 @@
+"""``create_graph=True``: a backward whose every step is a recorded op.
+
+``tg.autograd.grad(..., create_graph=True)`` and ``backward(create_graph=True)``
+walk the graph's records from the outputs back, as the compiled sweep does,
+but in Python and on tensors: each record's VJP is written here with
+tapegrad's own differentiable ops (PyTorch's way: its backward formulas are
+themselves graph ops when ``create_graph`` is set), so the gradients are
+ordinary tensors of the graph.  Differentiating them again runs the usual
+compiled sweep over those new records, and asking ``create_graph=True`` of
+that walks them here in turn: any order, with respect to leaves and
+non-leaves alike, and mixed derivatives with respect to any tensor of the
+graph (a gradient penalty's parameters).
+
+Every formula works on flat values, the tape's layout: a broadcast, a
+reduction, an index or a concatenation is an index map (``index_maps``),
+whose VJP is a gather (``take``) or its adjoint, a scatter-add
+(:class:`_ScatterAdd`, whose own VJP is the gather).  Piecewise-constant
+factors (masks of maximum, sign of abs) are constants of the new graph:
+their derivative is zero wherever it exists.
+
+A record without a formula here (``RULES``: the decompositions cholesky,
+eigh, qr, svd, pinv, lstsq; cumprod and prod over zeros; digamma;
+``tg.Function``; ``tg.elementwise`` ops) makes :func:`graph_grad` return
+None before anything is recorded; the caller then falls back to one
+second-order node (``functional._GraphGrad``) and names the op where a
+further order or a non-leaf input needs more.
+"""
+import math
+import sys
+
+import numpy as np
+
+from .function import _FUNCTION, Function
+from .index_maps import operand_maps, reduce_map
+from .kernels import codes as C
+from .kernels._views import SMALL
+from .ops import matrix as L
+from .ops.registry import REGISTRY
+from .tensor import Tensor, _result
+
+
+class NoRule(Exception):
+    """A record on the way has no differentiable VJP here (``.name``: its op)."""
+
+    def __init__(self, name, why="", through=None):
+        super().__init__(name)
+        #: ``through``: the op a create_graph gradient on the way went through
+        #: (a second-order node, which cannot be differentiated further)
+        self.name, self.why, self.through = name, why, through
+
+
+def _tg():
+    # the package's ops by name, looked up when a walk runs (``import tapegrad``
+    # has completed by then), as tensor.bound does: no import of the layer above
+    return sys.modules["tapegrad"]
+
+
+# -- the two linear index ops --------------------------------------------------------------
+def take(t, idx):
+    """``t[idx]`` on flat ``t``; ``idx`` -1 gives 0."""
+    tg = _tg()
+    idx = np.asarray(idx, np.int64)
+    if idx.size and idx.min() < 0:
+        n = t.size
+        t = tg.concatenate([t, np.zeros(1)])
+        idx = np.where(idx < 0, n, idx)
+    return tg.take(t, idx)
+
+
+def scatter(t, idx, n):
+    """The adjoint of ``take``: ``out[idx[k]] += t[k]`` into ``n`` elements
+    (``idx`` -1: dropped).  An injective map scatters by a gather."""
+    idx = np.asarray(idx, np.int64)
+    if idx.size == n and np.array_equal(idx, np.arange(n)):
+        return t
+    ok = idx >= 0
+    hit = np.bincount(idx[ok], minlength=n) if n else np.zeros(0, np.int64)
+    if hit.size == 0 or hit.max() <= 1:
+        inv = np.full(n, -1, np.int64)
+        inv[idx[ok]] = np.flatnonzero(ok)
+        return take(t, inv)
+    return _ScatterAdd.apply(t, idx, n)
+
+
+class _ScatterAdd(Function):
+    """``out[idx[k]] += t[k]`` (flat); its VJP is the gather ``take``."""
+
+    checks_own_reads = True  # reads no recorded value
+
+    @staticmethod
+    def forward(ctx, t, idx, n):
+        ctx.idx = idx
+        ok = idx >= 0
+        return np.bincount(idx[ok], np.ravel(t)[ok], minlength=n)
+
+    @staticmethod
+    def backward(ctx, g):
+        idx = ctx.idx
+        return np.where(idx >= 0, g[np.maximum(idx, 0)], 0.0), None, None
+
+    @staticmethod
+    def vjp_ops(ctx, u):
+        return (take(u, ctx.idx),)
+
+
+_ScatterAdd.__name__ = "ScatterAdd"
+
+
+# -- the walk --------------------------------------------------------------------------------
+class Walk:
+    """A recorded backward over records ``< upto`` of ``tape`` (the tape's
+    token is held by the caller so that no compaction renumbers records
+    while the walk records)."""
+
+    def __init__(self, tape, upto, input_recs):
+        self.tape, self.upto = tape, upto
+        size = tape.size[:upto]
+        mid = np.where((size > 1) & (size <= SMALL), size, 0)
+        self.voff = np.cumsum(mid) - mid
+        self.handles = {}
+        self.adj = {}
+        # records that depend on an input: the only ones an adjoint goes to
+        lo = min(input_recs) if input_recs else upto
+        dep = np.zeros(upto, np.bool_)
+        dep[list(input_recs)] = True
+        op, arg0, args = tape.op, tape.arg0, tape.args
+        for r in range(lo, upto):
+            if not dep[r]:
+                a, b = int(arg0[r]), int(arg0[r + 1])
+                if b > a and dep[args[a:b]].any():
+                    dep[r] = True
+        self.dep = dep
+
+    # values
+    def val(self, r):
+        """Record r's recorded value, flat float64 (an internal error where it
+        was not kept: the formulas read only what the compiled VJPs read)."""
+        tape = self.tape
+        n = int(tape.size[r])
+        if n == 1:
+            return tape.v1[r:r + 1].copy()
+        if n <= SMALL:
+            o = int(self.voff[r])
+            return tape.vals[o:o + n].copy()
+        if tape.rix[r] >= 0:
+            return np.ravel(tape.refs[tape.rix[r]])
+        if int(tape.op[r]) == C.code(C.K_NONE, C.LEAF):
+            return np.ravel(np.asarray(tape.leaves[r]._data, np.float64))
+        raise RuntimeError(f"create_graph: the value of record {r} "
+                           f"({REGISTRY[int(tape.op[r])].name}) was not kept")
+
+    def x(self, r):
+        """Record r's value as a tensor of the graph (a constant as an array)."""
+        if int(self.tape.op[r]) == C.code(C.K_NONE, C.CONST):
+            return self.val(r)
+        h = self.handles.get(r)
+        if h is None:
+            h = self.handles[r] = _result(self.tape, r, self.val(r))
+        return h
+
+    def parents(self, r):
+        tape = self.tape
+        return [int(q) for q in tape.args[tape.arg0[r]:tape.arg0[r + 1]]]
+
+    def size(self, r):
+        return int(self.tape.size[r])
+
+    def add(self, q, t):
+        if not self.dep[q] or t is None:
+            return
+        old = self.adj.get(q)
+        self.adj[q] = t if old is None else old + t
+
+    def run(self, seeds, stop):
+        """Seed ``{record: flat tensor}``, then apply every rule down to
+        record ``stop``."""
+        for r, s in seeds.items():
+            self.add(r, s)
+        tape = self.tape
+        for r in range(self.upto - 1, stop - 1, -1):
+            code = int(tape.op[r])
+            if code >> C.SHIFT == C.K_NONE:
+                continue
+            if self.size(r) == 0:  # a multi-output op: its outputs' adjoints, one span
+                u = self._span(r)
+                if u is None:
+                    continue
+            else:
+                u = self.adj.get(r)
+                if u is None:
+                    continue
+            if not self.dep[r]:
+                continue
+            RULES[code >> C.SHIFT](self, r, code & C.MASK, u)
+
+    def _span(self, r):
+        tape = self.tape
+        outs = []
+        v = r + 1
+        while v < tape.n and int(tape.op[v]) == C.code(C.K_NONE, C.OUTPUT) \
+                and int(tape.args[tape.arg0[v]]) == r:
+            outs.append(v)
+            v += 1
+        if not any(v in self.adj for v in outs):
+            return None
+        tg = _tg()
+        return tg.concatenate([self.adj[v] if v in self.adj else np.zeros(self.size(v))
+                               for v in outs])
+
+
+def check(tape, upto, dep):
+    """Raise NoRule for a record a walk would reach that has no formula
+    (before anything is recorded): a second-order node first, which no
+    order beyond can differentiate, else the first such record."""
+    first = None
+    vals = _Vals(tape, upto)
+    for r in np.flatnonzero(dep[:upto]):
+        try:
+            _check(tape, vals, r)
+        except NoRule as e:
+            if e.through is not None:
+                raise
+            first = first or e
+    if first is not None:
+        raise first
+
+
+def _check(tape, _vals, r):
+    """Raise NoRule if record r has no formula here."""
+    code = int(tape.op[r])
+    kind, sub = code >> C.SHIFT, code & C.MASK
+    if kind == C.K_NONE:
+        return
+    name = REGISTRY[code].name if code in REGISTRY else str(code)
+    if kind == C.K_UNARY and sub == C.DIGAMMA:
+        raise NoRule(name, "its derivative, trigamma, is not an op of tapegrad")
+    if kind == C.K_REDUCE and sub == C.PROD or kind == C.K_SCAN and sub == C.CUMPROD:
+        if not (Walk.val(_vals, int(tape.args[tape.arg0[r]])) != 0).all():
+            raise NoRule(name, "its input has zero entries")
+    if kind == C.K_HOST:
+        if code == _FUNCTION:
+            cls, ctx = tape.host[r][:2]
+            if hasattr(cls, "no_jvp"):
+                raise NoRule(f"{cls.__name__} (a tg.Function)", through=ctx.spec.missing)
+            if not hasattr(cls, "vjp_ops"):
+                raise NoRule(f"{cls.__name__} (a tg.Function)",
+                             "a tg.Function's backward works on arrays")
+        elif code not in HOST:
+            raise NoRule(name)
+        elif code == L._EINSUM:
+            ins = tape.host[r][0]
+            if any(len(set(s)) != len(s) for s in ins):
+                raise NoRule(name, "it repeats an index within one operand")
+    if kind == C.K_USER:
+        raise NoRule(name, "a tg.elementwise op has no derivative of its derivative")
+
+
+class _Vals:
+    """What ``Walk.val`` reads, for ``check`` before a walk exists."""
+
+    def __init__(self, tape, upto):
+        self.tape = tape
+        size = tape.size[:upto]
+        mid = np.where((size > 1) & (size <= SMALL), size, 0)
+        self.voff = np.cumsum(mid) - mid
+
+
+# -- rules by kind ------------------------------------------------------------------------------
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+def _d_unary(W, r, sub):
+    """dy/dx of record r as a tensor (or a number), from x and y."""
+    tg = _tg()
+    (q,) = W.parents(r)
+    x = (lambda: W.x(q))
+    y = (lambda: W.x(r))
+    if sub == C.IDENT or sub >= C.VIEW_FIRST:
+        return 1.0
+    if sub == C.NEG:
+        return -1.0
+    D = {
+        C.EXP: lambda: y(), C.LOG: lambda: 1.0 / x(), C.LOG1P: lambda: 1.0 / (1.0 + x()),
+        C.EXPM1: lambda: y() + 1.0, C.SQRT: lambda: 0.5 / y(), C.SQUARE: lambda: 2.0 * x(),
+        C.SIN: lambda: tg.cos(x()), C.COS: lambda: -tg.sin(x()),
+        C.TAN: lambda: 1.0 + y() * y(), C.TANH: lambda: 1.0 - y() * y(),
+        C.SINH: lambda: tg.cosh(x()), C.COSH: lambda: tg.sinh(x()),
+        C.ARCSIN: lambda: 1.0 / tg.sqrt(1.0 - x() * x()),
+        C.ARCCOS: lambda: -1.0 / tg.sqrt(1.0 - x() * x()),
+        C.ARCTAN: lambda: 1.0 / (1.0 + x() * x()),
+        C.ABS: lambda: np.sign(W.val(q)), C.FABS: lambda: np.sign(W.val(q)),
+        C.RECIPROCAL: lambda: -y() * y(), C.EXP2: lambda: y() * _LN2,
+        C.LOG2: lambda: 1.0 / (x() * _LN2), C.LOG10: lambda: 1.0 / (x() * _LN10),
+        C.CBRT: lambda: 1.0 / (3.0 * y() * y()),
+        C.ARCSINH: lambda: 1.0 / tg.sqrt(x() * x() + 1.0),
+        C.ARCCOSH: lambda: 1.0 / tg.sqrt(x() * x() - 1.0),
+        C.ARCTANH: lambda: 1.0 / (1.0 - x() * x()),
+        C.DEG2RAD: lambda: math.pi / 180.0, C.RAD2DEG: lambda: 180.0 / math.pi,
+        C.ERF: lambda: (2.0 / math.sqrt(math.pi)) * tg.exp(-x() * x()),
+        C.ERFC: lambda: (-2.0 / math.sqrt(math.pi)) * tg.exp(-x() * x()),
+        C.ERFINV: lambda: (math.sqrt(math.pi) / 2.0) * tg.exp(y() * y()),
+        C.GAMMALN: lambda: tg.digamma(x()),
+        C.I0E: lambda: tg.i1e(x()) - np.sign(W.val(q)) * y(),
+        C.I1E: lambda: _d_i1e(W, q, x, y),
+        C.LOG_NDTR: lambda: tg.exp(-0.5 * x() * x() - tg.log_ndtr(x()))
+        / math.sqrt(2.0 * math.pi),
+    }
+    if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:
+        return None
+    return D[sub]()  # a sub with no formula: KeyError, never a zero
+
+
+def _d_i1e(W, q, x, y):
+    # i1e' = i0e - i1e (sign(x) + 1/x); 1/2 at 0
+    tg = _tg()
+    xv = W.val(q)
+    if (xv == 0).any():
+        raise NoRule("I1e", "its input has zero entries")
+    return tg.i0e(x()) - y() * (np.sign(xv) + 1.0 / x())
+
+
+def _unary(W, r, sub, u):
+    (q,) = W.parents(r)
+    d = _d_unary(W, r, sub)
+    if d is None:
+        return
+    W.add(q, u if isinstance(d, float) and d == 1.0 else u * d)
+
+
+def _scalar(W, r, sub, u):
+    (q,) = W.parents(r)
+    c = float(W.tape.fp[r])
+    if sub == C.ADDC:
+        d = u
+    elif sub == C.MULC:
+        d = u * c
+    elif sub == C.DIVC:
+        d = u / c
+    elif sub == C.RSUBC:
+        d = -u
+    elif sub == C.RDIVC:  # c / x
+        d = -u * W.x(r) / W.x(q)
+    elif sub == C.POWC:  # x ** c
+        d = u * (c * W.x(q) ** (c - 1.0)) if c != 0.0 else None
+    elif sub == C.RPOWC:  # c ** x
+        d = u * W.x(r) * math.log(c) if c != 1.0 else None
+    else:
+        raise KeyError(sub)
+    W.add(q, d)
+
+
+def _nary(W, r, sub, u):
+    tg = _tg()
+    ps = W.parents(r)
+    m = W.size(r)
+    if sub == C.WHERE:
+        qc, qa, qb = ps
+        cond = W.val(qc) != 0
+        ic, ia, ib = _maps(W, r, m, ps)
+        cond = cond[ic] if ic is not None else np.broadcast_to(cond, (m,))
+        W.add(qa, _back(u * cond.astype(np.float64), ia, W.size(qa)))
+        W.add(qb, _back(u * (~cond).astype(np.float64), ib, W.size(qb)))
+        return
+    if sub >= C.NARY_ZERO_FIRST:
+        return
+    qa, qb = ps
+    ia, ib = _maps(W, r, m, ps)
+    A = lambda: _at(W.x(qa), ia, m)  # noqa: E731
+    B = lambda: _at(W.x(qb), ib, m)  # noqa: E731
+    av = lambda: _atv(W.val(qa), ia, m)  # noqa: E731
+    bv = lambda: _atv(W.val(qb), ib, m)  # noqa: E731
+    Y = lambda: W.x(r)  # noqa: E731
+    need_a, need_b = W.dep[qa], W.dep[qb]
+    if sub == C.ADD:
+        da, db = 1.0, 1.0
+    elif sub == C.SUB:
+        da, db = 1.0, -1.0
+    elif sub == C.MUL:
+        da = B() if need_a else None
+        db = A() if need_b else None
+    elif sub == C.DIV:
+        da = 1.0 / B() if need_a else None
+        db = -Y() / B() if need_b else None
+    elif sub in (C.POW, C.FLOAT_POWER):
+        a_, b_ = av(), bv()
+        da = (B() * A() ** (B() - 1.0)) * (b_ != 0).astype(np.float64) if need_a else None
+        if need_b:
+            safe = np.where(a_ != 0, a_, 1.0)
+            a_t = A()
+            la = tg.log(tg.where(a_ != 0, a_t, safe)) if isinstance(a_t, Tensor) \
+                else np.log(safe)
+            db = Y() * la * (a_ != 0)
+        else:
+            db = None
+    elif sub == C.ARCTAN2:
+        r2 = A() * A() + B() * B()
+        da, db = B() / r2, -A() / r2
+    elif sub == C.HYPOT:
+        da, db = A() / Y(), B() / Y()
+    elif sub == C.LOGADDEXP:
+        da, db = tg.exp(A() - Y()), tg.exp(B() - Y())
+    elif sub == C.LOGADDEXP2:
+        da, db = tg.exp2(A() - Y()), tg.exp2(B() - Y())
+    elif sub == C.COPYSIGN:
+        da, db = np.copysign(1.0, av()) * np.copysign(1.0, bv()), None
+    elif sub == C.FMOD:
+        da, db = 1.0, -np.trunc(av() / bv())
+    elif sub == C.REMAINDER:
+        da, db = 1.0, -np.floor(av() / bv())
+    elif sub in (C.MAXIMUM, C.MINIMUM, C.FMAX, C.FMIN):
+        a_, b_ = av(), bv()
+        big = sub in (C.MAXIMUM, C.FMAX)
+        wins = (a_ > b_) if big else (a_ < b_)
+        tie = a_ == b_
+        da = np.where(tie, 0.5, wins.astype(np.float64))
+        nan_a, nan_b = a_ != a_, b_ != b_
+        if sub in (C.MAXIMUM, C.MINIMUM):  # NaN wins
+            da = np.where(nan_a, 1.0, np.where(nan_b, 0.0, da))
+        else:  # NaN loses
+            da = np.where(nan_a, 0.0, np.where(nan_b, 1.0, da))
+        db = 1.0 - da
+    else:
+        raise KeyError(sub)
+    if need_a and da is not None:
+        W.add(qa, _back(u * da, ia, W.size(qa)))
+    if need_b and db is not None:
+        W.add(qb, _back(u * db, ib, W.size(qb)))
+
+
+def _maps(W, r, m, ps):
+    return operand_maps(W.tape, r, m, [W.size(q) for q in ps])
+
+
+def _at(t, idx, m):
+    """Operand value ``t`` at the m output elements (its map ``idx``)."""
+    if idx is None:
+        return t
+    if isinstance(t, np.ndarray):
+        return t[idx]
+    return take(t, idx)
+
+
+def _atv(v, idx, m):
+    if idx is None:
+        return v
+    return v[idx]
+
+
+def _back(t, idx, n):
+    """The adjoint ``t`` of the m output elements, summed into the operand's n."""
+    if idx is None:
+        return t
+    if isinstance(t, np.ndarray):
+        return np.bincount(idx, t, minlength=n)
+    return scatter(t, idx, n)
+
+
+def _reduce(W, r, sub, u):
+    (q,) = W.parents(r)
+    n, m = W.size(q), W.size(r)
+    om = reduce_map(W.tape, r, n) if m > 1 or sub in (C.SOFTMAX, C.LOG_SOFTMAX) else \
+        np.zeros(n, np.int64)
+    tg = _tg()
+    if sub == C.SUM:
+        W.add(q, take(u, om))
+    elif sub == C.MEAN:
+        W.add(q, take(u, om) * (m / n if n else 0.0))
+    elif sub in (C.MAX, C.MIN):
+        x, y = W.val(q), W.val(r)
+        hit = (x == y[om]) | ((x != x) & (y[om] != y[om]))
+        ties = np.bincount(om, hit.astype(np.float64), m)
+        W.add(q, take(u, om) * np.where(hit, 1.0 / np.maximum(ties, 1.0)[om], 0.0))
+    elif sub == C.PROD:  # no zeros (check): y / x
+        W.add(q, take(u * W.x(r), om) / W.x(q))
+    elif sub == C.LOGSUMEXP:
+        W.add(q, take(u, om) * tg.exp(W.x(q) - take(W.x(r), om)))
+    elif sub == C.SOFTMAX:
+        y = W.x(r)
+        rows = int(om.max()) + 1 if n else 0
+        W.add(q, y * (u - take(scatter(u * y, om, rows), om)))
+    elif sub == C.LOG_SOFTMAX:
+        y = W.x(r)
+        rows = int(om.max()) + 1 if n else 0
+        W.add(q, u - tg.exp(y) * take(scatter(u, om, rows), om))
+    else:
+        raise KeyError(sub)
+
+
+def _gather(W, r, sub, u):
+    tape = W.tape
+    (q,) = W.parents(r)
+    b = int(tape.ip0[r])
+    m = int(tape.ip[b])
+    idx = tape.ip[b + 1:b + 1 + m]
+    W.add(q, scatter(u, idx, W.size(q)))
+
+
+def _concat(W, r, sub, u):
+    tape = W.tape
+    b = int(tape.ip0[r])
+    m = int(tape.ip[b])
+    src = tape.ip[b + 1:b + 1 + m]
+    pos = tape.ip[b + 1 + m:b + 1 + 2 * m]
+    for j, q in enumerate(W.parents(r)):
+        if not W.dep[q]:
+            continue
+        ks = np.flatnonzero(src == j)
+        W.add(q, scatter(take(u, ks), pos[ks], W.size(q)))
+
+
+def _scan(W, r, sub, u):
+    tape = W.tape
+    tg = _tg()
+    (q,) = W.parents(r)
+    b = int(tape.ip0[r])
+    shape = (int(tape.ip[b]), int(tape.ip[b + 1]), int(tape.ip[b + 2]))
+
+    def rcumsum(t):  # sum over j >= k along the scanned axis
+        t = tg.reshape(t, shape)
+        return tg.reshape(tg.flip(tg.cumsum(tg.flip(t, 1), axis=1), 1), (-1,))
+    if sub == C.CUMSUM:
+        W.add(q, rcumsum(u))
+    elif sub == C.CUMPROD:  # no zeros (check)
+        W.add(q, rcumsum(u * W.x(r)) / W.x(q))
+    else:
+        raise KeyError(sub)
+
+
+# host ops: matmul, einsum, inv, solve, det, slogdet
+def _T(m):
+    return _tg().swapaxes(m, -1, -2)
+
+
+def _sum_to(t, shape):
+    """Sum a broadcast ``t`` back to ``shape``."""
+    tg = _tg()
+    extra = t.ndim - len(shape)
+    if extra:
+        t = tg.sum(t, axis=tuple(range(extra)))
+    axes = tuple(i for i, s in enumerate(shape) if s == 1 and t.shape[i] != 1)
+    if axes:
+        t = tg.sum(t, axis=axes, keepdims=True)
+    return t
+
+
+def _flat(t):
+    return _tg().reshape(t, (-1,))
+
+
+def _matmul(W, r, u):
+    tg = _tg()
+    qa, qb = W.parents(r)
+    shape_a, shape_b = W.tape.host[r]
+    a1, b1 = len(shape_a) == 1, len(shape_b) == 1
+    sa = (1,) + tuple(shape_a) if a1 else tuple(shape_a)
+    sb = tuple(shape_b) + (1,) if b1 else tuple(shape_b)
+    batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+    G = tg.reshape(u, batch + (sa[-2], sb[-1]))
+    if W.dep[qa]:
+        B = tg.reshape(W.x(qb), sb)
+        W.add(qa, _flat(_sum_to(tg.matmul(G, _T(B)), sa)))
+    if W.dep[qb]:
+        A = tg.reshape(W.x(qa), sa)
+        W.add(qb, _flat(_sum_to(tg.matmul(_T(A), G), sb)))
+
+
+def _inv(W, r, u):
+    tg = _tg()
+    (qa,) = W.parents(r)
+    shape_a, shape_y = W.tape.host[r]
+    Y = tg.reshape(W.x(r), shape_y)
+    G = tg.reshape(u, shape_y)
+    W.add(qa, _flat(-tg.matmul(tg.matmul(_T(Y), G), _T(Y))))
+
+
+def _solve(W, r, u):
+    tg = _tg()
+    qa, qb = W.parents(r)
+    shape_a, shape_b, shape_x = W.tape.host[r]
+    vector = len(shape_b) == 1
+    A = tg.reshape(W.x(qa), shape_a)
+    X = tg.reshape(W.x(r), shape_x)
+    G = tg.reshape(u, shape_x)
+    Gm = tg.expand_dims(G, -1) if vector else G
+    GB = tg.linalg.solve(_T(A), Gm)
+    if W.dep[qb]:
+        W.add(qb, _flat(_sum_to(GB[..., 0] if vector else GB, tuple(shape_b))))
+    if W.dep[qa]:
+        Xm = tg.expand_dims(X, -1) if vector else X
+        W.add(qa, _flat(_sum_to(-tg.matmul(GB, _T(Xm)), tuple(shape_a))))
+
+
+def _det_like(W, r, u, det):
+    tg = _tg()
+    (qa,) = W.parents(r)
+    shape_a, shape_d = W.tape.host[r]
+    A = tg.reshape(W.x(qa), shape_a)
+    g = tg.reshape(u, tuple(shape_d) + (1, 1))
+    AiT = _T(tg.linalg.inv(A))
+    if det:
+        d = tg.reshape(W.x(r), tuple(shape_d) + (1, 1))
+        W.add(qa, _flat(g * d * AiT))
+    else:
+        W.add(qa, _flat(g * AiT))
+
+
+def _einsum(W, r, u):
+    tg = _tg()
+    tape = W.tape
+    ins, out, *shapes, out_shape = tape.host[r]
+    parents = W.parents(r)
+    values = [tg.reshape(W.x(p), s) for p, s in zip(parents, shapes)]
+    g = tg.reshape(u, out_shape)
+    size = {}
+    for s, shp in zip(ins, shapes):
+        for c, n in zip(s, shp):
+            if size.get(c, 1) == 1:
+                size[c] = n
+    for k, p in enumerate(parents):
+        if not W.dep[p]:
+            continue
+        others = [ins[j] for j in range(len(ins)) if j != k]
+        present = set(out).union(*others)
+        uniq = ins[k]
+        kept = "".join(c for c in uniq if c in present)
+        spec = ",".join([out] + others) + "->" + kept
+        gk = tg.einsum(spec, g, *[values[j] for j in range(len(ins)) if j != k])
+        own = dict(zip(ins[k], shapes[k]))
+        for axis, c in enumerate(uniq):
+            if c not in present:
+                gk = tg.expand_dims(gk, axis)
+        gk = tg.broadcast_to(gk, tuple(own[c] if c not in present else size[c]
+                                       for c in uniq))
+        stretched = tuple(i for i, c in enumerate(uniq) if own[c] == 1 and gk.shape[i] != 1)
+        if stretched:
+            gk = tg.sum(gk, axis=stretched, keepdims=True)
+        W.add(p, _flat(tg.broadcast_to(gk, shapes[k])))
+
+
+def _function(W, r, u):
+    tape = W.tape
+    cls, ctx, tensor_args, out_shapes, nargs = tape.host[r]
+    grads = cls.vjp_ops(ctx, u)
+    for (position, _shape), q in zip(tensor_args, W.parents(r)):
+        g = grads[position]
+        if g is not None:
+            W.add(q, _flat(g))
+
+
+HOST = {L._MATMUL: _matmul, L._INV: _inv, L._SOLVE: _solve,
+        L._DET: lambda W, r, u: _det_like(W, r, u, True),
+        L._LOGABSDET: lambda W, r, u: _det_like(W, r, u, False),
+        L._EINSUM: _einsum, _FUNCTION: _function}
+
+
+def _host(W, r, sub, u):
+    HOST[C.code(C.K_HOST, sub)](W, r, u)
+
+
+def _missing(W, r, sub, u):
+    raise NoRule(REGISTRY[int(W.tape.op[r])].name)
+
+
+RULES = {C.K_UNARY: _unary, C.K_SCALAR: _scalar, C.K_NARY: _nary, C.K_REDUCE: _reduce,
+         C.K_GATHER: _gather, C.K_CONCAT: _concat, C.K_HOST: _host, C.K_SCAN: _scan,
+         C.K_USER: _missing}
+
+
+# -- the driver ---------------------------------------------------------------------------------
+def input_records(tape, x, upto):
+    """The records of input tensor ``x`` below ``upto``: a non-leaf's own, or
+    every LEAF record of a leaf (one written in place since records anew)."""
+    if x._tok is not None:
+        return [int(x._rec)] if x._tok is tape.tok and x._rec < upto else []
+    return [q for q, z in tape.leaves.items() if z is x and q < upto]
+
+
+def graph_grad(tape, outputs, seeds, inputs, upto):
+    """The gradients of ``outputs`` (seeded) with respect to ``inputs``, as
+    tensors of the graph (None where none reaches an input): one recorded
+    walk.  Raises NoRule, having recorded nothing, where a record on the way
+    has no formula."""
+    from .grad_mode import enable_grad
+    from .kernels.sweep import live_records
+    from .tensor import tensor
+    recs = [input_records(tape, x, upto) for x in inputs]
+    flat = sorted({q for rs in recs for q in rs})
+    tok = tape.tok  # held: no compaction renumbers records while the walk records
+    W = Walk(tape, upto, flat)
+    roots = np.array([t._rec for t in outputs if t._tok is tape.tok], np.int64)
+    tape.arg0[tape.n] = tape.na
+    live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto, roots)
+    check(tape, upto, W.dep & live[:upto])
+    seeded = []
+    for t, v in zip(outputs, seeds):
+        if t._tok is tape.tok:
+            seeded.append((int(t._rec), tensor(np.asarray(v, np.float64).reshape(-1))))
+    with enable_grad():
+        for r, s in seeded:
+            W.add(r, s)
+        W.run({}, flat[0] if flat else upto)
+    del tok
+    res = []
+    for x, rs, in zip(inputs, recs):
+        g = None
+        for q in rs:
+            a = W.adj.get(q)
+            if a is not None:
+                g = a if g is None else g + a
+        for t, v in zip(outputs, seeds):  # an output that is the input itself
+            if t is x and t._tok is None:
+                s = tensor(np.asarray(v, np.float64).reshape(-1))
+                g = s if g is None else g + s
+        res.append(g)
+    return res
