@@ -13,7 +13,7 @@ import numpy as np
 
 from . import hooks as H
 from .kernels._views import SMALL
-from .kernels.sweep import graph_of, layout, sweep
+from .kernels.sweep import graph_addresses, graph_of, layout, sweep
 from .ops.registry import OUTPUT, REGISTRY
 from .tape import Tape, current
 from .tensor import Tensor, _plain, bound
@@ -261,7 +261,7 @@ class Adjoints:
             self.voff = tape.voff  # mid-size values' offsets, kept as they are recorded
             # np.zeros: pages the search never touches are never written
             self.order, self.off, self.leaf, inner, outer = graph_of(
-                tape.op, tape.size, tape.arg0, tape.args, first, upto, np.zeros(upto, np.bool_))
+                tape.op, tape.size, tape.arg0, tape.args, first, upto, np.zeros(upto, np.uint8))
         if tape.scratch is None or tape.scratch.size < inner:
             tape.scratch = np.empty(max(inner, 1024))
         self.A = tape.scratch
@@ -271,10 +271,8 @@ class Adjoints:
             self.aptr = self.off * 8 + np.where(self.leaf, self.L.ctypes.data,
                                                 self.A.ctypes.data)
         else:
-            g = self.order
-            self.aptr = np.empty(upto, np.int64)  # set for the graph's records only
-            self.aptr[g] = self.off[g] * 8 + np.where(self.leaf[g], self.L.ctypes.data,
-                                                      self.A.ctypes.data)
+            self.aptr = graph_addresses(self.order, self.off, self.leaf, self.L.ctypes.data,
+                                        self.A.ctypes.data, upto)
         self.reached = np.zeros(upto, np.bool_)
 
     def __getitem__(self, r):

@@ -4,6 +4,8 @@ the gradients, freeing, value release and tape reset must be what the
 whole-tape walk gives, with other graphs alive around it."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tapegrad as tg
 from tapegrad import autograd as A
@@ -89,3 +91,90 @@ def test_the_recorded_value_offsets_are_the_layout_s():
     mid = (tape.size[:n] > 1) & (tape.size[:n] <= SMALL)
     np.testing.assert_array_equal(tape.voff[:n][mid], voff[mid])
     assert ys
+
+
+def _reached_by(tape, first, upto):
+    """What records ``first .. upto-1`` reach, by a plain walk (the oracle),
+    with every output of a multi-output record that is reached."""
+    from tapegrad.kernels import codes as C
+    seen = set(range(first, upto))
+    for r in range(upto - 1, -1, -1):
+        if r in seen:
+            seen.update(int(p) for p in tape.args[tape.arg0[r]:tape.arg0[r + 1]])
+    out = C.code(C.K_NONE, C.OUTPUT)
+    for r in sorted(seen):
+        if tape.size[r] == 0 and (tape.op[r] >> C.SHIFT) in (C.K_GATHER, C.K_HOST):
+            j = r + 1
+            while j < upto and tape.op[j] == out and tape.args[tape.arg0[j]] == r:
+                seen.add(j)
+                j += 1
+    return seen
+
+
+def _graph_set(tape, root):
+    from tapegrad.kernels.sweep import graph_of
+    tape.arg0[tape.n] = tape.na
+    order = graph_of(tape.op, tape.size, tape.arg0, tape.args, root, root + 1,
+                     np.zeros(root + 1, np.uint8))[0]
+    assert np.all(np.diff(order) < 0)  # descending, each record once
+    return set(order.tolist())
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 10**6), st.integers(0, 10**6)),
+                min_size=1, max_size=60), st.integers(0, 10**6))
+@settings(max_examples=60, deadline=None, database=None)
+def test_the_graph_search_finds_what_the_root_reaches(steps, pick):
+    """Random interleaved graphs (old parameters, early intermediates,
+    multi-output records): the search finds exactly the records the root
+    reaches, and the gradient is the whole-tape walk's."""
+    ps = [tg.tensor(np.linspace(0.1, 0.9, 4) + k, requires_grad=True) for k in range(3)]
+    live = list(ps)
+    for kind, i, j in steps:
+        a, b = live[i % len(live)], live[j % len(live)]
+        if kind == 0:
+            live.append(a * b)
+        elif kind == 1:
+            live.append(tg.sin(a) + 0.5)
+        elif kind == 2:
+            u, v = a.reshape(2, 2).unbind()
+            live.append(tg.concatenate([v, u]) * b)
+        elif kind == 3:
+            live.append(tg.split(a, [1, 3])[1].sum() * b)
+        elif kind == 4:
+            live.append(a - b * 2.0)
+        else:
+            live.append(tg.exp(a * 0.1))
+    root = live[len(ps) + pick % (len(live) - len(ps))] if len(live) > len(ps) else live[-1]
+    loss = (root * root).sum()
+    tape = current()
+    assert _graph_set(tape, loss._rec) == _reached_by(tape, loss._rec, loss._rec + 1)
+    grads = []
+    for at in (0, 10**12):
+        for p in ps:
+            p.grad = None
+        A.GRAPH_SEARCH_FROM = at
+        try:
+            loss.backward(retain_graph=True)
+        finally:
+            A.GRAPH_SEARCH_FROM = 4096
+        grads.append([None if p.grad is None else p.grad.numpy() for p in ps])
+    for g, w in zip(*grads):
+        assert (g is None) == (w is None)
+        if g is not None:
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_graph_through_an_early_intermediate_past_many_unrelated_records(search):
+    """The reverse pass gives way to the depth-first search when the graph
+    reaches an intermediate recorded before thousands of unrelated records."""
+    w = tg.tensor(np.linspace(0.1, 0.9, 5), requires_grad=True)
+    h = tg.sin(w)                              # an early intermediate
+    z, kept = _unrelated(3000)                 # 6,000 unrelated records
+    x = tg.tensor(np.arange(5.0), requires_grad=True)
+    loss = (h * x).sum()
+    tape = current()
+    assert _graph_set(tape, loss._rec) == _reached_by(tape, loss._rec, loss._rec + 1)
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), np.cos(w.numpy()) * x.numpy(), rtol=1e-14)
+    np.testing.assert_allclose(x.grad.numpy(), np.sin(w.numpy()), rtol=1e-14)
+    assert kept.grad_fn is not None

@@ -131,29 +131,71 @@ _OUTPUT = C.code(C.K_NONE, C.OUTPUT)
 _LEAF = C.code(C.K_NONE, C.LEAF)
 
 
-@kernel
-def graph_of(op, size, arg0, args, first, upto, seen):
-    """The records that records ``first .. upto-1`` reach (a root and the
-    later outputs of its op), and their adjoints' layout, in time that grows
-    with that graph alone, not with the rest of the tape.
+@inline
+def _is_multi(op, size, r):
+    """Record r is a multi-output op whose outputs are the next records."""
+    return size[r] == 0 and ((op[r] >> C.SHIFT) == C.K_GATHER or (op[r] >> C.SHIFT) == C.K_HOST)
 
-    Returns ``(order, aoff, leaf, inner, outer)``: the records in descending
-    order (the order the sweep visits them: recording order is topological),
-    each one's adjoint offset and whether it is a leaf (arrays of ``upto``
-    entries, set for the graph's records only: the others are never read),
-    and the two adjoint arenas' sizes.  The outputs of a multi-output record
-    in the graph are in it together, in consecutive adjoints, since its VJP
-    reads them as one span.  ``seen`` (``upto`` zeros, from the caller: a
-    fresh zeroed allocation costs nothing for the pages never touched) marks
-    the records found.
-    """
+
+@inline
+def _scan_down(op, size, arg0, args, first, upto, seen, nxt):
+    """Mark the graph (``seen[r] = 1``) by one reverse pass from ``upto - 1``
+    (recording order is topological: every parent lies below its consumer),
+    stopping once no marked record with parents is left below the cursor.
+    Records without parents (leaves, constants) are marked and listed but
+    never waited for, so a graph that reaches parameters recorded long ago
+    stops where its earliest op is.  Returns ``(lo, k, head)``: the lowest
+    record the pass visited, the records marked, and the first of the
+    parentless ones among them, linked through ``nxt`` (-1 ends the list: a
+    list in place, as a growing array costs its references in the loop, a
+    few times the pass itself); ``lo == -1`` once the pass has
+    crossed many more unrelated records than it found (graphs interleaved
+    on the tape: the depth-first search then costs less)."""
+    head = -1
+    pending = 0
+    k = 0
+    for r in range(first, upto):
+        seen[r] = 1
+        k += 1
+        pending += 1
+    r = upto - 1
+    while r >= 0 and pending > 0:
+        if seen[r] == 1:
+            if r >= first or arg0[r + 1] > arg0[r]:
+                pending -= 1
+            for j in range(arg0[r], arg0[r + 1]):
+                p = args[j]
+                if seen[p] == 0:
+                    seen[p] = 1
+                    k += 1
+                    if arg0[p + 1] > arg0[p]:
+                        pending += 1
+                    else:
+                        nxt[p] = head
+                        head = p
+            if _is_multi(op, size, r):
+                j = r + 1
+                while j < upto and op[j] == _OUTPUT and args[arg0[j]] == r:
+                    if seen[j] == 0:
+                        seen[j] = 1
+                        k += 1
+                    j += 1
+        elif upto - r > 4096 + 16 * k:
+            return -1, 0, head
+        r -= 1
+    return r + 1, k, head
+
+
+@inline
+def _search(op, size, arg0, args, first, upto, seen):
+    """Mark the graph depth-first (``seen[r] = 2``); returns the records."""
     stack = np.empty(64, np.int64)
     out = np.empty(64, np.int64)
     top = 0
     k = 0
     for r in range(first, upto):
-        if not seen[r]:
-            seen[r] = True
+        if seen[r] != 2:
+            seen[r] = 2
             stack[top] = r
             top += 1
     while top > 0:
@@ -172,15 +214,15 @@ def graph_of(op, size, arg0, args, first, upto, seen):
             stack = grown
         for j in range(arg0[r], arg0[r + 1]):
             p = args[j]
-            if not seen[p]:
-                seen[p] = True
+            if seen[p] != 2:
+                seen[p] = 2
                 stack[top] = p
                 top += 1
-        if size[r] == 0 and ((op[r] >> C.SHIFT) == C.K_GATHER or (op[r] >> C.SHIFT) == C.K_HOST):
+        if _is_multi(op, size, r):
             j = r + 1
             while j < upto and op[j] == _OUTPUT and args[arg0[j]] == r:
-                if not seen[j]:
-                    seen[j] = True
+                if seen[j] != 2:
+                    seen[j] = 2
                     if top == stack.size:
                         grown = np.empty(2 * stack.size, np.int64)
                         grown[:top] = stack[:top]
@@ -188,7 +230,45 @@ def graph_of(op, size, arg0, args, first, upto, seen):
                     stack[top] = j
                     top += 1
                 j += 1
-    order = np.sort(out[:k])
+    return out[:k]
+
+
+@kernel
+def graph_of(op, size, arg0, args, first, upto, seen):
+    """The records that records ``first .. upto-1`` reach (a root and the
+    later outputs of its op), and their adjoints' layout, in time that grows
+    with that graph alone, not with the rest of the tape.
+
+    Returns ``(order, aoff, leaf, inner, outer)``: the records in descending
+    order (the order the sweep visits them: recording order is topological),
+    each one's adjoint offset and whether it is a leaf (arrays of ``upto``
+    entries, set for the graph's records only: the others are never read),
+    and the two adjoint arenas' sizes.  The outputs of a multi-output record
+    in the graph are in it together, in consecutive adjoints, since its VJP
+    reads them as one span.  ``seen`` (``upto`` uint8 zeros, from the
+    caller: a fresh zeroed allocation costs nothing for the pages never
+    touched) holds the marks.
+    """
+    nxt = np.empty(upto, np.int64)  # only the parentless records' entries are written
+    lo, k, head = _scan_down(op, size, arg0, args, first, upto, seen, nxt)
+    if lo >= 0:
+        # the pass's span in order, after the parentless records it marked
+        # below the span (parameters recorded long before)
+        order = np.empty(k, np.int64)
+        i = 0
+        while head >= 0:
+            if head < lo:
+                order[i] = head
+                i += 1
+            head = nxt[head]
+        order[:i] = np.sort(order[:i])
+        for r in range(lo, upto):
+            if seen[r] == 1:
+                order[i] = r
+                i += 1
+    else:
+        order = np.sort(_search(op, size, arg0, args, first, upto, seen))
+        k = order.size
     aoff = np.empty(upto, np.int64)
     leaf = np.empty(upto, np.bool_)
     inner = 0
@@ -207,6 +287,21 @@ def graph_of(op, size, arg0, args, first, upto, seen):
 
 
 estimate_as(graph_of, "records")
+
+
+@kernel
+def graph_addresses(order, aoff, leaf, lbase, abase, upto):
+    """Adjoint addresses of the graph's records (``graph_of``'s layout in
+    arenas at ``lbase`` for leaves and ``abase`` for the rest); the other
+    entries are never read."""
+    aptr = np.empty(upto, np.int64)
+    for i in range(order.size):
+        r = order[i]
+        aptr[r] = aoff[r] * 8 + (lbase if leaf[r] else abase)
+    return aptr
+
+
+estimate_as(graph_addresses, "records")
 
 
 @kernel
