@@ -15,8 +15,11 @@ temporary directory (so nothing compiled earlier is found), except the
 * ``first gradient, 1e6 elements``: elementwise ops and a sum, whose VJPs
   run as whole-array NumPy in the interpreted tier (kernels/interpret.py:
   ``array_form``), so nothing compiles;
-* ``first gradient, 1e6-element cumsum``: cumulative ops have no
-  whole-array form, so work this large compiles at once;
+* ``first gradient, 1e6-element cumsum``, ``... max, softmax, concat,
+  maximum``: the reductions, cumulative sums, concatenations and the binary
+  ops whose derivative branches on the values have whole-array forms too;
+* ``first gradient, 1e6-element cumprod``: cumprod's VJP is a recurrence
+  with no whole-array form, so work this large compiles at once;
 * ``300 small gradients``: a loop that starts interpreted and compiles its
   kernels once interpreting them has cost their budget (kernels/interpret.py).
 
@@ -83,6 +86,15 @@ CASES = {
                                            ".sum())"
                                            "(np.linspace(0.1, 0.9, 10**6))\n"
                                            "print('T', time.perf_counter() - _t0)\n", "program"),
+    "first gradient, 1e6-element max, softmax, concat, maximum": (
+        _PRE + "g = tg.grad(lambda x: (x.reshape(1000, 1000).max(axis=1).sum()"
+        " + tg.softmax(x.reshape(1000, 1000), axis=0)[0].sum()"
+        " + tg.concatenate([x, x]).sum() + np.maximum(x, 0.5).sum()))"
+        "(np.linspace(0.1, 0.9, 10**6))\n"
+        "print('T', time.perf_counter() - _t0)\n", "program"),
+    "first gradient, 1e6-element cumprod": (_PRE + "g = tg.grad(lambda x: tg.cumprod(x).sum())"
+                                            "(np.ones(10**6))\n"
+                                            "print('T', time.perf_counter() - _t0)\n", "program"),
     "300 small gradients": (_PRE + "f = tg.grad(lambda x: (x * x + tg.sin(x)).sum())\n"
                             "for i in range(300):\n    f(np.linspace(0.1, 0.9, 50) + i)\n"
                             "print('T', time.perf_counter() - _t0)\n", "program"),

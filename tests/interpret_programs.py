@@ -68,9 +68,34 @@ ARRAYS = {
     "mean over trailing axes": lambda x, w: (x.mean(axis=1) * w.mean(axis=1)).sum(),
     "broadcast one element": lambda x, w: (x * w[0, 0] + w[1:2, 1:2] / x).sum(),
     "gather": lambda x, w: (x[::-1, 1:] * x[:, :-1] + x[[0, 3, 0, 1]].sum()).sum(),
-    # ties split the gradient: a branch per element, so the element loop runs
-    "branch per element": lambda x, w: np.maximum(x, x.T).sum(),
+    "maximum and fmax, ties and NaN": lambda x, w: (np.maximum(x, x.T) + tg.fmax(x, _NAN_T)).sum(),
+    "remainder, fmod": lambda x, w: (np.remainder(x, w) * np.fmod(w, x)).sum(),
+    "stack, concatenate": lambda x, w: (tg.stack([x, w, x], axis=1) ** 2).sum()
+    + tg.concatenate([w, x]).sum(),
+    "max over an axis, ties": lambda x, w: (tg.concatenate([x, x]).max(axis=0) * w[0]).sum(),
+    "min of all": lambda x, w: (x * w).min(),
+    "prod with zeros": lambda x, w: (x * _ZEROS).prod(axis=0).sum(),
+    "cumsum along each axis": lambda x, w: (tg.cumsum(x, axis=0) * w).sum()
+    + (tg.cumsum(x.reshape(-1)) * w.reshape(-1)).sum(),
+    "softmax": lambda x, w: (tg.softmax(x, axis=0) * w).sum(),
+    # the same rule on arrays, to the last bit but for the transcendental
+    # functions of NumPy's vector loops (LAST_BIT)
+    "logsumexp": lambda x, w: (tg.logsumexp(x, axis=1) * w[:, 0]).sum(),
+    "pow": lambda x, w: (x ** w).sum(),
+    "log_softmax": lambda x, w: (tg.log_softmax(x, axis=1) * w).sum(),
+    # the special functions' derivatives are scalar loops: no array form
+    "element loop": lambda x, w: tg.gammaln(x).sum(),
 }
+
+#: kinds whose interpreted side calls NumPy's vector exp or log, or Python's
+#: math module in a special function's scalar loop: the compiled tier's libm
+#: results may differ from them in the last bit
+LAST_BIT = {"logsumexp", "pow", "log_softmax", "element loop"}
+
+_NAN_T = np.where(np.eye(64, dtype=bool), np.nan, _BIG.T)
+_ZEROS = np.ones((64, 64))
+_ZEROS[0, :32] = 0.0    # one zero in these columns
+_ZEROS[1, :16] = 0.0    # two in these
 
 
 def arrays_program(kind):

@@ -14,11 +14,11 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, inner
-from .interpret import ARRAY_MIN, array_form
+from .interpret import ARRAY_MIN, array_form, python_copy
 from ._views import OP, IP0, IP  # tape fields
 from ._views import (adjoint, advance, alias, claim, claim_zeroed, fparam, odometer,
                      parent, value)
-from .rules import d_binary, d_scalar, d_unary
+from .rules import BINARY_TWINS, d_binary, d_scalar, d_unary
 
 # -- array kernels ---------------------------------------------------------------
 _CONST = C.code(C.K_NONE, C.CONST)
@@ -43,6 +43,17 @@ def _unary_loop(sub, g, x, y, gx, first):
 
 # The loops' whole-array forms, for the interpreted tier (interpret.array_form):
 # the same rule on whole arrays, every output written after all is computed.
+def _d_arrays(sub, a, b, y):
+    """``d_binary`` on arrays: the rule itself, or its twin where the rule
+    branches on a value (rules.BINARY_TWINS).  Plain Python, called only
+    from the interpreted tier's array forms, so it calls the rule's Python
+    copy, never the compiled rule."""
+    twin = BINARY_TWINS.get(sub)
+    if twin is not None:
+        return twin(a, b, y)
+    return python_copy(d_binary)(sub, a, b, y)
+
+
 @array_form(_unary_loop)
 def _unary_arrays(sub, g, x, y, gx, first):
     if g.size < ARRAY_MIN:
@@ -139,7 +150,7 @@ def _binary_same_shape(sub, g, xa, xb, y, ga, gb, first):
 def _binary_same_shape_arrays(sub, g, xa, xb, y, ga, gb, first):
     if g.size < ARRAY_MIN:
         return NotImplemented
-    da, db = d_binary(sub, xa, xb, y)
+    da, db = _d_arrays(sub, xa, xb, y)
     va, vb = g * da, g * db
     ga[:] = va + (0.0 if first else ga)
     gb[:] = vb + (0.0 if first else gb)
@@ -158,7 +169,7 @@ def _binary_one_side(sub, g, xa, xb, y, gx, first, left):
 def _binary_one_side_arrays(sub, g, xa, xb, y, gx, first, left):
     if g.size < ARRAY_MIN:
         return NotImplemented
-    da, db = d_binary(sub, xa, xb, y)
+    da, db = _d_arrays(sub, xa, xb, y)
     v = g * (da if left else db)
     gx[:] = v + (0.0 if first else gx)
 
@@ -174,7 +185,7 @@ def _binary_self(sub, g, x, y, gx, first):
 def _binary_self_arrays(sub, g, x, y, gx, first):
     if g.size < ARRAY_MIN:
         return NotImplemented
-    da, db = d_binary(sub, x, x, y)
+    da, db = _d_arrays(sub, x, x, y)
     v = g * (da + db)
     gx[:] = v + (0.0 if first else gx)
 
@@ -208,7 +219,7 @@ def _binary_any(sub, g, xa, xb, y, ga, gb, first, mode):
 def _binary_any_arrays(sub, g, xa, xb, y, ga, gb, first, mode):
     if g.size < ARRAY_MIN:
         return NotImplemented
-    da, db = d_binary(sub, xa, xb, y)
+    da, db = _d_arrays(sub, xa, xb, y)
     if mode == _BOTH:
         va, vb = g * da, g * db
         ga[:] = va + (0.0 if first else ga)
@@ -322,7 +333,7 @@ def _broadcast_flat_arrays(sub, g, xa, xb, y, ga, gb, ca, cb):
     n, ma, mb = g.size, xa.size, xb.size
     if n < ARRAY_MIN:
         return NotImplemented
-    da, db = d_binary(sub, xa if ma == n else xa[0], xb if mb == n else xb[0], y)
+    da, db = _d_arrays(sub, xa if ma == n else xa[0], xb if mb == n else xb[0], y)
     va = g * np.broadcast_to(da, (n,))
     vb = g * np.broadcast_to(db, (n,))
     ta = None if ca else (ga + va if ma == n else _add_in_order(ga[0], va))

@@ -449,7 +449,7 @@ def d_binary(sub, a, b, y):
     if sub == C.FMOD:  # a - trunc(a / b) * b
         return 1.0, -float(np.trunc(a / b))
     if sub == C.REMAINDER:  # a - floor(a / b) * b
-        return 1.0, -math.floor(a / b)
+        return 1.0, -np.floor(a / b)  # a float: inf where b == 0 (math.floor would raise)
     if sub == C.FMAX or sub == C.FMIN:  # NaN loses (it wins in maximum/minimum)
         if a != a:
             return 0.0, 1.0
@@ -477,6 +477,58 @@ def d_binary(sub, a, b, y):
             return 0.5, 0.5
         return (1.0, 0.0) if a != a else (0.0, 1.0)
     return unhandled(sub), unhandled(sub)
+
+
+# -- whole-array twins of the derivative rules that branch on a value ---------------------
+# The interpreted tier runs the element loops' whole-array forms
+# (interpret.array_form), which call the rules above on arrays; a rule with
+# ``if a > b`` cannot take arrays, so its twin here selects with np.where
+# between the same expressions (every branch is computed, the unselected
+# values are discarded; hence errstate ignore).  tests/test_interpret.py holds
+# each twin to its element rule bit for bit, NaN, ties and zeros included.
+def _pow_arrays(a, b, y):
+    with np.errstate(all="ignore"):
+        da = np.where(b != 0.0, b * a ** (b - 1.0), 0.0)
+        db = np.where(a != 0.0, y * np.log(a), 0.0)
+    return da, db
+
+
+def _max_min_arrays(wins):
+    # maximum: a wins where a > b, minimum where a < b; ties split; NaN wins
+    def twin(a, b, y):
+        da = np.where(wins(a, b), 1.0, np.where(wins(b, a), 0.0,
+                      np.where(a == b, 0.5, np.where(a != a, 1.0, 0.0))))
+        return da, 1.0 - da
+    return twin
+
+
+def _fmax_fmin_arrays(wins):
+    # fmax/fmin: NaN loses; ties split
+    def twin(a, b, y):
+        da = np.where(a != a, 0.0, np.where(b != b, 1.0,
+                      np.where(a == b, 0.5, np.where(wins(a, b), 1.0, 0.0))))
+        return da, 1.0 - da
+    return twin
+
+
+def _fmod_arrays(a, b, y):
+    with np.errstate(all="ignore"):
+        return np.ones_like(a * b), -np.trunc(a / b)
+
+
+def _remainder_arrays(a, b, y):
+    with np.errstate(all="ignore"):
+        return np.ones_like(a * b), -np.floor(a / b)
+
+
+#: ``sub -> twin(a, b, y) -> (dy/da, dy/db)`` for the K_NARY subs whose
+#: ``d_binary`` branch tests an element
+BINARY_TWINS = {
+    C.POW: _pow_arrays, C.FLOAT_POWER: _pow_arrays,
+    C.MAXIMUM: _max_min_arrays(np.greater), C.MINIMUM: _max_min_arrays(np.less),
+    C.FMAX: _fmax_fmin_arrays(np.greater), C.FMIN: _fmax_fmin_arrays(np.less),
+    C.FMOD: _fmod_arrays, C.REMAINDER: _remainder_arrays,
+}
 
 
 @inline

@@ -253,6 +253,72 @@ def reduce_vjp(T, r, sub):
         gx[:] = np.nan
 
 
+def _out_map_arrays(ip, b, nd):
+    """``_out_map`` as arrays: the output index of every input element,
+    from the input shape and the output strides (0 on reduced axes)."""
+    shape = [int(d) for d in ip[b + 1:b + 1 + nd]]
+    om = np.zeros(shape, np.int64)
+    for d in range(nd):
+        step = int(ip[b + 1 + nd + d])
+        if step:
+            om += (np.arange(shape[d], dtype=np.int64) * step).reshape(
+                [shape[d] if e == d else 1 for e in range(nd)])
+    return om.ravel()
+
+
+@array_form(reduce_vjp)
+def _reduce_arrays(T, r, sub):
+    """``reduce_vjp`` on whole arrays (the interpreted tier): the same
+    per-element expressions, with the per-output accumulations (ties,
+    products, softmax's sums) in input order through ``np.add.at`` /
+    ``np.multiply.at``, as the loop accumulates them."""
+    ip = T[IP]
+    b = T[IP0][r]
+    nd = ip[b]
+    xr = parent(T, r, 0)
+    g = adjoint(T, r)
+    gx = adjoint(T, xr)
+    n, m = gx.size, g.size
+    if n < ARRAY_MIN or sub not in _REDUCE_ARRAY_SUBS:
+        return NotImplemented
+    soft = sub == C.SOFTMAX or sub == C.LOG_SOFTMAX
+    om = _out_map_arrays(ip, b, nd) if (m > 1 or soft) else np.zeros(n, np.int64)
+    y = value(T, r)
+    if soft:
+        rows = int(om.max()) + 1 if n else 0
+        acc = np.zeros(rows)
+        np.add.at(acc, om, g * y if sub == C.SOFTMAX else g)
+        if sub == C.SOFTMAX:
+            d = y * (g - acc[om])
+        else:
+            d = g - np.exp(y) * acc[om]
+        first = claim(T, xr)
+        gx[:] = d + (0.0 if first else gx)
+        return None
+    x = value(T, xr)
+    gj = g[om]
+    yj = y[om]
+    if sub == C.MAX or sub == C.MIN:
+        hit = (x == yj) | ((x != x) & (yj != yj))
+        ties = np.bincount(om[hit], minlength=m).astype(np.float64)
+        v = np.where(hit, gj / ties[om], 0.0)
+    elif sub == C.PROD:
+        nz = x != 0.0
+        zeros = np.bincount(om[~nz], minlength=m)
+        rest = np.ones(m)
+        np.multiply.at(rest, om[nz], x[nz])
+        zj, rj = zeros[om], rest[om]
+        v = np.where(zj == 0, gj * rj / x, np.where((zj == 1) & ~nz, gj * rj, 0.0))
+    else:  # LOGSUMEXP
+        v = gj * np.exp(x - yj)
+    claim_zeroed(T, xr)
+    gx += v
+    return None
+
+
+_REDUCE_ARRAY_SUBS = (C.MAX, C.MIN, C.PROD, C.LOGSUMEXP, C.SOFTMAX, C.LOG_SOFTMAX)
+
+
 @inner
 def gather_vjp(T, r, sub):
     """``ip`` holds ``[m, idx_0 .. idx_{m-1}]``: output k is input ``idx_k``, or
@@ -311,6 +377,27 @@ def concat_vjp(T, r, sub):
         gx[ip[b + 1 + m + k]] += g[k]
 
 
+@array_form(concat_vjp)
+def _concat_arrays(T, r, sub):
+    """``concat_vjp`` on whole arrays: each operand's elements scattered
+    back in one indexed add (an operand's positions are distinct)."""
+    ip = T[IP]
+    b = T[IP0][r]
+    m = ip[b]
+    if m < ARRAY_MIN:
+        return NotImplemented
+    g = adjoint(T, r)
+    src = ip[b + 1:b + 1 + m]
+    pos = ip[b + 1 + m:b + 1 + 2 * m]
+    k = T[ARG0][r + 1] - T[ARG0][r]
+    for j in range(k):
+        claim_zeroed(T, parent(T, r, j))
+    for j in range(k):
+        sel = src == j
+        np.add.at(adjoint(T, parent(T, r, j)), pos[sel], g[sel])
+    return None
+
+
 @inner
 def scan_vjp(T, r, sub):
     """Cumulative ops along one axis; ``ip`` holds ``[outer, n, inner]``.
@@ -344,3 +431,22 @@ def scan_vjp(T, r, sub):
                     acc = g[j] + (x[j + inner] * acc if k < n - 1 else 0.0)
                     d = acc * (y[j - inner] if k > 0 else 1.0)
                 gx[j] = d + (0.0 if first else gx[j])
+
+
+@array_form(scan_vjp)
+def _scan_arrays(T, r, sub):
+    """cumsum's VJP on whole arrays: the reversed cumulative sum along the
+    axis, a sequential sum as the loop's (cumprod's recurrence has no array
+    form: the element loop runs)."""
+    ip = T[IP]
+    b = T[IP0][r]
+    outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
+    if sub != C.CUMSUM or outer * n * inner < ARRAY_MIN:
+        return NotImplemented
+    xr = parent(T, r, 0)
+    g = adjoint(T, r).reshape(outer, n, inner)
+    d = np.cumsum(g[:, ::-1, :], axis=1)[:, ::-1, :].ravel()
+    first = claim(T, xr)
+    gx = adjoint(T, xr)
+    gx[:] = d + (0.0 if first else gx)
+    return None
