@@ -259,9 +259,19 @@ class Adjoints:
             self.voff, self.off, self.leaf, inner, outer = layout(tape.op, tape.size, upto, SMALL)
         else:
             self.voff = tape.voff  # mid-size values' offsets, kept as they are recorded
-            # np.zeros: pages the search never touches are never written
-            self.order, self.off, self.leaf, inner, outer = graph_of(
-                tape.op, tape.size, tape.arg0, tape.args, first, upto, np.zeros(upto, np.uint8))
+            # records are written once, when recorded: the graph of a root
+            # changes only when the tape is compacted or reset (a new
+            # ``lkey``), so a retained graph's next backward reuses it; a
+            # record freed since changes ``n_freed``, and the search runs again
+            key = (tape.lkey, first, upto, tape.n_freed)
+            if tape.graph is not None and tape.graph[0] == key:
+                found = tape.graph[1]
+            else:
+                # np.zeros: pages the search never touches are never written
+                found = graph_of(tape.op, tape.size, tape.arg0, tape.args, first, upto,
+                                 np.zeros(upto, np.uint8))
+                tape.graph = (key, found)
+            self.order, self.off, self.leaf, inner, outer = found
         if tape.scratch is None or tape.scratch.size < inner:
             tape.scratch = np.empty(max(inner, 1024))
         self.A = tape.scratch

@@ -70,7 +70,7 @@ class Tape:
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
-                 "ptrs", "nptrs")
+                 "ptrs", "nptrs", "graph")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -96,6 +96,7 @@ class Tape:
         self.consts = []           # (array, CONST record) of small copied operands
         self.sums = []             # (array, checksum) of kept values, in anomaly mode
         self.scratch = None        # adjoint arena, reused across backwards
+        self.graph = None          # the last graph search's key and result (autograd.Adjoints)
         self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
         # across epochs, so a tape that regularly grows large is not scanned
         self._new_epoch()
@@ -126,6 +127,7 @@ class Tape:
         self.tok = Epoch(self)
         self.base = _getrefcount(self.tok)
         self.lkey = object()       # identifies the epoch to leaves, uncounted
+        self.graph = None
 
     # -- growth ----------------------------------------------------------------
     @staticmethod

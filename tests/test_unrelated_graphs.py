@@ -178,3 +178,31 @@ def test_a_graph_through_an_early_intermediate_past_many_unrelated_records(searc
     np.testing.assert_allclose(w.grad.numpy(), np.cos(w.numpy()) * x.numpy(), rtol=1e-14)
     np.testing.assert_allclose(x.grad.numpy(), np.sin(w.numpy()), rtol=1e-14)
     assert kept.grad_fn is not None
+
+
+def test_a_retained_graph_searched_again_after_compaction_and_freeing():
+    """A retained graph's next backward reuses its search; compaction
+    (records renumbered) and freeing (another backward on the way) make it
+    search again."""
+    A.GRAPH_SEARCH_FROM = 0
+    try:
+        x = tg.tensor(np.linspace(0.1, 0.9, 4), requires_grad=True)
+        kept = [tg.exp(x * 0.5) for _ in range(50)]   # records below y's graph
+        y = (tg.sin(x) * x).sum()
+        del kept
+        want = np.cos(x.numpy()) * x.numpy() + np.sin(x.numpy())
+        y.backward(retain_graph=True)
+        y.backward(retain_graph=True)
+        np.testing.assert_allclose(x.grad.numpy(), 2 * want, rtol=1e-14)
+        tape = current()
+        before = y._rec
+        tape.compact()
+        assert y._rec != before        # renumbered
+        y.backward(retain_graph=True)
+        np.testing.assert_allclose(x.grad.numpy(), 3 * want, rtol=1e-14)
+        z = (y * 2.0) + (x * x).sum()
+        z.backward()                   # frees z's records, y's among them
+        with pytest.raises(RuntimeError, match="second time"):
+            y.backward()
+    finally:
+        A.GRAPH_SEARCH_FROM = 4096
