@@ -15,7 +15,7 @@ import numpy as np
 
 from .autograd import Adjoints
 from .function import _FUNCTION
-from .functional import _argnums, _call, _root_span, _scratch, _value
+from .transform_base import _argnums, _call, _root_span, _scratch, _value
 from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.tangents import fwd_layout, sweep_fwd

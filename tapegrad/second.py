@@ -39,7 +39,7 @@ import numpy as np
 from . import forward as FW
 from . import sparsity as SP
 from .autograd import _freed_error
-from .functional import _Slabs, _argnums, _call, _root_span, _run, _vector_bytes
+from .transform_base import _Slabs, _argnums, _call, _root_span, _run, _vector_bytes
 from .kernels._views import SMALL
 from .kernels.hvp import hvp_layout, sweep_block
 from .second_rules import (  # noqa: F401  (HOST_RULES: part of this module's API)

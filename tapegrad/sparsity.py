@@ -42,7 +42,7 @@ fewer of the two.
 """
 import numpy as np
 
-from .functional import _root_span
+from .transform_base import _root_span
 from .index_maps import operand_maps, reduce_map
 from .kernels import codes as C
 from .kernels import optable

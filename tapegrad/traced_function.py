@@ -328,7 +328,7 @@ class TracedFunction:
                [0., 2.]])
         """
         from . import forward as FW
-        from .functional import _root_span
+        from .transform_base import _root_span
         args, ts = self._split(args_and_tangents, "jvp")
         with _LOCK:
             rep, _ = self._run(args, full=True)
@@ -382,7 +382,7 @@ class TracedFunction:
         array([6., 0.])
         """
         from . import second
-        from .functional import _root_span
+        from .transform_base import _root_span
         args, ts = self._split(args_and_v, "hvp")
         with _LOCK:
             rep, _ = self._run(args, full=True)

@@ -23,7 +23,7 @@ it could ever reach a differentiated leaf: the sweep skips such records and
 never writes to them.
 
 Without the second-order terms the same sweep is plain vector reverse mode
-(``functional._run``): Jacobians and batched VJPs take the common records
+(``transform_base._run``): Jacobians and batched VJPs take the common records
 as whole (p, size) blocks instead of one vector at a time.
 """
 
