@@ -27,8 +27,11 @@ Where eigen- or singular-vector gradients would divide by a zero gap (or a
 zero singular value of a non-square matrix) the walk raises instead of
 recording inf/NaN.
 
-A record without a formula here (``RULES``: cumprod and prod over zeros;
-digamma; ``tg.Function``; ``tg.elementwise`` ops) raises NoRule from
+prod and cumprod over inputs with zero entries use products of the other
+elements (no division), polynomials in the input, exact at every order.
+
+A record without a formula here (``RULES``: cumprod over zeros past
+``_CUMPROD_ZERO_MAX`` elements of its n^2 formula; digamma; ``tg.Function``; ``tg.elementwise`` ops) raises NoRule from
 :func:`graph_grad` before anything is recorded; the caller then falls back
 to one second-order node (``functional._GraphGrad``) and names the op where
 a further order or a non-leaf input needs more.
@@ -249,9 +252,13 @@ def _check(tape, _vals, r, reached):
     name = REGISTRY[code].name if code in REGISTRY else str(code)
     if kind == C.K_UNARY and sub == C.DIGAMMA:
         raise NoRule(name, "its derivative, trigamma, is not an op of tapegrad")
-    if kind == C.K_REDUCE and sub == C.PROD or kind == C.K_SCAN and sub == C.CUMPROD:
-        if not (Walk.val(_vals, int(tape.args[tape.arg0[r]])) != 0).all():
-            raise NoRule(name, "its input has zero entries")
+    if kind == C.K_SCAN and sub == C.CUMPROD:
+        b = int(tape.ip0[r])
+        a, n, c = (int(tape.ip[b + i]) for i in range(3))
+        if a * n * n * c > _CUMPROD_ZERO_MAX and \
+                not (Walk.val(_vals, int(tape.args[tape.arg0[r]])) != 0).all():
+            raise NoRule(name, f"its input has zero entries, where the formula takes "
+                               f"{a * n * n * c} elements (n^2 along the scanned axis)")
     if kind == C.K_HOST:
         if code == _FUNCTION:
             cls, ctx = tape.host[r][:2]
@@ -521,8 +528,11 @@ def _reduce(W, r, sub, u):
         hit = (x == y[om]) | ((x != x) & (y[om] != y[om]))
         ties = np.bincount(om, hit.astype(np.float64), m)
         W.add(q, take(u, om) * np.where(hit, 1.0 / np.maximum(ties, 1.0)[om], 0.0))
-    elif sub == C.PROD:  # no zeros (check): y / x
-        W.add(q, take(u * W.x(r), om) / W.x(q))
+    elif sub == C.PROD:
+        if (W.val(q) != 0).all():  # y / x
+            W.add(q, take(u * W.x(r), om) / W.x(q))
+        elif n:
+            W.add(q, _prod_others(W.x(q), om, m, n) * take(u, om))
     elif sub == C.LOGSUMEXP:
         W.add(q, take(u, om) * tg.exp(W.x(q) - take(W.x(r), om)))
     elif sub == C.SOFTMAX:
@@ -535,6 +545,25 @@ def _reduce(W, r, sub, u):
         W.add(q, u - tg.exp(y) * take(scatter(u, om, rows), om))
     else:
         raise KeyError(sub)
+
+
+def _prod_others(x, om, m, n):
+    """The product of the other elements of each element's group (``om``: its
+    output), exact with zeros: the exclusive cumulative products from both
+    sides, a polynomial in x, so every further order is exact too."""
+    tg = _tg()
+    perm = np.argsort(om, kind="stable")  # each output's elements, in a row
+    k = n // m
+    X = tg.reshape(take(x, perm), (m, k))
+    one = np.ones((m, 1))
+    left = tg.cumprod(tg.concatenate([one, X[:, :k - 1]], axis=1), axis=1)
+    right = tg.flip(tg.cumprod(tg.concatenate([one, tg.flip(X[:, 1:], 1)], axis=1),
+                               axis=1), 1)
+    return scatter(tg.reshape(left * right, (-1,)), perm, n)
+
+
+#: the most elements of the zero-safe cumprod formula (n^2 along the scan)
+_CUMPROD_ZERO_MAX = 1 << 22
 
 
 def _gather(W, r, sub, u):
@@ -571,8 +600,19 @@ def _scan(W, r, sub, u):
         return tg.reshape(tg.flip(tg.cumsum(tg.flip(t, 1), axis=1), 1), (-1,))
     if sub == C.CUMSUM:
         W.add(q, rcumsum(u))
-    elif sub == C.CUMPROD:  # no zeros (check)
-        W.add(q, rcumsum(u * W.x(r)) / W.x(q))
+    elif sub == C.CUMPROD:
+        if (W.val(q) != 0).all():
+            W.add(q, rcumsum(u * W.x(r)) / W.x(q))
+            return
+        # with zeros: dy_j/dx_k = prod_{i <= j, i != k} x_i (k <= j), each row k
+        # a cumprod of x with x_k replaced by 1: polynomial, exact to any order
+        a, n, c = shape
+        X = tg.expand_dims(tg.reshape(W.x(q), shape), 1)            # (a, 1, n, c)
+        eye = np.eye(n)[None, :, :, None]
+        Cp = tg.cumprod(X * (1.0 - eye) + eye, axis=2)               # (a, k, j, c)
+        U = tg.expand_dims(tg.reshape(u, shape), 1)
+        upper = np.triu(np.ones((n, n)))[None, :, :, None]           # j >= k
+        W.add(q, tg.reshape(tg.sum(U * Cp * upper, axis=2), (-1,)))
     else:
         raise KeyError(sub)
 
