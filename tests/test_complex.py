@@ -262,10 +262,10 @@ def test_interop_and_errors():
     assert isinstance(z, ComplexTensor) and z.requires_grad and z.dtype == np.complex128
     assert isinstance(np.fft.fft(tg.tensor([1.0, 2.0])), ComplexTensor)
     assert isinstance(np.abs(z), tg.Tensor) and isinstance(np.real(z), tg.Tensor)
-    with pytest.raises(TypeError, match="numpy.tanh is not supported on complex tensors"):
-        np.tanh(z)
-    with pytest.raises(TypeError, match="numpy.linalg.inv is not supported on complex"):
-        np.linalg.inv(tg.tensor(_c(2, 2)))
+    with pytest.raises(TypeError, match="numpy.cbrt is not supported on complex tensors"):
+        np.cbrt(z)
+    with pytest.raises(TypeError, match="numpy.linalg.pinv is not supported on complex"):
+        np.linalg.pinv(tg.tensor(_c(2, 2)))
     with pytest.raises(RuntimeError, match="needs a gradient"):
         z.backward()
     with pytest.raises(TypeError, match="no order"):

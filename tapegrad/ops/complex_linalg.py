@@ -1,0 +1,562 @@
+"""``numpy.linalg`` on complex tensors.
+
+Two kinds of op, chosen by what keeps second derivatives exact:
+
+* Ops with a real counterpart that has a second-order rule are written as
+  real recorded ops on the parts, so ``tg.hessian``, ``hvp``, ``jvp`` and
+  ``create_graph`` work through them as through the real ops:
+
+  - ``inv`` and ``solve`` through the real embedding ``[[Ar, -Ai], [Ai, Ar]]``
+    of A, which maps complex products, inverses and solves onto real ones
+    exactly (``inv`` of the embedding is the embedding of the inverse);
+  - ``det``, ``slogdet`` and ``cholesky`` by block elimination: the Schur
+    complement ``S = A22 - A21 A11^-1 A12`` (a complex solve through the
+    embedding) halves the size at each level, ``det A = det A11 det S``,
+    down to 1 x 1 and 2 x 2 blocks given by their formulas.  The rows are
+    first put in the order partial pivoting picks (from the values; a guard
+    in a trace), so each block is the one Gaussian elimination with partial
+    pivoting would factor.  The embedding alone cannot give the determinant:
+    its determinant is ``|det A|^2``, without the phase.
+  - ``norm`` through ``|z|`` for every order but 2, -2 and ``'nuc'``.
+
+* Decompositions whose outputs are fixed only up to a phase (``eigh``,
+  ``svd``, ``eig`` and the norms of singular values) are host records with
+  their complex VJPs (``tg.Function``): first order only, as the embedding
+  would give them exactly repeated eigenvalues (each complex one twice),
+  where the real ops' derivatives divide by zero.  Like PyTorch, their
+  gradient raises when the loss depends on the free phase of the vectors.
+  Their second derivatives raise (``hessian``: "no second-order rule").
+
+Gradients follow the complex tensors' convention (PyTorch's): for a real
+loss L of ``A = Ar + i Ai``, ``A.grad = dL/dAr + i dL/dAi``.
+"""
+import numpy as np
+
+from ..function import Function
+from ..tape import current
+from ..tensor import Tensor, _plain
+from . import complex_tensor as Z
+from . import elementwise as E
+from . import matrix as L
+from . import reductions as Rd
+from . import shape as S
+from .guarded import on_values
+
+
+# -- operands --------------------------------------------------------------------------
+def _z(x):
+    """A ComplexTensor of any operand (a real one gets zero imaginary part)."""
+    return Z._as_z(x)
+
+
+def _value(z):
+    return np.asarray(z.real._data) + 1j * np.asarray(z.imag._data)
+
+
+def _needs(*xs):
+    """Whether any operand carries a gradient (otherwise NumPy computes the result)."""
+    if not current().enabled:
+        return False
+    for x in xs:
+        if isinstance(x, Z.ComplexTensor) and x.requires_grad:
+            return True
+        if isinstance(x, Tensor) and x._requires_grad:
+            return True
+    return False
+
+
+def _data(x):
+    if isinstance(x, Z.ComplexTensor):
+        return _value(x)
+    return np.asarray(x._data if isinstance(x, Tensor) else x)
+
+
+def _const(a):
+    """A result without gradient: a ComplexTensor, or a real tensor for real data."""
+    a = np.asarray(a)
+    if a.dtype.kind == "c":
+        return Z.ComplexTensor.constant(a)
+    return _plain(np.ascontiguousarray(a, np.float64))
+
+
+def _square(z, name):
+    shape = np.shape(z)
+    if len(shape) < 2:
+        raise np.linalg.LinAlgError(f"{len(shape)}-dimensional array given. Array must be at "
+                                    "least two-dimensional")
+    if shape[-1] != shape[-2]:
+        raise np.linalg.LinAlgError(f"linalg.{name}: last 2 dimensions of the array must be "
+                                    f"square, got shape {tuple(shape)}")
+    return shape[-1]
+
+
+def embed(z):
+    """The real ``(..., 2n, 2m)`` matrix ``[[Ar, -Ai], [Ai, Ar]]`` of the complex
+    ``(..., n, m)`` tensor z: ``embed(A) @ embed(B) = embed(A @ B)`` and
+    ``inv(embed(A)) = embed(inv(A))``."""
+    re, im = z.real, z.imag
+    top = S.concatenate([re, E.negative(im)], axis=-1)
+    bottom = S.concatenate([im, re], axis=-1)
+    return S.concatenate([top, bottom], axis=-2)
+
+
+def _parts(t, n, axis):
+    """The two halves (real, imaginary) of a real tensor along ``axis``."""
+    idx = [slice(None)] * t.ndim
+    idx[axis] = slice(0, n)
+    lo = t[tuple(idx)]
+    idx[axis] = slice(n, 2 * n)
+    return Z.ComplexTensor(lo, t[tuple(idx)])
+
+
+def _H(z):
+    """The conjugate transpose over the last two axes."""
+    return Z.ComplexTensor(S.swapaxes(z.real, -1, -2), E.negative(S.swapaxes(z.imag, -1, -2)))
+
+
+# -- inv, solve --------------------------------------------------------------------------
+def inv(a):
+    """``numpy.linalg.inv`` of a complex matrix (batched): the first block
+    column of the inverse of its real embedding, exact to first and second
+    order."""
+    a = _z(a)
+    n = _square(a, "inv")
+    if not _needs(a):
+        return _const(np.linalg.inv(_value(a)))
+    y = L.inv(embed(a))
+    return _parts(y[..., :, :n], n, -2)
+
+
+def solve(a, b):
+    """``numpy.linalg.solve`` with a complex matrix or right-hand side (batched;
+    ``b`` is one vector when it is 1-D, as in NumPy 2)."""
+    if not _needs(a, b):
+        return _const(np.linalg.solve(_data(a), _data(b)))
+    if not Z.is_complex(a):  # a real matrix: one real solve per part
+        b = _z(b)
+        return Z.ComplexTensor(L.solve(a, b.real), L.solve(a, b.imag))
+    a = _z(a)
+    n = _square(a, "solve")
+    b = _z(b)
+    vector = b.ndim == 1
+    rhs = S.concatenate([b.real, b.imag], axis=-1 if vector else -2)
+    x = L.solve(embed(a), rhs)
+    return _parts(x, n, -1 if vector else -2)
+
+
+# -- block elimination: det, slogdet, cholesky ------------------------------------------
+def _pivot_order(ar, ai):
+    """The row permutation of Gaussian elimination with partial pivoting of
+    each matrix ``ar + i ai`` of a batch, as permutation matrices, their
+    determinants (+-1) and whether some pivot is exactly zero (singular)."""
+    a = np.array(ar + 1j * ai)
+    shape = a.shape
+    n = shape[-1]
+    a = a.reshape((-1, n, n))
+    perms = np.zeros(a.shape)
+    signs = np.ones(a.shape[0])
+    singular = False
+    for b in range(a.shape[0]):
+        m = a[b].copy()
+        order = np.arange(n)
+        for k in range(n):
+            p = k + int(np.argmax(np.abs(m[k:, k])))
+            if p != k:
+                m[[k, p]] = m[[p, k]]
+                order[[k, p]] = order[[p, k]]
+                signs[b] = -signs[b]
+            if m[k, k] == 0:
+                singular = True
+                continue
+            m[k + 1:, k:] -= np.outer(m[k + 1:, k] / m[k, k], m[k, k:])
+        perms[b, np.arange(n), order] = 1.0
+    return perms.reshape(shape), signs.reshape(shape[:-2]), singular
+
+
+def _blocks(a, n, k):
+    return a[..., :k, :k], a[..., :k, k:], a[..., k:, :k], a[..., k:, k:]
+
+
+def _det_leaves(a, n, out):
+    """Append to ``out`` the determinants of the diagonal blocks whose product
+    is ``det a`` (a pivoted, so that no leading block is singular)."""
+    if n == 1:
+        out.append(a[..., 0, 0])
+        return
+    if n == 2:
+        out.append(a[..., 0, 0] * a[..., 1, 1] - a[..., 0, 1] * a[..., 1, 0])
+        return
+    k = n // 2
+    a11, a12, a21, a22 = _blocks(a, n, k)
+    _det_leaves(a11, k, out)
+    _det_leaves(a22 - a21 @ solve(a11, a12), n - k, out)
+
+
+def _product(zs):
+    out = zs[0]
+    for z in zs[1:]:
+        out = out * z
+    return out
+
+
+def _pivoted(a, name):
+    """``(P a, det P)`` with P the rows' pivoting order (guarded in a trace)."""
+    perm, sign, singular = on_values(_pivot_order, a.real, a.imag)
+    if singular:
+        raise np.linalg.LinAlgError(
+            f"linalg.{name}: the complex matrix is singular (a zero pivot), where the "
+            "gradient of the determinant is not implemented; compute it on "
+            "z.detach() for the value alone")
+    return perm @ a, sign
+
+
+def det(a):
+    """``numpy.linalg.det`` of a complex matrix (batched), by block
+    elimination in the pivoting order: exact first and second derivatives."""
+    a = _z(a)
+    n = _square(a, "det")
+    if not _needs(a):
+        return _const(np.linalg.det(_value(a)))
+    pa, sign = _pivoted(a, "det")
+    leaves = []
+    _det_leaves(pa, n, leaves)
+    return _product(leaves) * sign
+
+
+def slogdet(a):
+    """``numpy.linalg.slogdet`` of a complex matrix: ``(sign, logabsdet)``,
+    sign the complex phase ``det / |det|`` and logabsdet real; both carry
+    gradient (the phase's is that of ``arg det``)."""
+    a = _z(a)
+    n = _square(a, "slogdet")
+    if not _needs(a):
+        s, l = np.linalg.slogdet(_value(a))
+        return _const(s), _const(l)
+    pa, sign = _pivoted(a, "slogdet")
+    leaves = []
+    _det_leaves(pa, n, leaves)
+    mags = [Z.absolute(d) for d in leaves]
+    logabs = Rd.sum(S.stack([E.log(m) for m in mags], axis=-1), axis=-1)
+    phase = _product([d / m for d, m in zip(leaves, mags)]) * sign
+    return phase, logabs
+
+
+def _cholesky_rec(a, n):
+    if n == 1:
+        d = E.sqrt(a.real[..., :1, :1])
+        return Z.ComplexTensor(d, E.multiply(d, 0.0))
+    k = n // 2
+    a11, _, a21, a22 = _blocks(a, n, k)
+    l11 = _cholesky_rec(a11, k)
+    l21 = _H(solve(l11, _H(a21)))          # A21 L11^-H
+    l22 = _cholesky_rec(a22 - l21 @ _H(l21), n - k)
+    zeros = np.zeros(np.shape(a11)[:-1] + (n - k,))
+    top = Z.ComplexTensor(S.concatenate([l11.real, zeros], -1),
+                          S.concatenate([l11.imag, zeros], -1))
+    bottom = Z.ComplexTensor(S.concatenate([l21.real, l22.real], -1),
+                             S.concatenate([l21.imag, l22.imag], -1))
+    return Z.ComplexTensor(S.concatenate([top.real, bottom.real], -2),
+                           S.concatenate([top.imag, bottom.imag], -2))
+
+
+def _is_hermitian(ar, ai):
+    return bool(np.array_equal(ar, np.swapaxes(ar, -1, -2))
+                and np.array_equal(ai, -np.swapaxes(ai, -1, -2)))
+
+
+def cholesky(a, upper=False):
+    """``numpy.linalg.cholesky`` of a complex Hermitian positive-definite
+    matrix (batched): the lower factor L with ``A = L L^H`` (``upper=True``:
+    ``L^H``), by block elimination, exact to first and second order.
+
+    Like NumPy, it reads the lower triangle (and the real part of the
+    diagonal).  For a Hermitian A the gradient is the Hermitian one (as the
+    real op's is symmetric, and as PyTorch's): perturbing A and A^H alike;
+    for any other A it is the gradient in the lower triangle read.
+    """
+    a = _z(a)
+    n = _square(a, "cholesky")
+    value = np.linalg.cholesky(_value(a))   # NumPy's errors (not positive definite)
+    if not _needs(a):
+        return _const(_Hm(value) if upper else value)
+    if on_values(_is_hermitian, a.real, a.imag):
+        h = (a + _H(a)) * 0.5
+    else:  # the Hermitian matrix NumPy reads: the lower triangle
+        low = Z.ComplexTensor(np.tril(a.real, -1), np.tril(a.imag, -1))
+        diag = np.eye(n) * a.real
+        h = low + _H(low) + diag
+    out = _cholesky_rec(h, n)
+    return _H(out) if upper else out
+
+
+# -- norms ------------------------------------------------------------------------------
+def norm(x, ord=None, axis=None, keepdims=False):
+    """``numpy.linalg.norm`` of a complex tensor: every order is a norm of
+    ``|x|`` except the matrix norms 2, -2 and ``'nuc'``, of the singular
+    values."""
+    from . import composite as K
+    x = _z(x)
+    nd = x.ndim
+    ax = (axis,) if isinstance(axis, (int, np.integer)) else axis
+    matrix = (ax is not None and len(ax) == 2) or (ax is None and ord is not None and nd == 2)
+    if matrix and ord in (2, -2, "nuc"):
+        ax = (-2, -1) if ax is None else tuple(ax)
+        moved = Z.ComplexTensor(S.moveaxis(x.real, ax, (-2, -1)),
+                                S.moveaxis(x.imag, ax, (-2, -1)))
+        s = svdvals(moved)
+        out = Rd.sum(s, axis=-1) if ord == "nuc" else (Rd.max(s, axis=-1) if ord == 2
+                                                       else Rd.min(s, axis=-1))
+        if keepdims:
+            shape = list(np.shape(x))
+            for a_ in ax:
+                shape[a_] = 1
+            out = out.reshape(tuple(shape))
+        return out
+    return K.norm(Z.absolute(x), ord=ord, axis=axis, keepdims=keepdims)
+
+
+def matrix_norm(x, /, *, keepdims=False, ord="fro"):
+    return norm(x, ord=ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):
+    from . import composite as K
+    return K.vector_norm(Z.absolute(_z(x)), axis=axis, keepdims=keepdims, ord=ord)
+
+
+# -- decompositions: complex VJPs, first order ------------------------------------------
+def _Hm(m):
+    return np.conj(np.swapaxes(m, -1, -2))
+
+
+def _reciprocal_gaps(w):
+    """``F[i, j] = 1 / (w[j] - w[i])`` off the diagonal, 0 on it."""
+    diff = w[..., None, :] - w[..., :, None]
+    n = w.shape[-1]
+    off = ~np.eye(n, dtype=bool)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(off, 1.0 / np.where(off, diff, 1.0), 0.0)
+
+
+def _phase_check(imag_diag, scale, name, what):
+    """PyTorch's check: the loss must not depend on the vectors' free phases."""
+    tol = 1e-8 * max(1.0, float(np.max(np.abs(scale), initial=0.0)))
+    if np.max(np.abs(imag_diag), initial=0.0) > tol:
+        raise RuntimeError(
+            f"linalg.{name}: the {what} of a complex matrix are fixed only up to a phase "
+            "(multiplication of each by e^(i phi)), and this loss depends on that phase, "
+            "so its gradient is not defined. Use a loss invariant to it (|v|, v v^H, the "
+            "values alone...)")
+
+
+def _cz(g_re, g_im):
+    return g_re + 1j * g_im
+
+
+class LinalgEighComplex(Function):
+    @staticmethod
+    def forward(ctx, ar, ai, uplo):
+        w, v = np.linalg.eigh(ar + 1j * ai, uplo)
+        ctx.w, ctx.v = w, v
+        return w, np.ascontiguousarray(v.real), np.ascontiguousarray(v.imag)
+
+    @staticmethod
+    def backward(ctx, gw, gvr, gvi):
+        w, v = ctx.w, ctx.v
+        c = _Hm(v) @ _cz(gvr, gvi)
+        _phase_check(np.imag(np.einsum("...ii->...i", c)), c, "eigh", "eigenvectors")
+        inner = _reciprocal_gaps(w) * (c - _Hm(c)) * 0.5
+        inner = inner + gw[..., None] * np.eye(w.shape[-1])
+        g = v @ inner @ _Hm(v)
+        g = 0.5 * (g + _Hm(g))   # the Hermitian gradient, as the real op's symmetric one
+        return g.real, g.imag, None
+
+
+def eigh(a, UPLO="L"):
+    """``numpy.linalg.eigh`` of a complex Hermitian matrix: real eigenvalues and
+    complex eigenvectors, differentiable to first order.  A loss of the
+    eigenvectors must not depend on their phases (else the gradient
+    raises, as PyTorch's); eigenvector gradients need distinct eigenvalues."""
+    a = _z(a)
+    _square(a, "eigh")
+    if not _needs(a):
+        w, v = np.linalg.eigh(_value(a), UPLO)
+        return _const(w), _const(v)
+    w, vr, vi = LinalgEighComplex.apply(a.real, a.imag, UPLO)
+    return w, Z.ComplexTensor(vr, vi)
+
+
+def eigvalsh(a, UPLO="L"):
+    return eigh(a, UPLO)[0]
+
+
+def _svd_backward_complex(u, s, vh, gu, gs, gvh):
+    """gA for A = U diag(s) Vh, complex, reduced (k = min(m, n))."""
+    m, k, n = u.shape[-2], s.shape[-1], vh.shape[-1]
+    inner = np.zeros(s.shape + (k,), complex)
+    if gs is not None:
+        inner = inner + gs[..., None] * np.eye(k)
+    extra = 0.0
+    if gu is not None or gvh is not None:
+        s2 = s * s
+        F = _reciprocal_gaps(s2)
+        cu = _Hm(u) @ gu if gu is not None else np.zeros(inner.shape, complex)
+        cv = vh @ _Hm(gvh) if gvh is not None else np.zeros(inner.shape, complex)
+        _phase_check(np.imag(np.einsum("...ii->...i", cu + cv)), cu + cv, "svd",
+                     "singular vectors")
+        inner = inner + F * (cu - _Hm(cu)) * s[..., None, :]
+        inner = inner + s[..., :, None] * (F * (cv - _Hm(cv)))
+        # the phase of u_i against v_i: determined; put on u (cu's imaginary diagonal)
+        inner = inner + 1j * np.imag(np.einsum("...ii->...i", cu))[..., None] * np.eye(k) \
+            / s[..., :, None]
+        if gu is not None and m > k:
+            extra = extra + ((gu - u @ cu) / s[..., None, :]) @ vh
+        if gvh is not None and n > k:
+            extra = extra + u @ ((gvh - (gvh @ _Hm(vh)) @ vh) / s[..., :, None])
+    return u @ inner @ vh + extra
+
+
+class LinalgSvdComplex(Function):
+    @staticmethod
+    def forward(ctx, ar, ai, full, compute_uv):
+        a = ar + 1j * ai
+        if not compute_uv:
+            u, s, vh = np.linalg.svd(a, full_matrices=False)
+            ctx.k = s.shape[-1]
+            ctx.f = (u, s, vh)
+            return s
+        u, s, vh = np.linalg.svd(a, full_matrices=full)
+        k = s.shape[-1]
+        ctx.k = k
+        ctx.f = (u[..., :k], s, vh[..., :k, :])
+        return (np.ascontiguousarray(u.real), np.ascontiguousarray(u.imag), s,
+                np.ascontiguousarray(vh.real), np.ascontiguousarray(vh.imag))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        u, s, vh = ctx.f
+        k = ctx.k
+        if len(grads) == 1:
+            g = u @ (grads[0][..., None] * vh)
+            return g.real, g.imag, None, None
+        gur, gui, gs, gvr, gvi = grads
+        gu = _cz(gur, gui)[..., :k]
+        gvh = _cz(gvr, gvi)[..., :k, :]
+        gu = None if not gu.any() else gu
+        gvh = None if not gvh.any() else gvh
+        g = _svd_backward_complex(u, s, vh, gu, gs, gvh)
+        return g.real, g.imag, None, None
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """``numpy.linalg.svd`` of a complex matrix (batched): ``(U, S, Vh)``,
+    differentiable to first order.  A loss of U and Vh must not depend on
+    the phases of the singular-vector pairs (else the gradient raises, as
+    PyTorch's); as for real matrices, only the first ``min(m, n)`` columns
+    of U and rows of Vh carry gradient."""
+    from .matrix import SVDResult
+    a = _z(a)
+    if a.ndim < 2:
+        raise np.linalg.LinAlgError(f"{a.ndim}-dimensional array given. Array must be at "
+                                    "least two-dimensional")
+    if hermitian:
+        raise NotImplementedError(
+            "linalg.svd(..., hermitian=True) of a complex tensor is not implemented; "
+            "use hermitian=False (the same factors up to phases)")
+    if not _needs(a):
+        out = np.linalg.svd(_value(a), full_matrices, compute_uv)
+        return SVDResult(*map(_const, out)) if compute_uv else _const(out)
+    if not compute_uv:
+        return LinalgSvdComplex.apply(a.real, a.imag, full_matrices, False)
+    ur, ui, s, vr, vi = LinalgSvdComplex.apply(a.real, a.imag, full_matrices, True)
+    return SVDResult(Z.ComplexTensor(ur, ui), s, Z.ComplexTensor(vr, vi))
+
+
+def svdvals(x):
+    return svd(x, compute_uv=False)
+
+
+class LinalgEig(Function):
+    @staticmethod
+    def forward(ctx, ar, ai):
+        a = ar if ai is None else ar + 1j * ai
+        w, v = np.linalg.eig(a)
+        ctx.w, ctx.v, ctx.complex_in = w, v, ai is not None
+        ctx.complex_out = w.dtype.kind == "c"
+        if not ctx.complex_out:
+            return w, v
+        return (np.ascontiguousarray(w.real), np.ascontiguousarray(w.imag),
+                np.ascontiguousarray(v.real), np.ascontiguousarray(v.imag))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        w, v = ctx.w, ctx.v
+        if ctx.complex_out:
+            gwr, gwi, gvr, gvi = grads
+            gw, gv = _cz(gwr, gwi), _cz(gvr, gvi)
+        else:
+            gw, gv = grads
+        vhv = _Hm(v) @ v
+        c = _Hm(v) @ gv
+        _phase_check(np.imag(np.einsum("...ii->...i", c)), c, "eig", "eigenvectors")
+        re_diag = np.real(np.einsum("...ii->...i", c))
+        inner = np.conj(_reciprocal_gaps(w)) * (c - vhv * re_diag[..., None, :])
+        inner = inner + gw[..., None] * np.eye(w.shape[-1])
+        g = np.linalg.solve(_Hm(v), inner @ _Hm(v))   # V^-H (...) V^H
+        if not ctx.complex_in:
+            return np.real(g), None
+        return g.real, g.imag
+
+
+def eig(a):
+    """``numpy.linalg.eig`` of a real or complex square matrix (batched):
+    ``(eigenvalues, eigenvectors)``, differentiable to first order.  As in
+    NumPy, a real matrix whose eigenvalues are all real gives real results,
+    otherwise complex ones.  Eigenvectors are normalised to unit length (as
+    LAPACK's); a loss of them must not depend on their phases (else the
+    gradient raises, as PyTorch's), and their gradient needs distinct
+    eigenvalues."""
+    complex_in = Z.is_complex(a)
+    za = _z(a) if complex_in else None
+    if np.ndim(za if complex_in else _data(a)) < 2:
+        raise np.linalg.LinAlgError("Array must be at least two-dimensional")
+    if not _needs(a):
+        w, v = np.linalg.eig(_data(a))
+        return _const(w), _const(v)
+    outs = LinalgEig.apply(za.real, za.imag) if complex_in else LinalgEig.apply(a, None)
+    if len(outs) == 2:
+        return tuple(outs)
+    wr, wi, vr, vi = outs
+    return Z.ComplexTensor(wr, wi), Z.ComplexTensor(vr, vi)
+
+
+def eigvals(a):
+    return eig(a)[0]
+
+
+# -- NumPy's names ----------------------------------------------------------------------
+FUNCTIONS = {
+    np.linalg.inv: inv, np.linalg.solve: solve, np.linalg.det: det,
+    np.linalg.slogdet: slogdet, np.linalg.cholesky: cholesky, np.linalg.eigh: eigh,
+    np.linalg.eigvalsh: eigvalsh, np.linalg.svd: svd, np.linalg.eig: eig,
+    np.linalg.eigvals: eigvals, np.linalg.norm: norm, np.linalg.matrix_norm: matrix_norm,
+    np.linalg.vector_norm: vector_norm,
+}
+if hasattr(np.linalg, "svdvals"):
+    FUNCTIONS[np.linalg.svdvals] = svdvals
+#: differentiable to first order only on complex tensors (docs/make_function_table.py);
+#: the norms only for the orders 2, -2 and 'nuc'
+FIRST_ORDER_ONLY = {np.linalg.eigh, np.linalg.eigvalsh, np.linalg.svd, np.linalg.eig,
+                    np.linalg.eigvals, getattr(np.linalg, "svdvals", np.linalg.svd)}
+PARTLY_FIRST_ORDER = {np.linalg.norm, np.linalg.matrix_norm}
+Z.FUNCTIONS.update(FUNCTIONS)
+
+
+def _register_real_eig():
+    """np.linalg.eig / eigvals of a real tensor: its results may be complex."""
+    from .numpy_api import HANDLED_FUNCTIONS
+    HANDLED_FUNCTIONS[np.linalg.eig] = eig
+    HANDLED_FUNCTIONS[np.linalg.eigvals] = eigvals
+
+
+_register_real_eig()
