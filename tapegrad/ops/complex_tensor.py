@@ -32,8 +32,11 @@ FUNCTIONS = {}
 def _unsupported(name):
     raise TypeError(
         f"tapegrad: {name} is not supported on complex tensors. Supported: + - * / **, "
-        "exp, log, sin, cos, sqrt, square, reciprocal, abs, conj, real, imag, angle, sum, "
-        "mean, matmul/dot, reshape, transpose, indexing and numpy.fft; for anything else, "
+        "exp, exp2, expm1, log, log2, log10, log1p, sqrt, square, reciprocal, sin, cos, tan, "
+        "sinh, cosh, tanh, their inverses (arcsin ... arctanh), sign, abs, conj, real, imag, "
+        "angle, sum, mean, prod, matmul/dot/einsum, numpy.linalg (inv, solve, det, slogdet, "
+        "cholesky, eigh, eig, svd, norm), reshape, transpose, indexing and numpy.fft; for "
+        "anything else, "
         "work on the real tensors z.real and z.imag")
 
 
@@ -234,6 +237,9 @@ class ComplexTensor:
     def mean(self, axis=None, keepdims=False):
         return _linear(Rd.mean, self, axis=axis, keepdims=keepdims)
 
+    def prod(self, axis=None, keepdims=False):
+        return prod(self, axis=axis, keepdims=keepdims)
+
     def reshape(self, *shape):
         shape = shape[0] if len(shape) == 1 else shape
         return ComplexTensor(self.real.reshape(shape), self.imag.reshape(shape))
@@ -407,6 +413,127 @@ def cos(z):
               E.negative(E.multiply(E.sin(z.real), E.sinh(z.imag))))
 
 
+def sinh(z):
+    z = _as_z(z)
+    return _z(E.multiply(E.sinh(z.real), E.cos(z.imag)),
+              E.multiply(E.cosh(z.real), E.sin(z.imag)))
+
+
+def cosh(z):
+    z = _as_z(z)
+    return _z(E.multiply(E.cosh(z.real), E.cos(z.imag)),
+              E.multiply(E.sinh(z.real), E.sin(z.imag)))
+
+
+def tan(z):
+    # (sin 2x + i sinh 2y) / (cos 2x + cosh 2y), divided through by cosh 2y so
+    # that a large |y| gives tanh's limit, not inf / inf
+    z = _as_z(z)
+    x2, y2 = E.multiply(z.real, 2.0), E.multiply(z.imag, 2.0)
+    with np.errstate(over="ignore"):  # cosh's overflow is the limit's 1 / inf = 0
+        r = E.reciprocal(E.cosh(y2))
+    d = E.add(E.multiply(E.cos(x2), r), 1.0)
+    return _z(E.divide(E.multiply(E.sin(x2), r), d), E.divide(E.tanh(y2), d))
+
+
+def tanh(z):
+    # (sinh 2x + i sin 2y) / (cosh 2x + cos 2y), divided through by cosh 2x
+    z = _as_z(z)
+    x2, y2 = E.multiply(z.real, 2.0), E.multiply(z.imag, 2.0)
+    with np.errstate(over="ignore"):
+        r = E.reciprocal(E.cosh(x2))
+    d = E.add(E.multiply(E.cos(y2), r), 1.0)
+    return _z(E.divide(E.tanh(x2), d), E.divide(E.multiply(E.sin(y2), r), d))
+
+
+def exp2(z):
+    return exp(multiply(_as_z(z), np.log(2.0)))
+
+
+def expm1(z):
+    # Re: expm1(x) cos y - 2 sin^2(y / 2), accurate near 0 where exp(z) - 1 cancels
+    z = _as_z(z)
+    s = E.sin(E.multiply(z.imag, 0.5))
+    re = E.subtract(E.multiply(E.expm1(z.real), E.cos(z.imag)),
+                    E.multiply(E.multiply(s, s), 2.0))
+    return _z(re, E.multiply(E.exp(z.real), E.sin(z.imag)))
+
+
+def log1p(z):
+    # log|1 + z| = log1p(2x + x^2 + y^2) / 2, accurate near 0
+    z = _as_z(z)
+    x, y = z.real, z.imag
+    q = E.add(E.multiply(x, E.add(x, 2.0)), E.multiply(y, y))
+    return _z(E.multiply(E.log1p(q), 0.5), E.arctan2(y, E.add(x, 1.0)))
+
+
+def log2(z):
+    return multiply(log(z), 1.0 / np.log(2.0))
+
+
+def log10(z):
+    return multiply(log(z), 1.0 / np.log(10.0))
+
+
+def _times_i(z):
+    return ComplexTensor(E.negative(z.imag), z.real)
+
+
+def _times_minus_i(z):
+    return ComplexTensor(z.imag, E.negative(z.real))
+
+
+def arctanh(z):
+    # cuts on the real axis beyond +-1, as NumPy's
+    z = _as_z(z)
+    return multiply(subtract(log1p(z), log1p(-z)), 0.5)
+
+
+def arctan(z):
+    return _times_minus_i(arctanh(_times_i(_as_z(z))))
+
+
+def arcsinh(z):
+    # log1p(z + z^2 / (sqrt(z^2 + 1) + 1)): no cancellation near 0; for
+    # Re z < 0 the odd symmetry (a guarded mask) avoids the cancellation of
+    # z + sqrt(z^2 + 1)
+    z = _as_z(z)
+    neg = on_values(lambda a: np.signbit(a), z.real)
+    if neg.any():
+        s = np.where(neg, -1.0, 1.0)
+        return multiply(_arcsinh_right(multiply(z, s)), s)
+    return _arcsinh_right(z)
+
+
+def _arcsinh_right(z):
+    z2 = multiply(z, z)
+    return log1p(add(z, divide(z2, add(sqrt(add(z2, 1.0)), 1.0))))
+
+
+def arcsin(z):
+    return _times_minus_i(arcsinh(_times_i(_as_z(z))))
+
+
+def arccos(z):
+    return subtract(np.pi / 2, arcsin(z))
+
+
+def arccosh(z):
+    z = _as_z(z)
+    return log(add(z, multiply(sqrt(add(z, 1.0)), sqrt(subtract(z, 1.0)))))
+
+
+def sign(z):
+    """``z / |z|`` (0 at 0), NumPy's complex sign."""
+    z = _as_z(z)
+    nz = on_values(lambda a, b: (a != 0) | (b != 0), z.real, z.imag)
+    m = absolute(z)
+    if nz.all():
+        return divide(z, m)
+    safe = E.where(nz, m, 1.0)
+    return _z(E.where(nz, E.divide(z.real, safe), 0.0), E.where(nz, E.divide(z.imag, safe), 0.0))
+
+
 def sqrt(z):
     # polar form: no mask, so nothing to guard in a trace; the branch cut
     # follows the sign of the imaginary part's zero as NumPy's does
@@ -484,6 +611,44 @@ def angle(z, deg=False):
     return E.multiply(a, 180.0 / np.pi) if deg else a
 
 
+def prod(z, axis=None, keepdims=False):
+    """``numpy.prod`` of a complex tensor: products of halves, level by level
+    (no division, so zeros are fine; second order as the products')."""
+    z = _as_z(z)
+    if axis is None:
+        out = _prod_last(z.ravel())
+        return out.reshape((1,) * z.ndim) if keepdims else out
+    axes = Rd.normalize_axis(axis if isinstance(axis, numbers.Integral) else tuple(axis),
+                             z.ndim, "prod")
+    rest = [a for a in range(z.ndim) if a not in axes]
+    moved = z.transpose(*(rest + list(axes)))
+    shape = tuple(z.shape[a] for a in rest)
+    out = _prod_last(moved.reshape(shape + (-1,)))
+    if keepdims:
+        out = out.reshape(tuple(1 if a in axes else z.shape[a] for a in range(z.ndim)))
+    return out
+
+
+def _prod_last(z):
+    """The product over the last axis."""
+    m = z.shape[-1]
+    if m == 0:
+        return _z(np.ones(z.shape[:-1]), None)
+    while m > 1:
+        h = m // 2
+        head = multiply(z[..., :h], z[..., h:2 * h])
+        if m % 2:
+            head = ComplexTensor(_concat_last(head.real, z.real[..., 2 * h:]),
+                                 _concat_last(head.imag, z.imag[..., 2 * h:]))
+        z, m = head, (m + 1) // 2
+    return z[..., 0]
+
+
+def _concat_last(a, b):
+    from .shape import concatenate
+    return concatenate([a, b], axis=-1)
+
+
 def _not_ordered(*args):
     raise TypeError("tapegrad: complex numbers have no order; compare np.abs(z) or z.real")
 
@@ -499,6 +664,10 @@ UFUNCS = {
     np.add: add, np.subtract: subtract, np.multiply: multiply, np.divide: divide,
     np.power: power, np.negative: negative, np.positive: positive, np.exp: exp, np.log: log,
     np.sin: sin, np.cos: cos, np.sqrt: sqrt, np.square: square, np.reciprocal: reciprocal,
+    np.tan: tan, np.tanh: tanh, np.sinh: sinh, np.cosh: cosh, np.exp2: exp2, np.expm1: expm1,
+    np.log1p: log1p, np.log2: log2, np.log10: log10, np.arctan: arctan, np.arctanh: arctanh,
+    np.arcsin: arcsin, np.arccos: arccos, np.arcsinh: arcsinh, np.arccosh: arccosh,
+    np.sign: sign,
     np.conjugate: conj, np.absolute: absolute, np.matmul: None,
     np.equal: _equal, np.not_equal: lambda a, b: ~_equal(a, b),
     np.less: _not_ordered, np.less_equal: _not_ordered, np.greater: _not_ordered,
@@ -561,11 +730,36 @@ UFUNCS[np.matmul] = matmul
 
 
 def _einsum(subscripts, *operands, **kwargs):
+    if not isinstance(subscripts, str):  # the interleaved form
+        from .matrix import _einsum_sublists
+        subscripts, operands = _einsum_sublists((subscripts,) + operands)
     if len(operands) == 1:
         return _linear(np.einsum, subscripts, operands[0], **kwargs)
-    if len(operands) != 2:
-        _unsupported("numpy.einsum of more than two complex operands")
-    return _bilinear(lambda x, y: np.einsum(subscripts, x, y, **kwargs), *operands)
+    if len(operands) == 2:
+        return _bilinear(lambda x, y: np.einsum(subscripts, x, y, **kwargs), *operands)
+    # multilinear: one real einsum per choice of part of each complex operand
+    # (2^k for k complex operands), i^m for m imaginary parts chosen
+    split = [_split(x) for x in operands]
+    cplx = [k for k, (_, im) in enumerate(split) if im is not None]
+    terms = ([], [])  # (sign, value) of the real and the imaginary part
+    for mask in range(2 ** len(cplx)):
+        picks = [p[0] for p in split]
+        m = 0
+        for j, k in enumerate(cplx):
+            if mask >> j & 1:
+                picks[k] = split[k][1]
+                m += 1
+        terms[m % 2].append((-1.0 if m % 4 >= 2 else 1.0,
+                             np.einsum(subscripts, *picks, **kwargs)))
+
+    def total(ts):
+        out = None
+        for sign, v in ts:
+            out = (v if sign > 0 else E.negative(v)) if out is None else (
+                E.add(out, v) if sign > 0 else E.subtract(out, v))
+        return out
+    re = total(terms[0])
+    return re if not terms[1] else _z(re, total(terms[1]))
 
 
 for _f in (np.sum, np.mean, np.reshape, np.ravel, np.transpose, np.swapaxes, np.squeeze,
@@ -578,6 +772,49 @@ for _f in (np.dot, np.inner, np.outer, np.tensordot, np.kron, np.convolve):
         lambda x, y: f(x, y, *args, **kw), a, b))(_f)
 FUNCTIONS[np.matmul] = matmul
 FUNCTIONS[np.einsum] = _einsum
+FUNCTIONS[np.prod] = prod
+FUNCTIONS[np.linalg.matmul] = matmul
+FUNCTIONS[np.linalg.outer] = FUNCTIONS[np.outer]
+FUNCTIONS[np.linalg.tensordot] = FUNCTIONS[np.tensordot]
+FUNCTIONS[np.linalg.diagonal] = _linear_fn(np.linalg.diagonal)
+FUNCTIONS[np.linalg.trace] = _linear_fn(np.linalg.trace)
+FUNCTIONS[np.linalg.matrix_transpose] = _linear_fn(np.linalg.matrix_transpose)
+# NumPy's vecdot conjugates its first argument
+FUNCTIONS[np.linalg.vecdot] = lambda a, b, /, *, axis=-1: _linear(
+    np.sum, multiply(conj(_as_z(a)) if is_complex(a) else a, b), axis=axis)
+FUNCTIONS[np.vecdot] = FUNCTIONS[np.linalg.vecdot]
+
+
+def _multi_dot(arrays, *, out=None):
+    if out is not None:
+        raise TypeError("numpy.linalg.multi_dot(..., out=...) cannot write into an array "
+                        "when tensors are involved; drop out=")
+    result = arrays[0]
+    for a in arrays[1:]:
+        result = matmul(result, a)
+    return result
+
+
+def _matrix_power(a, n):
+    if not isinstance(n, numbers.Integral):
+        raise TypeError("exponent must be an integer")
+    if n < 0:
+        from .complex_linalg import inv
+        return _matrix_power(inv(a), -n)
+    result, base = None, _as_z(a)
+    while n:
+        if n & 1:
+            result = base if result is None else matmul(result, base)
+        n >>= 1
+        if n:
+            base = matmul(base, base)
+    if result is None:
+        return _z(np.broadcast_to(np.eye(a.shape[-1]), a.shape).copy(), None)
+    return result
+
+
+FUNCTIONS[np.linalg.multi_dot] = _multi_dot
+FUNCTIONS[np.linalg.matrix_power] = _matrix_power
 FUNCTIONS[np.vdot] = lambda a, b: _bilinear(np.vdot, conj(_as_z(a)).ravel(), b.ravel()
                                             if hasattr(b, "ravel") else np.ravel(b))
 FUNCTIONS[np.real] = real
