@@ -8,6 +8,7 @@ import pathlib
 
 import numpy as np
 
+from tapegrad.ops import complex_linalg as CL
 from tapegrad.ops import complex_tensor as Z
 from tapegrad.ops.numpy_api import HANDLED_FUNCTIONS, PLAIN_UFUNCS, SPECIAL_UFUNCS, UFUNCS
 
@@ -51,6 +52,19 @@ def _qualname(f):
         if getattr(ns, f.__name__, None) is f:
             return f"{prefix}.{f.__name__}"
     return f.__name__
+
+
+def _complex_order(f):
+    if Z.UFUNCS.get(f) is Z._not_ordered:
+        return "raises (no order)"
+    if f in (np.equal, np.not_equal, np.iscomplexobj, np.isrealobj, np.shape, np.ndim,
+             np.size):
+        return "no gradient"
+    if f in CL.FIRST_ORDER_ONLY:
+        return "first order"
+    if f in CL.PARTLY_FIRST_ORDER:
+        return "first and second order; first order for ord 2, -2, 'nuc'"
+    return "first and second order"
 
 
 def render():
@@ -97,12 +111,22 @@ def render():
         "ufuncs and functions take it, and any other raises a TypeError naming the",
         "function and saying to work on `z.real` and `z.imag`. `np.abs`, `np.real`,",
         "`np.imag` and `np.angle` give real tensors; comparisons other than `==` and",
-        "`!=` raise (complex numbers have no order).",
+        "`!=` raise (complex numbers have no order). Gradients are PyTorch's:",
+        "`z.grad = dL/dx + i dL/dy` for a real loss L of `z = x + iy`.",
         "",
-        "| function |",
-        "|---|",
-        *[f"| `{_qualname(f)}` |" for f in sorted(set(Z.UFUNCS) | set(Z.FUNCTIONS),
-                                                  key=_qualname)],
+        "Most are written as real recorded ops on the parts, so second derivatives",
+        "(`tg.hessian`, `hvp`, `create_graph`) go through them: `inv` and `solve`",
+        "through the real embedding `[[Ar, -Ai], [Ai, Ar]]`, `det`, `slogdet` and",
+        "`cholesky` by block elimination in partial pivoting's row order. The",
+        "decompositions whose vectors are fixed only up to a phase (`eigh`, `svd`,",
+        "`eig`) are differentiable to first order, and their gradient raises, as",
+        "PyTorch's, when the loss depends on those phases; a second derivative",
+        "through them raises.",
+        "",
+        "| function | derivatives |",
+        "|---|---|",
+        *[f"| `{_qualname(f)}` | {_complex_order(f)} |"
+          for f in sorted(set(Z.UFUNCS) | set(Z.FUNCTIONS), key=_qualname)],
         "",
         "## What NumPy's protocols cannot reach",
         "",
