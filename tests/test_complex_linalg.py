@@ -229,6 +229,18 @@ def test_values_without_gradient_are_numpys_and_namespaces_agree():
         np.testing.assert_allclose(solve(x, B43).numpy(), np.linalg.solve(A4.real, B43))
 
 
+def test_results_have_numpys_shapes_with_and_without_gradient():
+    for rg in (False, True):
+        for a in (A4, _c(2, 3, 3), np.zeros((0, 0), complex)):
+            z = tg.tensor(a, requires_grad=rg)
+            for fn in (np.linalg.det, lambda m: np.linalg.slogdet(m)[0],
+                       lambda m: np.linalg.slogdet(m)[1], np.linalg.inv,
+                       lambda m: np.linalg.norm(m, axis=(-2, -1))):
+                assert np.shape(fn(z)) == np.shape(fn(a))
+    assert tg.tensor(np.complex128(1 + 2j)).shape == ()
+    assert (tg.tensor(2.0) * np.array(1j)).shape == ()
+
+
 def test_singular_and_invalid_matrices_raise_clearly():
     sing = tg.tensor(np.array([[1 + 1j, 2 + 2j], [1.0, 2.0]]) * 0, requires_grad=True)
     with pytest.raises(np.linalg.LinAlgError, match="singular"):

@@ -76,7 +76,7 @@ def _const(a):
     a = np.asarray(a)
     if a.dtype.kind == "c":
         return Z.ComplexTensor.constant(a)
-    return _plain(np.ascontiguousarray(a, np.float64))
+    return _plain(np.array(a, np.float64))
 
 
 def _square(z, name):
@@ -215,7 +215,7 @@ def det(a):
     elimination in the pivoting order: exact first and second derivatives."""
     a = _z(a)
     n = _square(a, "det")
-    if not _needs(a):
+    if not _needs(a) or n == 0:  # an empty matrix: determinant 1, nothing to differentiate
         return _const(np.linalg.det(_value(a)))
     pa, sign = _pivoted(a, "det")
     leaves = []
@@ -229,7 +229,7 @@ def slogdet(a):
     gradient (the phase's is that of ``arg det``)."""
     a = _z(a)
     n = _square(a, "slogdet")
-    if not _needs(a):
+    if not _needs(a) or n == 0:
         s, l = np.linalg.slogdet(_value(a))
         return _const(s), _const(l)
     pa, sign = _pivoted(a, "slogdet")
@@ -277,7 +277,7 @@ def cholesky(a, upper=False):
     a = _z(a)
     n = _square(a, "cholesky")
     value = np.linalg.cholesky(_value(a))   # NumPy's errors (not positive definite)
-    if not _needs(a):
+    if not _needs(a) or n == 0:
         return _const(_Hm(value) if upper else value)
     if on_values(_is_hermitian, a.real, a.imag):
         h = (a + _H(a)) * 0.5

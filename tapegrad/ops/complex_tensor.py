@@ -68,8 +68,8 @@ class ComplexTensor:
     @classmethod
     def constant(cls, value):
         a = np.asarray(value)
-        return cls(_plain(np.ascontiguousarray(a.real, np.float64)),
-                   _plain(np.ascontiguousarray(a.imag, np.float64)))
+        # np.array, not ascontiguousarray, which makes a 0-d array 1-d
+        return cls(_plain(np.array(a.real, np.float64)), _plain(np.array(a.imag, np.float64)))
 
     # -- properties -----------------------------------------------------------------------
     shape = property(lambda self: self.real.shape)
@@ -285,7 +285,7 @@ def _split(x):
     if isinstance(x, _COMPLEX_SCALARS):
         return float(x.real), float(x.imag)
     if isinstance(x, np.ndarray) and x.dtype.kind == "c":
-        return np.ascontiguousarray(x.real), np.ascontiguousarray(x.imag)
+        return np.array(x.real), np.array(x.imag)  # copies; 0-d stays 0-d
     if isinstance(x, (Tensor, numbers.Real, np.ndarray, list, tuple)):
         return x, None
     raise TypeError(f"tapegrad: cannot combine a complex tensor with {type(x).__name__}")
