@@ -30,8 +30,11 @@ recording inf/NaN.
 prod and cumprod over inputs with zero entries use products of the other
 elements (no division), polynomials in the input, exact at every order.
 
+digamma's derivative is ``polygamma(1, x)`` (``ops/special.py``), whose own
+derivative is the next polygamma.
+
 A record without a formula here (``RULES``: cumprod over zeros past
-``_CUMPROD_ZERO_MAX`` elements of its n^2 formula; digamma; ``tg.Function``; ``tg.elementwise`` ops) raises NoRule from
+``_CUMPROD_ZERO_MAX`` elements of its n^2 formula; ``tg.Function``; ``tg.elementwise`` ops) raises NoRule from
 :func:`graph_grad` before anything is recorded; the caller then falls back
 to one second-order node (``functional._GraphGrad``) and names the op where
 a further order or a non-leaf input needs more.
@@ -110,7 +113,7 @@ class _ScatterAdd(Function):
         return np.where(idx >= 0, g[np.maximum(idx, 0)], 0.0), None, None
 
     @staticmethod
-    def vjp_ops(ctx, u):
+    def vjp_ops(ctx, u, _inputs):
         return (take(u, ctx.idx),)
 
 
@@ -250,8 +253,6 @@ def _check(tape, _vals, r, reached):
     if kind == C.K_NONE:
         return
     name = REGISTRY[code].name if code in REGISTRY else str(code)
-    if kind == C.K_UNARY and sub == C.DIGAMMA:
-        raise NoRule(name, "its derivative, trigamma, is not an op of tapegrad")
     if kind == C.K_SCAN and sub == C.CUMPROD:
         b = int(tape.ip0[r])
         a, n, c = (int(tape.ip[b + i]) for i in range(3))
@@ -276,7 +277,10 @@ def _check(tape, _vals, r, reached):
             if any(len(set(s)) != len(s) for s in ins):
                 raise NoRule(name, "it repeats an index within one operand")
     if kind == C.K_USER:
-        raise NoRule(name, "a tg.elementwise op has no derivative of its derivative")
+        from .ops.custom import USER_OPS
+        op = USER_OPS[int(tape.ip[int(tape.ip0[r])])]
+        raise NoRule(f"{op.name} (a tg.elementwise op)",
+                     "a tg.elementwise op has no differentiable formula of its derivative")
 
 
 def _check_gaps(tape, r, reached, name):
@@ -358,6 +362,7 @@ def _d_unary(W, r, sub):
         C.ERFC: lambda: (-2.0 / math.sqrt(math.pi)) * tg.exp(-x() * x()),
         C.ERFINV: lambda: (math.sqrt(math.pi) / 2.0) * tg.exp(y() * y()),
         C.GAMMALN: lambda: tg.digamma(x()),
+        C.DIGAMMA: lambda: _special().polygamma(1, x()),
         C.I0E: lambda: tg.i1e(x()) - np.sign(W.val(q)) * y(),
         C.I1E: lambda: _d_i1e(W, q, x, y),
         C.LOG_NDTR: lambda: tg.exp(-0.5 * x() * x() - tg.log_ndtr(x()))
@@ -366,6 +371,11 @@ def _d_unary(W, r, sub):
     if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:
         return None
     return D[sub]()  # a sub with no formula: KeyError, never a zero
+
+
+def _special():
+    from .ops import special
+    return special
 
 
 def _d_i1e(W, q, x, y):
@@ -966,8 +976,12 @@ def _lstsq(W, r, u):
 def _function(W, r, u):
     tape = W.tape
     cls, ctx, tensor_args, out_shapes, nargs = tape.host[r]
-    grads = cls.vjp_ops(ctx, u)
-    for (position, _shape), q in zip(tensor_args, W.parents(r)):
+    parents = W.parents(r)
+    where = {position: q for (position, _shape), q in zip(tensor_args, parents)}
+    # argument ``position`` as a tensor of the graph, of the given value
+    # (the Function keeps its inputs; the tape need not)
+    grads = cls.vjp_ops(ctx, u, lambda position, value: _known(W, where[position], value))
+    for (position, _shape), q in zip(tensor_args, parents):
         g = grads[position]
         if g is not None:
             W.add(q, _flat(g))

@@ -175,6 +175,53 @@ def tetragamma(x):
 
 
 @inner
+def polygamma(n, x):
+    """psi^(n)(x) for an integer n >= 1: ``(-1)^(n+1) n! zeta(n + 1, x)``.
+
+    The series ``sum_k 1 / (x + k)^(n+1)`` is summed term by term up to
+    ``x + k >= 12 + n`` (for any non-pole x, negative ones too: no
+    reflection, whose derivatives of cot grow with n), then its tail by the
+    Euler-Maclaurin (asymptotic) series ``(n-1)!/x^n (1 + n/(2x) +
+    sum_j B_2j C(2j+n-1, 2j) / x^(2j))``.  At the poles: +inf for odd n
+    (every term positive), NaN for even n (the sign changes across them),
+    as trigamma and tetragamma."""
+    if n < 1 or x != x or x == -_INF:
+        return _NAN
+    sign = 1.0 if n % 2 == 1 else -1.0
+    if x == _INF:
+        return 0.0 * sign
+    if _is_pole(x):
+        return _INF if n % 2 == 1 else _NAN
+    fact = 1.0  # (n - 1)!
+    for j in range(2, n):
+        fact *= j
+    acc = 0.0
+    top = _ASYMPTOTIC + n
+    while x < top:
+        acc += 1.0 / x ** (n + 1)
+        x += 1.0
+    z = 1.0 / (x * x)
+    s = 0.0
+    binom = 1.0  # C(2j + n - 1, 2j) for j = 1.. (built up term by term)
+    terms = np.empty(_BERNOULLI.size)
+    for k in range(_BERNOULLI.size):
+        j = k + 1
+        binom *= (2.0 * j + n - 2.0) * (2.0 * j + n - 1.0) / ((2.0 * j - 1.0) * (2.0 * j))
+        terms[k] = _BERNOULLI[k] * binom
+    for k in range(_BERNOULLI.size - 1, -1, -1):
+        s = (s + terms[k]) * z
+    tail = fact / x ** n * (1.0 + 0.5 * n / x + s)
+    return sign * (fact * n * acc + tail)
+
+
+@kernel
+def polygamma_into(n, x, y):
+    """``y[i] = polygamma(n, x[i])`` over flat arrays."""
+    for i in range(x.size):
+        y[i] = polygamma(n, float(x[i]))
+
+
+@inner
 def gammaln(x):
     """log |Gamma(x)|; +inf at the poles (math.lgamma raises there in
     Python) and at +inf, -inf at -inf (as SciPy)."""

@@ -138,3 +138,76 @@ def ndtr(x):
     tensor([0.5])
     """
     return 0.5 * erfc(-_SQRT1_2 * _t(x))
+
+
+def _polygamma_values(n, x):
+    from ..kernels.special import polygamma_into
+    x = np.asarray(x, dtype=np.float64)
+    y = np.empty(x.size)
+    polygamma_into(int(n), np.ascontiguousarray(x).reshape(-1), y)
+    return y.reshape(x.shape)
+
+
+_POLYGAMMA = None
+
+
+def _polygamma_function():
+    """The op of ``polygamma(n >= 1, x)``: a ``tg.Function`` whose VJP is the
+    next polygamma, recorded with tapegrad ops too (``vjp_ops``), so its
+    gradients differentiate again under ``create_graph=True`` to any order
+    (digamma's derivative is ``polygamma(1, x)``).  Made on first use:
+    ``function.py`` imports this package's elementwise ops."""
+    global _POLYGAMMA
+    if _POLYGAMMA is None:
+        from ..function import Function
+
+        class Polygamma(Function):
+            @staticmethod
+            def forward(ctx, n, x):
+                ctx.n = n
+                ctx.save_for_backward(x)
+                y = _polygamma_values(n, x)
+                return y.astype(x.dtype) if x.dtype.kind == "f" else y
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return None, g * _polygamma_values(ctx.n + 1, x)
+
+            @staticmethod
+            def vjp_ops(ctx, u, inputs):
+                (x,) = ctx.saved_tensors
+                return None, u * polygamma(ctx.n + 1, inputs(1, np.ravel(x)))
+
+        _POLYGAMMA = Polygamma
+    return _POLYGAMMA
+
+
+def polygamma(n, x):
+    """The n-th derivative of the digamma function, ``psi^(n)(x)``
+    (``scipy.special.polygamma`` for one integer ``n >= 0``); ``n = 0`` is
+    :func:`digamma`.  Differentiable in ``x`` to any order, with
+    ``create_graph=True`` too; reverse mode only (``tg.hessian`` and
+    forward mode do not reach it).
+
+    Poles (``x = 0, -1, -2, ...``): +inf for odd ``n``, NaN for even ``n``.
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> from tapegrad.ops.special import polygamma
+    >>> x = tg.tensor([1.0], requires_grad=True)
+    >>> polygamma(1, x)                 # pi^2 / 6
+    tensor([1.64493407], grad_fn=<PolygammaBackward>)
+    >>> polygamma(1, x).backward()      # -2 zeta(3)
+    >>> x.grad
+    tensor([-2.40411381])
+    """
+    if isinstance(n, Tensor) or int(n) != n or n < 0:
+        raise ValueError(f"polygamma: the order n must be an integer >= 0, got {n!r}")
+    n = int(n)
+    if n == 0:
+        return digamma(x)
+    if isinstance(x, Tensor):
+        return _polygamma_function().apply(n, x)
+    return _polygamma_values(n, x)  # an array, as digamma's of an array
