@@ -297,6 +297,13 @@ def _torch_cases(torch):
         "eig": (lambda m, a: m.real(m.linalg.eig(a)[0] ** 2).sum() + (
             m.abs(m.linalg.eig(a)[1]) ** 3).sum(), A4),
         "norm_nuc": (lambda m, a: m.linalg.norm(a, "nuc"), A4),
+        "eig_of_real": (lambda m, a: m.imag(m.linalg.eig(a)[0] ** 3).sum() + (
+            m.abs(m.linalg.eig(a)[1]) ** 3).sum(), np.array([[0.0, -2.0, 0.5], [1.0, 0.3, 0.0],
+                                                              [0.2, 0.0, 1.5]])),
+        "svd_wide_batched": (lambda m, a: (m.abs(m.linalg.svd(a, full_matrices=False)[2])
+                                           ** 3).sum(), _c(2, 3, 5)),
+        "inv_det_batched": (lambda m, a: m.real(m.linalg.det(m.linalg.inv(a)) * 1j).sum(),
+                            _c(2, 3, 3)),
     }
 
 

@@ -272,7 +272,10 @@ def cholesky(a, upper=False):
     Like NumPy, it reads the lower triangle (and the real part of the
     diagonal).  For a Hermitian A the gradient is the Hermitian one (as the
     real op's is symmetric, and as PyTorch's): perturbing A and A^H alike;
-    for any other A it is the gradient in the lower triangle read.
+    for any other A it is the gradient in the lower triangle read.  (PyTorch's
+    gradient differs from it by a part that is not Hermitian: the same
+    derivative along every Hermitian perturbation, all a Cholesky factor of
+    a Hermitian matrix responds to.)
     """
     a = _z(a)
     n = _square(a, "cholesky")
