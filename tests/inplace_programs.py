@@ -37,6 +37,8 @@ Step kinds:
                                   variables, one per input; ``allow_unused=True``;
                                   ``reach``: the leaves y's graph reaches, and
                                   the inputs)
+                                  (a 7th field, ``zero_none``: None gradients
+                                  become zeros, in both libraries)
 ``("backward", y, seed, inputs)`` the final ``y.backward(seed, inputs=...)``
 
 PyTorch runs a program in two ways:
@@ -216,6 +218,9 @@ class Program:
                 seed = "None" if s[3] is None else f"[{_lit(s[3])}]"
                 lines.append(f"{', '.join(outs)}, = tg.autograd.grad([{name[s[1]]}], [{ins}], "
                              f"{seed}, create_graph={s[4]}, allow_unused=True)")
+                if len(s) > 6 and s[6]:
+                    for o, i in zip(outs, s[2]):
+                        lines.append(f"{o} = tg.zeros({name[i]}.shape) if {o} is None else {o}")
             elif kind == "backward":
                 ins = "" if s[3] is None else ", inputs=[" + ", ".join(name[i] for i in s[3]) + "]"
                 lines.append(f"{name[s[1]]}.backward({_lit(s[2])}{ins})")
@@ -840,6 +845,138 @@ def make_create_graph_program(d, known_bugs_excluded=True):
     return g.finish()
 
 
+def _parents_by_var(steps):
+    """Each variable's direct operands, from the steps (in creation order)."""
+    out = []
+    for s in steps:
+        kind = s[0]
+        if kind == "leaf":
+            out.append(())
+        elif kind in ("unary", "reduce", "tview"):
+            out.append((s[2],))
+        elif kind == "scalar":
+            out.append((s[2],))
+        elif kind == "binary":
+            out.append((s[2], s[3]))
+        elif kind in ("view", "take"):
+            out.append((s[1],))
+        elif kind == "grad":
+            out.extend([(s[1],) + tuple(s[2])] * len(s[2]))
+    return out
+
+
+def _ancestors(steps, k):
+    par = _parents_by_var(steps)
+    seen, todo = set(), [k]
+    while todo:
+        for q in par[todo.pop()]:
+            if q not in seen:
+                seen.add(q)
+                todo.append(q)
+    return seen
+
+
+def _grad_level(g, y, inputs, create_graph, zero_none):
+    """A ``grad`` step of y with respect to ``inputs``: its outputs are new variables
+    (None outputs replaced by zeros where ``zero_none``, in both libraries alike)."""
+    yv = g.vars[y]
+    g.steps.append(("grad", y, inputs, g.seed_for(yv.shape), create_graph,
+                    tuple(sorted(yv.deps)), zero_none))
+    out = []
+    for k in inputs:
+        out.append(g.op_result(g.vars[k].shape, BOUND / 100, yv.deps))
+    return out
+
+
+def _scalar_of(g, grads, form):
+    """sum(g * g) (a penalty) or sum(g * u) for a new leaf u (a product with a
+    direction) of each gradient, summed: one scalar variable."""
+    total = None
+    for gk in grads:
+        if form == "hvp":
+            u = g.new_leaf(g.vars[gk].shape)
+            g.steps.append(("binary", "mul", gk, u))
+            deps = g.vars[gk].deps | {u}
+        else:
+            g.steps.append(("binary", "mul", gk, gk))
+            deps = g.vars[gk].deps
+        g.op_result(g.vars[gk].shape, BOUND, deps)
+        g.steps.append(("reduce", "sum", len(g.vars) - 1, None, False))
+        k = g.op_result((), BOUND, deps)
+        if total is not None:
+            g.steps.append(("binary", "add", total, k))
+            k = g.op_result((), BOUND, g.vars[total].deps | deps)
+        total = k
+    return total
+
+
+def make_higher_order_program(d, known_bugs_excluded=True):
+    """Gradients of gradients to the third (sometimes fourth) order with
+    ``create_graph=True`` at every level but the last, with respect to leaves and
+    to non-leaf tensors of the graph (intermediates, and a lower level's gradients):
+    each level a penalty ``sum(g * g)`` or a product with a direction leaf, then
+    sometimes more ops; the last level by ``backward`` or ``tg.autograd.grad``.
+    Gradients that come back None (an input a level does not reach) are replaced
+    by zeros in both libraries, so later levels can use every gradient."""
+    g = Gen(d, "higher_order", known_bugs_excluded)
+    shape = g.base_shape()
+    g.new_leaf(shape)
+    for _ in range(d.int(0, 1)):
+        g.new_leaf(d.choice([shape, shape[-1:], ()]))
+    fwd = ["unary", "scalar", "binary", "reduce", "view", "take", "tview", "rec"]
+    if d.bool(0.2):
+        fwd.append("raw")
+    if g.random_steps(d.int(1, 5), fwd) == "end":
+        return g.finish()
+    y = g.choice_output()
+    levels = 3 if d.bool(0.8) else 4
+    g.notes.add("third" if levels == 3 else "fourth")
+    post = ["unary", "scalar", "binary", "reduce", "view", "take", "tview"]
+    start = 0                     # the first variable of this level's own computation
+    prev = []                     # the last level's gradients
+    for level in range(1, levels):
+        leaves = [k for k in g.leaf_vars() if k in g.vars[y].deps] or g.leaf_vars()[:1]
+        inputs = list(leaves if d.bool(0.7) else [d.choice(leaves)])
+        # A non-leaf input: an intermediate y was computed from by the program's own ops.
+        # From a second level on, only those of this level (the last gradients and what
+        # was computed from them): an intermediate of an earlier level reaches y also
+        # through the backward formulas, and whether a formula reads it (the quotient
+        # a / b in tapegrad's division rule, not in PyTorch's) is each library's choice.
+        nonleaf = [k for k in sorted(_ancestors(g.steps, y))
+                   if k >= start and not g.vars[k].leaf and not g.vars[k].dead]
+        if len(prev) > 1:
+            # gradients of one call with several inputs: tapegrad computes one from
+            # another (the adjoint of an intermediate is the tensor it returns, then
+            # carried on to the leaves), the harness's PyTorch returns clones, so a
+            # path from a sibling gradient to this one is each library's choice
+            nonleaf = [k for k in nonleaf if k not in prev]
+        if g.exclude:
+            # DIFFERENCE (test_known_difference_input_written_without_a_record):
+            # tapegrad's gradient with respect to a non-leaf written in place under
+            # no_grad (or through .data / detach()) after y read it is None, PyTorch's
+            # the gradient.  No such inputs.
+            raw = {m for st in g.steps if st[0] == "raw" for m in g.family_of(st[1])}
+            nonleaf = [k for k in nonleaf if k not in raw]
+        if nonleaf and d.bool(0.4):
+            inputs.append(d.choice(nonleaf))
+            g.notes.add("nonleaf" if level == 1 else "wrt_gradient")
+        inputs = tuple(sorted(set(inputs)))
+        start = len(g.vars)
+        grads = prev = _grad_level(g, y, inputs, True, True)
+        y = _scalar_of(g, grads, d.choice(("penalty", "hvp")))
+        if d.bool(0.3):                          # more ops on the way to the next level
+            before = len(g.vars)
+            if g.random_steps(d.int(1, 2), post) == "end":
+                return g.finish()
+            if len(g.vars) > before:
+                y = g.choice_output(lambda k: k >= before or k == y)
+    if d.bool(0.5):
+        g.steps.append(("backward", y, g.seed_for(g.vars[y].shape), None))
+    else:
+        _grad_level(g, y, tuple(g.leaf_vars()), False, True)
+    return g.finish()
+
+
 def _choice_output(self, pred=lambda k: True):
     alive = [k for k in self.alive() if pred(k)]
     # mostly the newest variable (the end of the chain), sometimes any
@@ -904,6 +1041,9 @@ class _TG:
     def clone(self, t):
         return t * 1.0
 
+    def zeros(self, shape):
+        return self.m.zeros(shape)
+
 
 class _Torch:
     name = "torch"
@@ -953,6 +1093,9 @@ class _Torch:
 
     def clone(self, t):
         return t.clone()
+
+    def zeros(self, shape):
+        return self.m.zeros(shape, dtype=self.m.float64)
 
 
 def run(prog, lib, functional=False):
@@ -1105,6 +1248,9 @@ def run(prog, lib, functional=False):
                 B.sgd(vals[s[1]], s[2])
             elif kind == "grad":
                 outs = list(B.autograd_grad(vals[s[1]], [vals[k] for k in s[2]], s[3], s[4]))
+                if len(s) > 6 and s[6]:          # zero_none: None -> zeros, no graph
+                    outs = [B.zeros(tuple(vals[k].shape)) if o is None else o
+                            for o, k in zip(outs, s[2])]
                 vals.extend(outs)
             elif kind == "backward":
                 seed = None if s[2] is None else B.const(s[2])

@@ -14,7 +14,9 @@ passes in the middle with SGD steps on ``.data`` between them, and a final
 takes a first gradient with ``tg.autograd.grad(..., create_graph=True)`` and
 differentiates a function of it again (gradient penalty, Hessian-vector
 product by hand, mixed with more ops and writes) by ``backward`` or
-``tg.autograd.grad``.
+``tg.autograd.grad``.  A third family goes to the third and fourth order,
+``create_graph=True`` at every level but the last, with respect to leaves and
+to non-leaf tensors (intermediates, and the last level's gradients).
 
 Each program runs on tapegrad and twice on PyTorch (float64; see
 ``inplace_programs``: ``real``, exactly as written, and ``functional``, which
@@ -30,7 +32,7 @@ Every program runs on a fresh thread (``in_fresh_thread``) and returns only
 NumPy arrays and strings: no tensor stays on the main thread's tape, which
 other, order-dependent tests read.
 
-Normal run: 40 programs per family.  ``TAPEGRAD_FUZZ_LONG=1``: 2,000 per
+Normal run: 40 programs per family (three families).  ``TAPEGRAD_FUZZ_LONG=1``: 2,000 per
 family (``TAPEGRAD_FUZZ_EXAMPLES`` sets the number).  Known differences from
 PyTorch have strict xfail reproducers below; the generator leaves their
 program shapes out (``TAPEGRAD_FUZZ_KNOWN_BUGS=1`` puts them back, to check
@@ -107,6 +109,20 @@ def _after_create_graph(prog, si):
     return any(s[0] == "grad" and s[4] for s in prog.steps[:si])
 
 
+def _zero_from(res, prog, si):
+    """Every number that step si of prog gave in res is zero (or None)."""
+    s = prog.steps[si]
+    if s[0] == "backward":
+        return all(g is None or not g.any() for g in res.grads)
+    if s[0] == "grad":
+        first = sum(1 for t in prog.steps[:si] if t[0] in (
+            "leaf", "unary", "scalar", "binary", "reduce", "view", "take", "tview")) + \
+            sum(len(t[2]) for t in prog.steps[:si] if t[0] == "grad")
+        vals = [res.values.get(k) for k in range(first, first + len(s[2]))]
+        return all(v is None or not np.any(v) for v in vals)
+    return False
+
+
 def check(prog):
     """Run prog on tapegrad and PyTorch and compare (see the module docstring)."""
     real = ip.run(prog, "torch")
@@ -146,8 +162,16 @@ def check(prog):
                 f"tapegrad raised {got.error} for PyTorch's {func.error}\n{prog!r}"
         assert got.grads_kept, f"a failed backward changed .grad: {got.error}\n{prog!r}"
         return "error"
+    if got.error is not None and _CREATE_GRAPH_NONE in got.error[2] \
+            and _after_create_graph(prog, got.error[0]) and _zero_from(func, prog, got.error[0]):
+        # a gradient constant in the inputs: tapegrad's carries no graph, PyTorch's
+        # formulas sometimes keep one (x.pow(0) in pow's backward) and give zeros
+        return "error"
     assert got.error is None, f"tapegrad raised {got.error}; PyTorch ran\n{prog!r}"
-    _same_numbers(got, func, "tapegrad against torch", prog)
+    # gradients of gradients: where PyTorch's formulas keep a graph that a
+    # constant gradient does not need, a leaf it reaches gets zeros, tapegrad's None
+    _same_numbers(got, func, "tapegrad against torch", prog,
+                  none_is_zero=prog.family == "higher_order")
     return "ok"
 
 
@@ -162,6 +186,32 @@ def test_inplace_programs_match_torch(prog):
 @given(prog=create_graph_programs())
 def test_create_graph_programs_match_torch(prog):
     check(prog)
+
+
+@st.composite
+def higher_order_programs(draw):
+    return ip.make_higher_order_program(ip.Draw(draw=draw),
+                                        known_bugs_excluded=not WITH_KNOWN_BUGS)
+
+
+@FUZZ
+@given(prog=higher_order_programs())
+def test_higher_order_programs_match_torch(prog):
+    check(prog)
+
+
+def test_higher_order_generator_covers_its_shapes_and_both_outcomes():
+    """Seeded third- and fourth-order programs, with leaf and non-leaf inputs, end both
+    in errors and in numbers, all matching PyTorch."""
+    notes, outcomes = set(), []
+    for seed in range(60):
+        prog = ip.make_higher_order_program(ip.Draw(rng=np.random.default_rng(seed)),
+                                            known_bugs_excluded=not WITH_KNOWN_BUGS)
+        notes |= set(prog.notes)
+        outcomes.append(check(prog))
+    assert notes >= {"third", "fourth", "nonleaf", "wrt_gradient"}, notes
+    assert outcomes.count("error") >= 10 and outcomes.count("ok") >= 20, \
+        (outcomes.count("error"), outcomes.count("ok"))
 
 
 def test_generator_covers_its_step_kinds_and_both_outcomes():
@@ -281,6 +331,15 @@ def test_unrecorded_write_into_a_read_only_result_reaches_its_views():
 def test_inputs_reach_a_leaf_written_without_a_record():
     check(P([[1.0, 2.0]], ("leaf", 0), ("scalar", "mul", 0, 3.0), ("raw", 0, "data_isub", 0.5),
             ("backward", 1, np.ones(2), (0,))))
+
+
+# The gradient with respect to a non-leaf written in place under no_grad after
+# an output read it: PyTorch's is the gradient (the write changes no history),
+# tapegrad's None, with or without create_graph.
+@known_bug("a non-leaf input written without a record is not reached")
+def test_known_difference_input_written_without_a_record():
+    check(P([[-1.597]], ("leaf", 0), ("unary", "square", 0), ("scalar", "add", 1, 2.0),
+            ("raw", 1, "ng_imul", 2.0), ("grad", 2, (0, 1), np.array([1.486]), False, (0,))))
 
 
 # create_graph=True with allow_unused=True and no input used gives None per
