@@ -6,8 +6,9 @@ Layers, lowest first (docs/architecture.md):
 * kernels -- op codes, the op table, every ``@njit`` kernel (``kernels/``);
 * core -- the registry, the tape, grad mode, ``Tensor`` (which calls the
   layers above only through functions they bind into ``tensor.bound``);
-* ops -- the differentiable operations and the NumPy protocol;
-* engine -- graph nodes, hooks, anomaly mode, backward, ``tg.Function``;
+* ops -- the differentiable operations, the NumPy protocol, and ``tg.Function``
+  (ops written with their own backward: some ops are built on it);
+* engine -- graph nodes, hooks, anomaly mode, backward;
 * transforms -- grad/jacobian/vjp, forward mode, second order, sparsity;
 * trace -- the trace tape, replay, traced functions, tape files;
 * debug -- graph drawing, tape statistics;
@@ -24,8 +25,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "tapegrad"
 LAYERS = [
     ("kernels", lambda m: m.startswith("kernels")),
     ("core", lambda m: m in ("ops.registry", "grad_mode", "tape", "tensor", "index_maps")),
-    ("ops", lambda m: m.startswith("ops") or m == "views"),
-    ("engine", lambda m: m in ("graph", "hooks", "anomaly", "autograd", "function")),
+    ("ops", lambda m: m.startswith("ops") or m in ("views", "function")),
+    ("engine", lambda m: m in ("graph", "hooks", "anomaly", "autograd")),
     ("transforms", lambda m: m in ("transform_base", "functional", "forward",
                                    "second_decompositions", "second_rules", "second",
                                    "sparsity", "checkpointing", "create_graph")),

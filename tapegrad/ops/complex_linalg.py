@@ -30,6 +30,8 @@ Two kinds of op, chosen by what keeps second derivatives exact:
 Gradients follow the complex tensors' convention (PyTorch's): for a real
 loss L of ``A = Ar + i Ai``, ``A.grad = dL/dAr + i dL/dAi``.
 """
+import numbers
+
 import numpy as np
 
 from ..function import Function
@@ -538,7 +540,26 @@ def eigvals(a):
 
 
 # -- NumPy's names ----------------------------------------------------------------------
+def _matrix_power(a, n):
+    if not isinstance(n, numbers.Integral):
+        raise TypeError("exponent must be an integer")
+    if n < 0:
+        return _matrix_power(inv(a), -n)
+    result, base = None, Z._as_z(a)
+    while n:
+        if n & 1:
+            result = base if result is None else Z.matmul(result, base)
+        n >>= 1
+        if n:
+            base = Z.matmul(base, base)
+    if result is None:
+        return Z._z(np.broadcast_to(np.eye(a.shape[-1]), a.shape).copy(), None)
+    return result
+
+
+
 FUNCTIONS = {
+    np.linalg.matrix_power: _matrix_power,
     np.linalg.inv: inv, np.linalg.solve: solve, np.linalg.det: det,
     np.linalg.slogdet: slogdet, np.linalg.cholesky: cholesky, np.linalg.eigh: eigh,
     np.linalg.eigvalsh: eigvalsh, np.linalg.svd: svd, np.linalg.eig: eig,
@@ -555,11 +576,3 @@ PARTLY_FIRST_ORDER = {np.linalg.norm, np.linalg.matrix_norm}
 Z.FUNCTIONS.update(FUNCTIONS)
 
 
-def _register_real_eig():
-    """np.linalg.eig / eigvals of a real tensor: its results may be complex."""
-    from .numpy_api import HANDLED_FUNCTIONS
-    HANDLED_FUNCTIONS[np.linalg.eig] = eig
-    HANDLED_FUNCTIONS[np.linalg.eigvals] = eigvals
-
-
-_register_real_eig()

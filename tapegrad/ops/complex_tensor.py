@@ -21,6 +21,7 @@ import numpy as np
 from ..tensor import Tensor, _plain, bound
 from . import elementwise as E
 from . import reductions as Rd
+from .matrix import _einsum_sublists
 from .guarded import on_values
 
 _COMPLEX_SCALARS = (builtins.complex, np.complexfloating)
@@ -731,7 +732,6 @@ UFUNCS[np.matmul] = matmul
 
 def _einsum(subscripts, *operands, **kwargs):
     if not isinstance(subscripts, str):  # the interleaved form
-        from .matrix import _einsum_sublists
         subscripts, operands = _einsum_sublists((subscripts,) + operands)
     if len(operands) == 1:
         return _linear(np.einsum, subscripts, operands[0], **kwargs)
@@ -795,26 +795,7 @@ def _multi_dot(arrays, *, out=None):
     return result
 
 
-def _matrix_power(a, n):
-    if not isinstance(n, numbers.Integral):
-        raise TypeError("exponent must be an integer")
-    if n < 0:
-        from .complex_linalg import inv
-        return _matrix_power(inv(a), -n)
-    result, base = None, _as_z(a)
-    while n:
-        if n & 1:
-            result = base if result is None else matmul(result, base)
-        n >>= 1
-        if n:
-            base = matmul(base, base)
-    if result is None:
-        return _z(np.broadcast_to(np.eye(a.shape[-1]), a.shape).copy(), None)
-    return result
-
-
 FUNCTIONS[np.linalg.multi_dot] = _multi_dot
-FUNCTIONS[np.linalg.matrix_power] = _matrix_power
 FUNCTIONS[np.vdot] = lambda a, b: _bilinear(np.vdot, conj(_as_z(a)).ravel(), b.ravel()
                                             if hasattr(b, "ravel") else np.ravel(b))
 FUNCTIONS[np.real] = real

@@ -462,11 +462,9 @@ def inv(a):
 
 
 def solve(a, b):
-    """``numpy.linalg.solve``, batched; differentiable in both operands."""
-    from . import complex_tensor as Z
-    if Z.is_complex(a) or Z.is_complex(b):  # a complex matrix or right-hand side
-        from . import complex_linalg
-        return complex_linalg.solve(a, b)
+    """``numpy.linalg.solve``, batched; differentiable in both operands
+    (complex operands: ``complex_linalg.solve``, which ``numpy.linalg.solve``
+    reaches through ``numpy_api``)."""
     return _host(_SOLVE, np.linalg.solve, (a, b))
 
 

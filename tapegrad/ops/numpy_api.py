@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 
+from . import complex_linalg as ZL
+from . import complex_tensor as Z
 from . import composite as K
 from . import elementwise as E
 from . import fft as F
@@ -131,6 +133,21 @@ HANDLED_FUNCTIONS = {
 }
 if hasattr(np, "row_stack"):  # deprecated in NumPy 2.0
     HANDLED_FUNCTIONS[np.row_stack] = N.row_stack
+
+
+def solve(a, b):
+    """``numpy.linalg.solve``: a complex matrix or right-hand side (with a
+    real matrix too) goes to the complex solve."""
+    if Z.is_complex(a) or Z.is_complex(b):
+        return ZL.solve(a, b)
+    return L.solve(a, b)
+
+
+HANDLED_FUNCTIONS[np.linalg.solve] = solve
+# a real tensor's eigenvalues may be complex: the complex module's eig gives
+# NumPy's real or complex results
+HANDLED_FUNCTIONS[np.linalg.eig] = ZL.eig
+HANDLED_FUNCTIONS[np.linalg.eigvals] = ZL.eigvals
 
 
 #: functions of shapes, dtypes and identity only: nothing a replay can change
