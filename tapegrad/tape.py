@@ -417,11 +417,14 @@ class Tape:
             self.stale[r] = what
         if not any(a is array for a in self.flipped):
             return bool(small)
-        n = self.n
-        rix = self.rix[:n]
-        for r in np.flatnonzero(rix >= 0):
-            if self.refs[rix[r]] is array:
-                self.stale[int(r)] = what
+        # the kept values that are this array, then the records that saved
+        # them, found with array operations (this runs at every in-place
+        # write while graphs live: a loop over records in Python would cost
+        # each write what the tape holds)
+        held = [k for k, a in enumerate(self.refs) if a is array]
+        if held:
+            for r in np.flatnonzero(np.isin(self.rix[:self.n], held)).tolist():
+                self.stale[r] = what
         for r, leaf in self.leaves.items():
             if leaf._data is array:
                 self.stale[r] = what
