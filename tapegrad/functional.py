@@ -16,8 +16,9 @@ from .function import Function
 from .grad_mode import enable_grad
 from .tape import current
 from .tensor import Tensor, bound, tensor
-from .transform_base import (_Slabs, _argnums, _call, _cast, _connected, _root_span, _run,
-                             _value, _vector_bytes, fresh_arenas)
+from .ops.complex_tensor import ComplexTensor, is_complex
+from .transform_base import (_Slabs, _argnums, _call_complex, _cast, _connected, _pair_up,
+                             _root_span, _run, _value, _vector_bytes, fresh_arenas)
 
 #: adjoint memory a Jacobian may use at once (p vectors of every record);
 #: larger ones are computed in chunks of rows
@@ -163,6 +164,11 @@ def value_and_grad(f, argnums=0):
     when ``argnums`` is a tuple).  The pair is what
     ``scipy.optimize.minimize(fun, x0, jac=True)`` expects.
 
+    A complex argument (complex array or number, ``tg.ComplexTensor``)
+    reaches ``f`` as a ComplexTensor of two fresh real leaves, and its
+    gradient is complex128, ``dL/dRe + 1j dL/dIm`` (PyTorch's convention:
+    ``z - lr * g`` descends).  ``f`` itself must return a real number.
+
     Examples
     --------
     >>> import numpy as np, tapegrad as tg
@@ -176,7 +182,13 @@ def value_and_grad(f, argnums=0):
         connected = _connected(args)
         if connected:
             return _nested_value_and_grad(f, args, single, nums, connected)
-        leaves, out = _call(f, args, nums, "value_and_grad")
+        leaves, out, pairs = _call_complex(f, args, nums, "value_and_grad")
+        if type(out) is ComplexTensor:
+            raise TypeError(
+                "grad requires a function with one real output number; this one returned a "
+                "complex tensor: differentiate a real loss of it, such as "
+                "(np.abs(z) ** 2).sum() or np.real(z).sum(), or use tg.vjp with a complex "
+                "cotangent")
         if out.size != 1:
             raise TypeError(
                 f"grad requires a function with one output number; this one returned shape "
@@ -184,6 +196,8 @@ def value_and_grad(f, argnums=0):
         gs = reverse([out], [np.ones((1, 1))], leaves)
         grads = tuple(_cast(None if g is None else g[0], x.numpy())
                       for g, x in zip(gs, leaves))
+        if pairs is not None:
+            grads = tuple(_pair_up(grads, pairs))
         value = float(out.detach().numpy().reshape(()))
         return value, (grads[0] if single else grads)
     value_and_grad_f.__name__ = f"value_and_grad({getattr(f, '__name__', 'f')})"
@@ -209,6 +223,13 @@ def _nested_value_and_grad(f, args, single, nums, connected):
     nesting would need the derivative of that pass and raises
     NotImplementedError from ``tg.hvp`` (its op has no forward rule).
     """
+    for i in nums:
+        if is_complex(args[i]):
+            raise NotImplementedError(
+                f"value_and_grad: argument {i} is complex and argument {connected[0]} is being "
+                "differentiated by an enclosing transform; gradients with respect to complex "
+                "arguments do not nest. Pass the real and imaginary parts as one real array "
+                "v and build z = tg.complex(v[:n], v[n:]) inside f")
     diff = sorted(set(nums) | set(connected))
     fixed = list(args)
     primals = [np.array(args[i]._data if isinstance(args[i], Tensor) else args[i],
@@ -291,6 +312,12 @@ def vjp(f, *primals):
     ``(p,) + out.shape``) goes through one vector sweep and gives arrays of
     shape ``(p,) + primal.shape``.
 
+    Complex primals give complex128 results ``dL/dRe + 1j dL/dIm`` as in
+    ``grad``; for a complex output (a ComplexTensor) the cotangent c may be
+    complex, and the result is the gradient of the real
+    ``sum(Re(c) Re(out) + Im(c) Im(out))``, as ``torch.autograd.grad``
+    computes with ``grad_outputs=c``.
+
     Examples
     --------
     >>> import numpy as np, tapegrad as tg
@@ -302,12 +329,27 @@ def vjp(f, *primals):
            [0., 2., 0.],
            [0., 0., 3.]])
     """
-    leaves, out = _call(f, primals, tuple(range(len(primals))), "vjp")
-    value = _value(out)
+    leaves, out, pairs = _call_complex(f, primals, tuple(range(len(primals))), "vjp")
+    cplx = type(out) is ComplexTensor
+    if cplx:
+        value = out.detach().numpy()
+        value = value[()] if value.ndim == 0 else value
+        roots = [out.real, out.imag]
+    else:
+        value = _value(out)
+        roots = [out]
 
     def vjp_fn(cotangent):
-        c = np.asarray(cotangent._data if isinstance(cotangent, Tensor) else cotangent,
-                       dtype=np.float64)
+        if cplx:
+            c = cotangent.detach().numpy() if type(cotangent) is ComplexTensor else \
+                cotangent._data if isinstance(cotangent, Tensor) else cotangent
+            c = np.asarray(c, dtype=np.complex128)
+        else:
+            if is_complex(cotangent):
+                raise TypeError("vjp: the function's output is real, so the cotangent must be "
+                                "real too; got a complex one")
+            c = np.asarray(cotangent._data if isinstance(cotangent, Tensor) else cotangent,
+                           dtype=np.float64)
         if c.shape == out.shape:
             batch = False
             c = c[None]
@@ -317,8 +359,12 @@ def vjp(f, *primals):
             raise ValueError(
                 f"vjp: the cotangent has shape {c.shape}; it must have the output's shape "
                 f"{out.shape}, or (p,) + {out.shape} for a batch of p cotangents")
-        if not out._requires_grad:
+        if not any(t._requires_grad for t in roots):
             gs = [None] * len(leaves)
+        elif cplx:
+            # the gradient of the real sum(Re(c) * Re(out) + Im(c) * Im(out))
+            gs = reverse(roots, [np.ascontiguousarray(c.real), np.ascontiguousarray(c.imag)],
+                         leaves, retain_graph=True)
         else:
             gs = reverse([out], [c], leaves, retain_graph=True)
         res = []
@@ -327,7 +373,7 @@ def vjp(f, *primals):
             g = np.zeros((c.shape[0],) + like.shape) if g is None else g
             g = g.astype(like.dtype, copy=False)
             res.append(g if batch else g[0])
-        return tuple(res)
+        return tuple(_pair_up(res, pairs))
     return value, vjp_fn
 
 
@@ -344,6 +390,10 @@ def jacobian(f, argnums=0, *, mode="auto"):
     reverse mode.  ``mode='reverse'`` or ``'forward'`` forces one (forward
     raises NotImplementedError for such ops).
 
+    Of a complex argument (and a real output) the Jacobian is complex128,
+    each row the gradient ``d out_i/dRe + 1j d out_i/dIm`` as in ``grad``; a
+    complex output raises TypeError (there is no single convention).
+
     Examples
     --------
     >>> import numpy as np, tapegrad as tg
@@ -357,7 +407,15 @@ def jacobian(f, argnums=0, *, mode="auto"):
 
     def jacobian_f(*args):
         single, nums = _argnums(argnums, len(args), "jacobian")
-        leaves, out = _call(f, args, nums, "jacobian")
+        leaves, out, pairs = _call_complex(f, args, nums, "jacobian")
+        if type(out) is ComplexTensor:
+            raise TypeError(
+                "jacobian: the function returned a complex tensor, and the Jacobian of a "
+                "complex output has no single convention (of a complex argument it is one "
+                "complex number per pair of elements only where f is holomorphic). Take the "
+                "Jacobians of its real and imaginary parts, tg.jacobian(lambda *a: "
+                "np.real(f(*a))) and the same with np.imag, or use tg.vjp with complex "
+                "cotangents")
         m = out.size
         gs = None
         if mode == "forward" and out._requires_grad:
@@ -387,6 +445,8 @@ def jacobian(f, argnums=0, *, mode="auto"):
             J = np.zeros(out.shape + like.shape) if g is None else g.reshape(
                 out.shape + like.shape)
             res.append(J.astype(like.dtype, copy=False))
+        if pairs is not None:
+            res = _pair_up(res, pairs)
         return res[0] if single else tuple(res)
     jacobian_f.__name__ = f"jacobian({getattr(f, '__name__', 'f')})"
     return jacobian_f

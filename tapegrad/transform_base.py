@@ -12,6 +12,7 @@ from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.sweep import layout, sweep
 from .kernels.vector import sweep_vec, touched, vec_layout
+from .ops.complex_tensor import ComplexTensor, is_complex
 from .ops.registry import CONST, OUTPUT, REGISTRY
 from .tape import current
 from .tensor import Tensor, _plain, tensor
@@ -213,14 +214,21 @@ def _argnums(argnums, n, who):
     return single, tuple(int(a) % n for a in nums)
 
 
-def _leaf_of(x, who):
-    """A fresh float leaf holding x's value.
+def _leaf_of(x, who, complex_ok=False):
+    """A fresh float leaf holding x's value; for a complex x (ndarray,
+    number or ComplexTensor) with ``complex_ok``, a ComplexTensor of two
+    fresh float64 leaves, its real and imaginary parts.
 
     A float ndarray is wrapped without a copy: the tape makes it read-only
     while the recorded graph holds it and gives the write flag back when the
     transform has freed that graph.
     """
-    data = x.detach().numpy() if isinstance(x, Tensor) else x
+    if isinstance(x, Tensor):
+        data = x.detach().numpy()
+    elif type(x) is ComplexTensor:
+        return _complex_leaf(x, who, complex_ok)
+    else:
+        data = x
     try:
         a = np.asarray(data)
     except ValueError as e:
@@ -228,11 +236,39 @@ def _leaf_of(x, who):
     if a.dtype.kind in "biu":
         a = a.astype(np.float64)
     if a.dtype.kind != "f":
-        raise TypeError(f"{who}: arguments to differentiate must be real numbers, got "
-                        f"dtype {a.dtype}")
+        if a.dtype.kind == "c":
+            return _complex_leaf(a, who, complex_ok)
+        raise TypeError(f"{who}: arguments to differentiate must be numbers, got dtype "
+                        f"{a.dtype}")
     t = _plain(a if a.ndim else a[()])
     t._requires_grad = True
     return t
+
+
+def _complex_leaf(x, who, complex_ok):
+    """``_leaf_of`` for a complex argument: a ComplexTensor of two fresh leaves."""
+    if not complex_ok:
+        raise TypeError(
+            f"{who}: tg.{who} does not take complex arguments (tg.grad, tg.value_and_grad, "
+            "tg.vjp and tg.jacobian do); pass the real and imaginary "
+            "parts as one real array v (np.concatenate([z.real, z.imag])) and build "
+            "z = tg.complex(v[:n], v[n:]) inside f")
+    if type(x) is ComplexTensor:
+        if x.requires_grad and current().enabled:
+            raise NotImplementedError(
+                f"{who}: a complex argument that requires grad (being differentiated by an "
+                "enclosing transform or backward) cannot carry a derivative through "
+                f"tg.{who}; pass z.detach() to treat it as a constant")
+        re, im = x.real._data, x.imag._data
+    else:
+        re, im = x.real, x.imag
+    parts = []
+    for v in (re, im):
+        v = np.array(v, dtype=np.float64)
+        t = _plain(v if v.ndim else v[()])
+        t._requires_grad = True
+        parts.append(t)
+    return ComplexTensor(*parts)
 
 
 def _connected(args):
@@ -250,7 +286,23 @@ def _call(f, args, nums, who):
     inputs: a backward inside f that reaches them cannot carry a derivative
     out (tapegrad does not record backward passes), so it raises instead of
     letting the enclosing transform return zeros (``autograd.check_nested``).
+    Complex arguments raise TypeError (see ``_call_complex``).
     """
+    leaves, out, _ = _record(f, args, nums, who, False)
+    return leaves, out
+
+
+def _call_complex(f, args, nums, who):
+    """``_call`` that also takes complex arguments: returns (leaves, output,
+    pairs).  Each complex argument gets two real leaves (its real and
+    imaginary parts) and f receives their ComplexTensor; ``pairs`` is None
+    when every argument is real, else per argument its leaf's index, or the
+    indices ``(re, im)`` of its two (see ``_pair_up``).  The output may be a
+    ComplexTensor."""
+    return _record(f, args, nums, who, True)
+
+
+def _record(f, args, nums, who, complex_ok):
     args = list(args)
     connected = _connected(args)
     if connected:
@@ -262,12 +314,31 @@ def _call(f, args, nums, who):
             "use tg.hessian or tg.hvp for second derivatives, or pass x.detach() to treat "
             "the argument as a constant")
     leaves = []
-    for a in nums:
-        leaves.append(_leaf_of(args[a], who))
-        args[a] = leaves[-1]
+    pairs = None
+    for k, a in enumerate(nums):
+        leaf = _leaf_of(args[a], who, complex_ok)
+        args[a] = leaf
+        if type(leaf) is ComplexTensor:
+            if pairs is None:
+                pairs = list(range(k))
+            pairs.append((len(leaves), len(leaves) + 1))
+            leaves += (leaf.real, leaf.imag)
+        else:
+            if pairs is not None:
+                pairs.append(len(leaves))
+            leaves.append(leaf)
     with differentiating(leaves):
         out = f(*args)
     if not isinstance(out, Tensor):
+        if is_complex(out):
+            if not complex_ok:
+                raise TypeError(
+                    f"{who}: the function returned a complex value; it must return a real "
+                    "tensor: differentiate its real and imaginary parts (np.real(z), "
+                    "np.imag(z)) or a real function of it such as np.abs(z) ** 2")
+            if type(out) is not ComplexTensor:
+                out = ComplexTensor.constant(out)
+            return leaves, out, pairs
         if any(leaf._ltok is not None for leaf in leaves):
             # f computed with its inputs, but its result left the graph
             # (float(t), t.item(), t.numpy(), np.asarray(t), ...): the
@@ -282,7 +353,25 @@ def _call(f, args, nums, who):
         except (TypeError, ValueError):
             raise TypeError(f"{who}: the function must return a tensor or array of real "
                             f"numbers, got {type(out).__name__}") from None
-    return leaves, out
+    return leaves, out, pairs
+
+
+def _pair_up(arrays, pairs):
+    """Per argument from per leaf (see ``_call_complex``): a complex argument's
+    two real arrays ``d/dRe``, ``d/dIm`` become ``d/dRe + 1j d/dIm`` (complex128):
+    PyTorch's convention, so ``z - lr * g`` descends a real loss."""
+    if pairs is None:
+        return arrays
+    res = []
+    for p in pairs:
+        if type(p) is tuple:
+            re, im = arrays[p[0]], arrays[p[1]]
+            z = np.empty(np.shape(re), np.complex128)
+            z.real, z.imag = re, im
+            res.append(z)
+        else:
+            res.append(arrays[p])
+    return res
 
 
 def _cast(g, like):

@@ -1,0 +1,322 @@
+"""Complex arguments to tg.grad, tg.value_and_grad, tg.vjp and tg.jacobian.
+
+Gradients follow PyTorch's convention, dL/dRe + 1j dL/dIm: checked against
+central differences of the real and imaginary parts in float64, against
+torch.autograd where PyTorch is installed, and by a descent step.  The
+transforms without a complex convention (hessian, hvp, jvp, jacfwd) raise
+a TypeError that says what to do instead.
+"""
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.ops.complex_tensor import ComplexTensor
+
+H = 1e-6
+RNG = np.random.default_rng(22)
+W = RNG.normal(size=4) + 1j * RNG.normal(size=4)
+
+
+def _c(*shape, seed=0):
+    r = np.random.default_rng(seed)
+    return r.normal(size=shape) + 1j * r.normal(size=shape)
+
+
+def loss(z, x=None):
+    """A real, non-holomorphic loss of a complex z (and optionally a real x)."""
+    u = np.exp(z * 0.3) + z * W[: z.shape[-1]]
+    out = (np.abs(u) ** 2).sum() + np.real(z * np.conj(z[::-1])).sum() + np.imag(z ** 2).sum()
+    if x is not None:
+        out = out + (np.sin(x) * np.real(z)).sum()
+    return out
+
+
+def numeric_grad(fn, args, k):
+    """Central differences of the real fn in argument k: d/dRe + 1j d/dIm
+    for a complex argument, d/dx for a real one."""
+    a = np.asarray(args[k])
+    units = [1.0, 1j] if np.iscomplexobj(a) else [1.0]
+    g = np.zeros(a.shape, complex if len(units) == 2 else float)
+    for unit in units:
+        part = np.zeros(a.shape)
+        for i in np.ndindex(a.shape):
+            up = [np.array(v, dtype=complex if np.iscomplexobj(v) else float) for v in args]
+            dn = [v.copy() for v in up]
+            up[k][i] += H * unit
+            dn[k][i] -= H * unit
+            part[i] = (float(np.asarray(fn(*up))) - float(np.asarray(fn(*dn)))) / (2 * H)
+        g = g + unit * part
+    return g
+
+
+def _np_loss(z, x=None):
+    return loss(z, x)  # loss is written with NumPy functions: it runs on arrays too
+
+
+# -- grad, value_and_grad --------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(4,), (2, 3), ()])
+def test_grad_against_central_differences(shape):
+    z = _c(*shape, seed=1)
+    f = loss if shape else (lambda z: np.abs(np.exp(z * 0.3) + z * (1 - 2j)) ** 2
+                            + np.imag(z ** 2))
+    g = tg.grad(f)(z)
+    assert type(g) is np.ndarray and g.dtype == np.complex128 and g.shape == z.shape
+    np.testing.assert_allclose(g, numeric_grad(f, [z], 0), rtol=1e-6, atol=1e-7)
+
+
+def test_argument_kinds_give_the_same_gradient():
+    z = _c(4, seed=2)
+    want = tg.grad(loss)(z)
+    for arg in (tg.tensor(z), ComplexTensor(tg.tensor(z.real), tg.tensor(z.imag)),
+                list(z)):
+        np.testing.assert_allclose(tg.grad(loss)(arg), want, rtol=1e-12)
+    # a Python complex number: a 0-d complex128 gradient
+    f = lambda z: np.abs(z * (2 - 1j) + 1) ** 2  # noqa: E731
+    g = tg.grad(f)(0.5 + 0.25j)
+    assert g.shape == () and g.dtype == np.complex128
+    np.testing.assert_allclose(g, numeric_grad(f, [np.array(0.5 + 0.25j)], 0), rtol=1e-6)
+
+
+def test_function_receives_a_complex_tensor_of_fresh_leaves():
+    seen = []
+
+    def f(z):
+        seen.append(z)
+        return (np.abs(z) ** 2).sum()
+    z = _c(3)
+    tg.grad(f)(z)
+    (t,) = seen
+    assert isinstance(t, ComplexTensor) and t.shape == (3,)
+    assert t.real.is_leaf and t.imag.is_leaf and t.real is not t.imag
+    np.testing.assert_array_equal(t.detach().numpy(), z)
+    z0 = z.copy()
+    tg.grad(lambda z: (np.abs(z) ** 2).sum())(z)
+    np.testing.assert_array_equal(z, z0)  # the argument is not written
+
+
+def test_value_and_grad_and_mixed_argnums():
+    z, x = _c(4, seed=3), np.random.default_rng(3).normal(size=4)
+    v, (gz, gx) = tg.value_and_grad(loss, argnums=(0, 1))(z, x)
+    assert isinstance(v, float)
+    np.testing.assert_allclose(v, _np_loss(z, x), rtol=1e-12)
+    assert gz.dtype == np.complex128 and gx.dtype == np.float64
+    np.testing.assert_allclose(gz, numeric_grad(_np_loss, [z, x], 0), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(gx, numeric_grad(_np_loss, [z, x], 1), rtol=1e-6, atol=1e-7)
+    # only the real one, and the real one first
+    gx2 = tg.grad(loss, argnums=1)(z, x)
+    np.testing.assert_allclose(gx2, gx, rtol=1e-12)
+    g2 = tg.grad(lambda x, z: loss(z, x), argnums=(0, 1))(x, z)
+    np.testing.assert_allclose(g2[0], gx, rtol=1e-12)
+    np.testing.assert_allclose(g2[1], gz, rtol=1e-12)
+    # two complex arguments
+    f = lambda a, b: (np.abs(a * b + a) ** 2).sum()  # noqa: E731
+    a, b = _c(3, seed=4), _c(3, seed=5)
+    ga, gb = tg.grad(f, argnums=(0, 1))(a, b)
+    np.testing.assert_allclose(ga, numeric_grad(f, [a, b], 0), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(gb, numeric_grad(f, [a, b], 1), rtol=1e-6, atol=1e-7)
+
+
+def test_a_gradient_step_lowers_the_loss():
+    z = _c(4, seed=6)
+    before = float(_np_loss(z))
+    z1 = z - 1e-3 * tg.grad(loss)(z)
+    assert float(_np_loss(z1)) < before
+    # and a few hundred steps on |z - c|^2 reach c
+    c = _c(4, seed=7)
+    step = tg.grad(lambda z: (np.abs(z - c) ** 2).sum())
+    for _ in range(60):
+        z = z - 0.25 * step(z)
+    np.testing.assert_allclose(z, c, atol=1e-8)
+
+
+def test_unused_complex_argument_gives_zeros():
+    z, x = _c(3, seed=8), np.array([1.0, 2.0])
+    gz, gx = tg.grad(lambda z, x: (x ** 2).sum(), argnums=(0, 1))(z, x)
+    assert gz.dtype == np.complex128 and gz.shape == (3,)
+    np.testing.assert_array_equal(gz, np.zeros(3, complex))
+    np.testing.assert_allclose(gx, 2 * x)
+    # a constant function of a complex argument
+    assert tg.grad(lambda z: np.array(3.0))(z).tolist() == [0j, 0j, 0j]
+    # only the real part used: the imaginary gradient is exactly zero
+    g = tg.grad(lambda z: (np.real(z) ** 2).sum())(z)
+    np.testing.assert_array_equal(g, 2 * z.real + 0j)
+    np.testing.assert_array_equal(g.imag, 0.0)
+
+
+def test_real_arguments_are_unchanged():
+    x = np.array([1.0, 2.0], np.float32)
+    g = tg.grad(lambda x: (x ** 2).sum())(x)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, [2.0, 4.0])
+    J = tg.jacobian(lambda x: x * 3.0)(np.ones(2))
+    assert J.dtype == np.float64
+    np.testing.assert_array_equal(J, 3 * np.eye(2))
+
+
+# -- vjp -------------------------------------------------------------------------------------
+def test_vjp_real_output():
+    z = _c(4, seed=9)
+    out, fn = tg.vjp(lambda z: np.abs(z * W) ** 2, z)
+    np.testing.assert_allclose(out, np.abs(z * W) ** 2, rtol=1e-12)
+    c = np.random.default_rng(9).normal(size=4)
+    (g,) = fn(c)
+    want = numeric_grad(lambda z: (c * np.abs(z * W) ** 2).sum(), [z], 0)
+    assert g.dtype == np.complex128
+    np.testing.assert_allclose(g, want, rtol=1e-6, atol=1e-7)
+    with pytest.raises(TypeError, match="output is real, so the cotangent must be real"):
+        fn(c + 1j)
+
+
+def test_vjp_complex_output_is_the_gradient_of_re_conj_c_out():
+    z, x = _c(4, seed=10), np.random.default_rng(10).normal(size=4)
+
+    def f(z, x):
+        return np.exp(z) * np.conj(z) + x * 1j
+
+    out, fn = tg.vjp(f, z, x)
+    assert isinstance(out, np.ndarray) and out.dtype == np.complex128
+    np.testing.assert_allclose(out, f(z, x), rtol=1e-12)
+    c = _c(4, seed=11)
+    gz, gx = fn(c)
+
+    def real_loss(z, x):
+        y = f(z, x)
+        return (c.real * y.real + c.imag * y.imag).sum()
+    np.testing.assert_allclose(gz, numeric_grad(real_loss, [z, x], 0), rtol=1e-6, atol=1e-7)
+    assert gx.dtype == np.float64
+    np.testing.assert_allclose(gx, numeric_grad(real_loss, [z, x], 1), rtol=1e-6, atol=1e-7)
+    # a batch of cotangents: one vector sweep, the same rows
+    cs = np.stack([c, _c(4, seed=12), np.ones(4)])
+    bz, bx = fn(cs)
+    assert bz.shape == (3, 4) and bx.shape == (3, 4)
+    for k in range(3):
+        rz, rx = fn(cs[k])
+        np.testing.assert_allclose(bz[k], rz, rtol=1e-12)
+        np.testing.assert_allclose(bx[k], rx, rtol=1e-12)
+    # a real cotangent of a complex output: imaginary part zero
+    np.testing.assert_allclose(fn(c.real)[0], fn(c.real + 0j)[0], rtol=1e-12)
+
+
+def test_vjp_output_is_the_argument_itself():
+    z = _c(3, seed=13)
+    out, fn = tg.vjp(lambda z: z, z)
+    c = _c(3, seed=14)
+    np.testing.assert_allclose(fn(c)[0], c)
+
+
+# -- jacobian --------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["auto", "reverse", "forward"])
+def test_jacobian_rows_are_gradients(mode):
+    z, x = _c(3, seed=15), np.random.default_rng(15).normal(size=2)
+
+    def f(z, x):
+        y = np.abs(z * 2 + 1j) ** 2
+        return np.concatenate([y, (np.real(z) * x[0]).sum()[None], np.imag(z * z).sum()[None]
+                               + x[1], y * x[0]])
+    Jz, Jx = tg.jacobian(f, argnums=(0, 1), mode=mode)(z, x)
+    m = f(z, x).shape[0]
+    assert Jz.shape == (m, 3) and Jz.dtype == np.complex128 and Jx.dtype == np.float64
+    for i in range(m):
+        row = lambda z, x: f(z, x)[i]  # noqa: E731
+        np.testing.assert_allclose(Jz[i], numeric_grad(row, [z, x], 0), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(Jx[i], numeric_grad(row, [z, x], 1), rtol=1e-6, atol=1e-7)
+
+
+def test_jacobian_unused_complex_argument():
+    J = tg.jacobian(lambda z, x: x * 2.0, argnums=(0, 1))(_c(2), np.ones(3))
+    assert J[0].shape == (3, 2) and J[0].dtype == np.complex128
+    np.testing.assert_array_equal(J[0], 0)
+
+
+# -- errors ----------------------------------------------------------------------------------
+HINT = r"tg\.complex\(v\[:n\], v\[n:\]\)"
+
+
+def test_second_order_and_forward_mode_raise():
+    z = _c(3, seed=16)
+    f = lambda z: (np.abs(z) ** 2).sum()  # noqa: E731
+    with pytest.raises(TypeError, match=r"^hessian: tg\.hessian does not take complex.*" + HINT):
+        tg.hessian(f)(z)
+    with pytest.raises(TypeError, match=r"^hvp: tg\.hvp does not take complex.*" + HINT):
+        tg.hvp(f, (z,), (z,))
+    with pytest.raises(TypeError, match=r"^jvp: tg\.jvp does not take complex.*" + HINT):
+        tg.jvp(lambda z: np.abs(z), (z,), (np.ones(3),))
+    with pytest.raises(TypeError, match=r"^jacfwd: tg\.jacfwd does not take complex.*" + HINT):
+        tg.jacfwd(lambda z: np.abs(z))(z)
+    with pytest.raises(TypeError, match="tg.hessian does not take complex"):
+        tg.hessian(lambda x, z: (x ** 2).sum(), argnums=(0, 1))(np.ones(2), tg.tensor(z))
+
+
+def test_the_suggested_real_parametrisation_works():
+    z = _c(3, seed=17)
+    n = z.size
+
+    def f(v):
+        w = tg.complex(v[:n], v[n:])
+        return (np.abs(w * w) ** 2).sum()
+    v = np.concatenate([z.real, z.imag])
+    g = tg.grad(f)(v)
+    np.testing.assert_allclose(g[:n] + 1j * g[n:], tg.grad(lambda z: (np.abs(z * z) ** 2).sum())(z),
+                               rtol=1e-12)
+    assert tg.hessian(f)(v).shape == (2 * n, 2 * n)
+
+
+def test_complex_outputs_raise_where_there_is_no_convention():
+    z = _c(3, seed=18)
+    with pytest.raises(TypeError, match="grad requires a function with one real output.*"
+                                        r"np\.abs\(z\) \*\* 2"):
+        tg.grad(lambda z: (z * z).sum())(z)
+    with pytest.raises(TypeError, match="jacobian: the function returned a complex tensor.*"
+                                        r"np\.real\(f"):
+        tg.jacobian(lambda z: z * z)(z)
+    with pytest.raises(TypeError, match="jacobian: the function returned a complex tensor"):
+        tg.jacobian(lambda x: x * 1j)(np.ones(2))
+    with pytest.raises(TypeError, match="hessian: the function returned a complex value"):
+        tg.hessian(lambda x: (x * 1j).sum())(np.ones(2))
+
+
+def test_complex_argument_that_requires_grad_does_not_nest():
+    zt = tg.tensor(_c(2), requires_grad=True)
+    with pytest.raises(NotImplementedError, match=r"z\.detach\(\)"):
+        tg.grad(lambda z: (np.abs(z) ** 2).sum())(zt)
+    g = tg.grad(lambda z: (np.abs(z) ** 2).sum())(zt.detach())
+    np.testing.assert_allclose(g, 2 * zt.detach().numpy())
+    # nested inside an enclosing transform, through a complex argument
+    with pytest.raises(NotImplementedError, match="complex"):
+        tg.grad(lambda x: tg.grad(lambda z, y: (np.abs(z * y) ** 2).sum(), argnums=(0, 1))(
+            1j + 0 * x[:1], x)[1].sum())(np.ones(1))
+
+
+# -- PyTorch ---------------------------------------------------------------------------------
+def test_against_pytorch():
+    torch = pytest.importorskip("torch")
+    z, x = _c(4, seed=19), np.random.default_rng(19).normal(size=4)
+    w = _c(4, seed=20)
+
+    def f(lib, z, x):
+        u = lib.exp(z * 0.3) + z * lib_w(lib)
+        return ((u.abs() if lib is torch else np.abs(u)) ** 2).sum() + (
+            lib.sin(x) * (z.real if lib is torch else np.real(z))).sum() + (
+            (z * z).imag if lib is torch else np.imag(z * z)).sum()
+
+    def lib_w(lib):
+        return torch.tensor(w) if lib is torch else w
+
+    zt = torch.tensor(z, requires_grad=True)
+    xt = torch.tensor(x, requires_grad=True)
+    tz, tx = torch.autograd.grad(f(torch, zt, xt), (zt, xt))
+    gz, gx = tg.grad(lambda z, x: f(np, z, x), argnums=(0, 1))(z, x)
+    np.testing.assert_allclose(gz, tz.numpy(), rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(gx, tx.numpy(), rtol=1e-12, atol=1e-13)
+
+    # vjp with a complex output and cotangent: torch.autograd.grad(grad_outputs=c)
+    c = _c(4, seed=21)
+    zt = torch.tensor(z, requires_grad=True)
+    (tv,) = torch.autograd.grad(torch.exp(zt) * zt.conj() * torch.tensor(w), zt, torch.tensor(c))
+    _, fn = tg.vjp(lambda z: np.exp(z) * np.conj(z) * w, z)
+    np.testing.assert_allclose(fn(c)[0], tv.numpy(), rtol=1e-12, atol=1e-13)
+    # the Jacobian of a real output of a complex argument
+    TJ = torch.autograd.functional.jacobian(lambda z: (z * torch.tensor(w)).abs() ** 2,
+                                            torch.tensor(z))
+    J = tg.jacobian(lambda z: np.abs(z * w) ** 2)(z)
+    np.testing.assert_allclose(J, TJ.numpy(), rtol=1e-12, atol=1e-13)
