@@ -783,6 +783,8 @@ FUNCTIONS[np.linalg.matrix_transpose] = _linear_fn(np.linalg.matrix_transpose)
 FUNCTIONS[np.linalg.vecdot] = lambda a, b, /, *, axis=-1: _linear(
     np.sum, multiply(conj(_as_z(a)) if is_complex(a) else a, b), axis=axis)
 FUNCTIONS[np.vecdot] = FUNCTIONS[np.linalg.vecdot]
+if isinstance(getattr(np, "vecdot", None), np.ufunc):  # a ufunc since NumPy 2.0
+    UFUNCS[np.vecdot] = FUNCTIONS[np.linalg.vecdot]
 
 
 def _multi_dot(arrays, *, out=None):

@@ -421,9 +421,26 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
                        inputs)
 
 
+def _has_complex(args, kwargs):
+    """Whether a (top-level or listed) argument is a complex array or number."""
+    is_complex = Z.is_complex
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            if any(map(is_complex, a)):
+                return True
+        elif is_complex(a):
+            return True
+    return bool(kwargs) and any(map(is_complex, kwargs.values()))
+
+
 def _array_function(self, func, types, args, kwargs):
     if Z.ComplexTensor in types:
         return NotImplemented  # NumPy asks ComplexTensor's handler next
+    # a real tensor with a complex array or number (np.dot(t, c), np.einsum(...,
+    # t, c), np.concatenate([t, c])): the complex op of the parts
+    zfn = Z.FUNCTIONS.get(func)
+    if zfn is not None and _has_complex(args, kwargs):
+        return zfn(*args, **kwargs)
     fn = HANDLED_FUNCTIONS.get(func)
     if fn is None:
         module = getattr(func, "__module__", None) or "numpy"

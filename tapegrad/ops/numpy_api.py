@@ -42,6 +42,8 @@ UFUNCS = {
     np.greater_equal: E.greater_equal, np.equal: E.equal,
     np.not_equal: E.not_equal, np.conjugate: N.conjugate,
 }
+if isinstance(getattr(np, "vecdot", None), np.ufunc):  # a ufunc since NumPy 2.0
+    UFUNCS[np.vecdot] = K.vecdot
 
 #: ``scipy.special`` ufuncs, by ``ufunc.__name__`` (digamma's is ``psi``): a
 #: ufunc is routed here only if it is the object of that name in an already
