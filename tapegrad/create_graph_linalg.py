@@ -3,7 +3,7 @@ einsum, inv, solve, det and slogdet, the decompositions (cholesky, eigh,
 qr, svd, pinv, lstsq) and ``tg.Function``'s ``vjp_ops`` (``HOST``, by op
 code).
 
-The decompositions are their compiled VJPs (``ops/matrix.py``) written on
+The decompositions are their compiled VJPs (``ops/matrix.py``, ``ops/decompositions.py``) written on
 tensors: the factors are the op's own output records, so a further order
 differentiates through the same formula again.  Their limits are the first
 order's: symmetric gradients for cholesky, eigh and hermitian svd / pinv,
@@ -272,7 +272,7 @@ def _qr(W, r, u):
 
 
 def _svd(W, r, u):
-    # gA for A = U diag(s) Vh, reduced to k = min(m, n) (ops/matrix._svd_backward)
+    # gA for A = U diag(s) Vh, reduced to k = min(m, n) (ops/decompositions._svd_backward)
     tg = _tg()
     (qa,) = W.parents(r)
     hermitian, (sU, sS, sVh), Uk, s, Vhk = W.tape.host[r]
