@@ -31,6 +31,7 @@ __all__ = ["QRResult", "SVDResult", "cholesky", "cond", "det", "diagonal", "eig"
 import functools  # noqa: E402
 
 from .ops import complex_linalg as _CL  # noqa: E402
+from .ops import complex_lstsq as _CQ  # noqa: E402
 from .ops.complex_tensor import is_complex as _is_complex  # noqa: E402
 
 
@@ -55,5 +56,8 @@ svdvals = _complex_aware(svdvals, _CL.svdvals)
 norm = _complex_aware(norm, _CL.norm)
 matrix_norm = _complex_aware(matrix_norm, _CL.matrix_norm)
 vector_norm = _complex_aware(vector_norm, _CL.vector_norm)
+qr = _complex_aware(qr, _CQ.qr)
+pinv = _complex_aware(pinv, _CQ.pinv)
+lstsq = _complex_aware(lstsq, _CQ.lstsq)
 eig = _CL.eig
 eigvals = _CL.eigvals

@@ -36,9 +36,8 @@ def _unsupported(name):
         "exp, exp2, expm1, log, log2, log10, log1p, sqrt, square, reciprocal, sin, cos, tan, "
         "sinh, cosh, tanh, their inverses (arcsin ... arctanh), sign, abs, conj, real, imag, "
         "angle, sum, mean, prod, matmul/dot/einsum, numpy.linalg (inv, solve, det, slogdet, "
-        "cholesky, eigh, eig, svd, norm), reshape, transpose, indexing and numpy.fft; for "
-        "anything else, "
-        "work on the real tensors z.real and z.imag")
+        "cholesky, eigh, eig, svd, qr, pinv, lstsq, norm), reshape, transpose, indexing and "
+        "numpy.fft; for anything else, work on the real tensors z.real and z.imag")
 
 
 class ComplexTensor:

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 from . import complex_linalg as ZL
+from . import complex_lstsq  # noqa: F401  (registers complex qr, pinv, lstsq)
 from . import complex_tensor as Z
 from . import composite as K
 from . import elementwise as E
