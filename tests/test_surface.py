@@ -211,8 +211,8 @@ def test_convolve_any_lengths(n, m, mode):
 
 @pytest.mark.parametrize("shifts_max", [0, 64])
 def test_convolve_both_constructions(monkeypatch, shifts_max):
-    from tapegrad.ops import numeric
-    monkeypatch.setattr(numeric, "SHIFTS_MAX", shifts_max)
+    from tapegrad.ops import sampled
+    monkeypatch.setattr(sampled, "SHIFTS_MAX", shifts_max)
     rng = np.random.default_rng(11)
     for n, m in [(7, 3), (3, 7), (5, 5), (1, 4)]:
         a, v = rng.standard_normal(n), rng.standard_normal(m)
