@@ -91,8 +91,25 @@ def _function_vjp(tape, adj, r):
 _FUNCTION = register("Function", C.K_HOST, 5, None, host_vjp=_function_vjp)
 
 
+def first_order_message(cls, how=None):
+    """The error for a derivative beyond the first (``how``: the transform, a
+    prefix) that reaches a record of the tg.Function ``cls``, naming the op when
+    the class says what it is (``first_order_only``), else None."""
+    what = getattr(cls, "first_order_only", None)
+    if what is None:
+        return None
+    return (f"{how + ': ' if how else ''}{what} has first-order derivatives only (its backward, "
+            f"{cls.__name__}, works on arrays: no forward-mode or second-order rule); "
+            "tg.grad, tg.vjp, tg.jacobian and backward() work through it, tg.hessian, "
+            "tg.hvp, tg.jvp and create_graph=True do not")
+
+
 class Function:
     """Base class of custom operations (see the module docstring)."""
+
+    #: what the op is, for errors of higher derivatives that reach it ("eigh of a
+    #: complex tensor"): :func:`first_order_message`; None names the class
+    first_order_only = None
 
     @staticmethod
     def forward(ctx, *args):

@@ -172,3 +172,20 @@ def test_against_pytorch():
     (torch.linalg.lstsq(u, ub).solution.abs() ** 3).sum().backward()
     np.testing.assert_allclose(t.grad.numpy(), u.grad.numpy(), rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(tb.grad.numpy(), ub.grad.numpy(), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("cls, what", [
+    ("complex_linalg.LinalgEighComplex", "eigh of a complex tensor"),
+    ("complex_linalg.LinalgSvdComplex", "svd of a complex tensor"),
+    ("complex_linalg.LinalgEig", "eig"),
+    ("complex_lstsq.LinalgQrComplex", "qr of a complex tensor")])
+def test_first_order_ops_name_themselves(cls, what):
+    import importlib
+
+    from tapegrad.function import first_order_message
+    mod, name = cls.split(".")
+    c = getattr(importlib.import_module(f"tapegrad.ops.{mod}"), name)
+    msg = first_order_message(c, "hessian")
+    assert msg.startswith(f"hessian: {what} has first-order derivatives only")
+    assert "tg.grad" in msg and name in msg
+    assert first_order_message(tg.Function) is None

@@ -359,6 +359,8 @@ def _cz(g_re, g_im):
 
 
 class LinalgEighComplex(Function):
+    first_order_only = "eigh of a complex tensor"
+
     @staticmethod
     def forward(ctx, ar, ai, uplo):
         w, v = np.linalg.eigh(ar + 1j * ai, uplo)
@@ -422,6 +424,8 @@ def _svd_backward_complex(u, s, vh, gu, gs, gvh):
 
 
 class LinalgSvdComplex(Function):
+    first_order_only = "svd of a complex tensor"
+
     @staticmethod
     def forward(ctx, ar, ai, full, compute_uv):
         a = ar + 1j * ai
@@ -482,6 +486,8 @@ def svdvals(x):
 
 
 class LinalgEig(Function):
+    first_order_only = "eig"
+
     @staticmethod
     def forward(ctx, ar, ai):
         a = ar if ai is None else ar + 1j * ai
