@@ -18,8 +18,11 @@ temporary directory (so nothing compiled earlier is found), except the
 * ``first gradient, 1e6-element cumsum``, ``... max, softmax, concat,
   maximum``: the reductions, cumulative sums, concatenations and the binary
   ops whose derivative branches on the values have whole-array forms too;
-* ``first gradient, 1e6-element cumprod``: cumprod's VJP is a recurrence
-  with no whole-array form, so work this large compiles at once;
+* ``first gradient, 1e6-element cumprod``: cumprod's VJP is a recurrence,
+  solved on whole arrays by recursive doubling;
+* ``first gradient, 1e6-element gammaln``: the special functions'
+  derivatives are scalar loops with no whole-array form, so work this large
+  compiles at once;
 * ``300 small gradients``: a loop that starts interpreted and compiles its
   kernels once interpreting them has cost their budget (kernels/interpret.py).
 
@@ -94,6 +97,9 @@ CASES = {
         "print('T', time.perf_counter() - _t0)\n", "program"),
     "first gradient, 1e6-element cumprod": (_PRE + "g = tg.grad(lambda x: tg.cumprod(x).sum())"
                                             "(np.ones(10**6))\n"
+                                            "print('T', time.perf_counter() - _t0)\n", "program"),
+    "first gradient, 1e6-element gammaln": (_PRE + "g = tg.grad(lambda x: tg.gammaln(x).sum())"
+                                            "(np.linspace(0.5, 5.0, 10**6))\n"
                                             "print('T', time.perf_counter() - _t0)\n", "program"),
     "300 small gradients": (_PRE + "f = tg.grad(lambda x: (x * x + tg.sin(x)).sum())\n"
                             "for i in range(300):\n    f(np.linspace(0.1, 0.9, 50) + i)\n"

@@ -78,19 +78,28 @@ ARRAYS = {
     "cumsum along each axis": lambda x, w: (tg.cumsum(x, axis=0) * w).sum()
     + (tg.cumsum(x.reshape(-1)) * w.reshape(-1)).sum(),
     "softmax": lambda x, w: (tg.softmax(x, axis=0) * w).sum(),
+    # the recurrence solved by doubling: sums associated differently (REASSOCIATED)
+    "cumprod with zeros, along each axis": lambda x, w: (
+        tg.cumprod(x * _ZEROS * 1.5, axis=0) * w).sum()
+    + (tg.cumprod((x * 2.0).reshape(-1)[:200]) * w.reshape(-1)[:200]).sum()
+    + (tg.cumprod(x * _ZEROS.T * 1.5, axis=1) * w).sum(),
     # the same rule on arrays, to the last bit but for the transcendental
     # functions of NumPy's vector loops (LAST_BIT)
     "logsumexp": lambda x, w: (tg.logsumexp(x, axis=1) * w[:, 0]).sum(),
     "pow": lambda x, w: (x ** w).sum(),
     "log_softmax": lambda x, w: (tg.log_softmax(x, axis=1) * w).sum(),
-    # the special functions' derivatives are scalar loops: no array form
-    "element loop": lambda x, w: tg.gammaln(x).sum(),
+    # the special functions' derivatives: scalar loops in kernels of their own
+    "special functions": lambda x, w: (tg.gammaln(x) + tg.digamma(x) + tg.i0e(x) + tg.i1e(x)
+                                       + tg.log_ndtr(x - 0.5) + tg.erfinv(x - 0.5)).sum(),
 }
 
 #: kinds whose interpreted side calls NumPy's vector exp or log, or Python's
 #: math module in a special function's scalar loop: the compiled tier's libm
 #: results may differ from them in the last bit
-LAST_BIT = {"logsumexp", "pow", "log_softmax", "element loop"}
+LAST_BIT = {"logsumexp", "pow", "log_softmax", "special functions"}
+
+#: kinds whose array form sums in another order than the element loop
+REASSOCIATED = {"cumprod with zeros, along each axis"}
 
 _NAN_T = np.where(np.eye(64, dtype=bool), np.nan, _BIG.T)
 _ZEROS = np.ones((64, 64))
@@ -108,14 +117,18 @@ def arrays_program(kind):
 _softplus = []
 
 
-def user_op_program():
-    """A user op (its derivative compiled by Numba as a C function)."""
+def _user_op():
     if not _softplus:
         _softplus.append(tg.elementwise(lambda x: np.log1p(np.exp(x)),
                                         derivative=lambda x, y: 1.0 / (1.0 + np.exp(-x)),
                                         name="softplus_t"))
+    return _softplus[0]
+
+
+def user_op_program():
+    """A user op (its derivative compiled by Numba as a C function)."""
     x = tg.tensor(X, requires_grad=True)
-    _softplus[0](x).sum().backward()
+    _user_op()(x).sum().backward()
     return [x.grad.numpy()]
 
 

@@ -19,6 +19,7 @@ from ._views import OP, IP0, IP  # tape fields
 from ._views import (adjoint, advance, alias, claim, claim_zeroed, fparam, odometer,
                      parent, value)
 from .rules import BINARY_TWINS, d_binary, d_scalar, d_unary
+from .special_arrays import derivative as special_derivative
 
 # -- array kernels ---------------------------------------------------------------
 _CONST = C.code(C.K_NONE, C.CONST)
@@ -58,7 +59,8 @@ def _d_arrays(sub, a, b, y):
 def _unary_arrays(sub, g, x, y, gx, first):
     if g.size < ARRAY_MIN:
         return NotImplemented
-    v = g * d_unary(sub, x, y)
+    d = special_derivative(sub, x, y)   # a special function: its own small kernel
+    v = g * (d_unary(sub, x, y) if d is None else d)
     gx[:] = v + (0.0 if first else gx)
 
 

@@ -189,15 +189,15 @@ ARRAY_MIN = 16
 #: forms (seconds; NumPy's per-element cost with room for the temporaries)
 PER_ARRAY_ELEMENT = 2e-8
 
-#: the kinds of record (kernels/codes.py) whose VJPs have array forms, the
-#: op codes of other kinds that have them, and the codes of those kinds that
-#: have none (the special functions' derivatives are scalar loops), for the
-#: estimate (:func:`_work`); tests/test_interpret.py runs one of each as
-#: arrays, and one without
+#: the kinds of record (kernels/codes.py) whose VJPs have array forms and
+#: the op codes of other kinds that have them, for the estimate
+#: (:func:`_work`); the special functions' derivatives (scalar loops) run in
+#: small kernels of their own (kernels/special_arrays.py), which follow the
+#: same rule when they are called; tests/test_interpret.py runs one of each
+#: as arrays, and one without
 ARRAY_KINDS = (C.K_UNARY, C.K_SCALAR, C.K_NARY, C.K_GATHER, C.K_CONCAT)
 ARRAY_CODES = tuple(C.code(C.K_REDUCE, s) for s in range(C.LOG_SOFTMAX + 1)) \
-    + (C.code(C.K_SCAN, C.CUMSUM),)
-ELEMENT_CODES = tuple(C.code(C.K_UNARY, s) for s in range(C.GAMMALN, C.LOG_NDTR + 1))
+    + (C.code(C.K_SCAN, C.CUMSUM), C.code(C.K_SCAN, C.CUMPROD))
 
 #: [ran as arrays, a rule took no arrays (element loop), not applicable here
 #: (small, or a case without an array form: element loop)]
@@ -322,7 +322,7 @@ def _work(args, loop=None):
             ops = a[0][:size.size]
             kinds = ops >> C.SHIFT
             arrays = (np.isin(kinds, ARRAY_KINDS) | np.isin(ops, ARRAY_CODES)) \
-                & ~np.isin(ops, ELEMENT_CODES) & (size >= ARRAY_MIN) & (loop in ARRAY_LOOPS)
+                & (size >= ARRAY_MIN) & (loop in ARRAY_LOOPS)
             array_elements += int(size[arrays].sum())
             elements += int(size[~arrays & (kinds != C.K_NONE)].sum())
         elif isinstance(a, np.ndarray):

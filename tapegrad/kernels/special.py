@@ -401,7 +401,7 @@ def d2_log_ndtr(x):
     return -d * x * t / (1.0 + t)
 
 
-# -- the switch of these ops' forwards, and their array forward -------------------------
+# -- the switch of these ops' forwards (their array forwards: special_arrays.py) -------
 @inline
 def f_special(sub, x):
     """The forward of the K_UNARY special-function subs at one element."""
@@ -422,10 +422,3 @@ def f_special(sub, x):
     if sub == C.LOG_NDTR:
         return log_ndtr(x)
     return unhandled(sub)
-
-
-@kernel
-def special_into(sub, x, y):
-    """``y[i] = f_special(sub, x[i])`` over flat arrays (the eager forward)."""
-    for i in range(x.size):
-        y[i] = f_special(sub, float(x[i]))

@@ -435,18 +435,54 @@ def scan_vjp(T, r, sub):
 
 @array_form(scan_vjp)
 def _scan_arrays(T, r, sub):
-    """cumsum's VJP on whole arrays: the reversed cumulative sum along the
-    axis, a sequential sum as the loop's (cumprod's recurrence has no array
-    form: the element loop runs)."""
+    """The scans' VJPs on whole arrays, along the axis of ``[outer, n, inner]``.
+
+    cumsum: the reversed cumulative sum, a sequential sum as the loop's.
+    cumprod: the loop's recurrence ``S_k = g_k + x_{k+1} S_{k+1}`` solved by
+    recursive doubling -- ``log2(n)`` whole-array passes, each folding in
+    the terms twice as far ahead (``S_k = B_k + A_k S_{k+s}``) -- then
+    ``dx_k = y_{k-1} S_k``: products only, no division, so zeros in x are
+    exact.  The sums are associated differently from the loop's (last-bit
+    differences); where a partial product overflows (``inf * 0`` would give
+    NaN where the loop's answer is finite) it declines and the element loop
+    runs.
+    """
     ip = T[IP]
     b = T[IP0][r]
     outer, n, inner = ip[b], ip[b + 1], ip[b + 2]
-    if sub != C.CUMSUM or outer * n * inner < ARRAY_MIN:
+    if (sub != C.CUMSUM and sub != C.CUMPROD) or outer * n * inner < ARRAY_MIN:
         return NotImplemented
     xr = parent(T, r, 0)
     g = adjoint(T, r).reshape(outer, n, inner)
-    d = np.cumsum(g[:, ::-1, :], axis=1)[:, ::-1, :].ravel()
+    if sub == C.CUMSUM:
+        d = np.cumsum(g[:, ::-1, :], axis=1)[:, ::-1, :].ravel()
+    else:
+        d = _cumprod_adjoint(value(T, xr).reshape(outer, n, inner),
+                             value(T, r).reshape(outer, n, inner), g)
+        if d is None:
+            return NotImplemented
     first = claim(T, xr)
     gx = adjoint(T, xr)
     gx[:] = d + (0.0 if first else gx)
     return None
+
+
+def _cumprod_adjoint(x, y, g):
+    """cumprod's ``dx`` (raveled) for ``x``, ``y = cumprod(x)`` and ``g`` of
+    shape ``(outer, n, inner)``, or None when a partial product overflowed
+    (the element loop then gives the finite answer)."""
+    n = x.shape[1]
+    acc = g.astype(np.float64, copy=True)       # B: the terms folded in so far
+    a = np.zeros_like(acc)                      # A: the product multiplying S_{k+s}
+    a[:, :-1, :] = x[:, 1:, :]
+    s = 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        while s < n:
+            acc[:, :-s, :] = acc[:, :-s, :] + a[:, :-s, :] * acc[:, s:, :]
+            a[:, :-s, :] = a[:, :-s, :] * a[:, s:, :]
+            a[:, n - s:, :] = 0.0
+            s *= 2
+    if not np.isfinite(a).all() or not np.isfinite(acc).all():
+        return None
+    acc[:, 1:, :] *= y[:, :-1, :]
+    return acc.ravel()

@@ -9,7 +9,7 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
-from ..kernels.special import special_into
+from ..kernels.special_arrays import values_into
 from ..tape import NO_TAPE, _local as _tls, current
 from ..tensor import Tensor, _new, _node, _plain, _result
 from .registry import register
@@ -114,8 +114,8 @@ _ROUND = register("Round", C.K_UNARY, C.ZERO_FIRST + 4, np.round)
 # special functions: scipy.special's names, computed by tapegrad's own kernels
 # (kernels/special.py), first and second derivatives in kernels/rules.py
 def _special_forward(sub, name):
-    """The eager forward of a special-function op: the compiled scalar
-    function over the array (float32 stays float32, float16 computes in
+    """The eager forward of a special-function op: its scalar function over
+    the array, in a kernel of its own (float32 stays float32, float16 computes in
     float32 and integers in float64, as SciPy's ufuncs do)."""
     def fn(x):
         a = np.asarray(x)
@@ -124,7 +124,7 @@ def _special_forward(sub, name):
         src = np.ascontiguousarray(a, dtype=dt).reshape(-1)
         out = np.empty(src.size, dt)
         with np.errstate(all="ignore"):
-            special_into(sub, src, out)
+            values_into(sub, src, out)
         out = out.reshape(a.shape)
         return out if a.ndim else out[()]
     fn.__name__ = fn.__qualname__ = name
