@@ -23,7 +23,7 @@ walk raises instead of recording inf/NaN.
 A record without a formula here (``RULES``: cumprod over zeros past
 ``_CUMPROD_ZERO_MAX`` elements of its n^2 formula; ``tg.Function``; ``tg.elementwise`` ops) raises NoRule from
 :func:`graph_grad` before anything is recorded; the caller then falls back
-to one second-order node (``functional._GraphGrad``) and names the op where
+to one second-order node (``tensor_grads._GraphGrad``) and names the op where
 a further order or a non-leaf input needs more.
 """
 import numpy as np

@@ -27,7 +27,7 @@ LAYERS = [
     ("core", lambda m: m in ("ops.registry", "grad_mode", "tape", "tensor", "index_maps")),
     ("ops", lambda m: m.startswith("ops") or m in ("views", "function")),
     ("engine", lambda m: m in ("graph", "hooks", "anomaly", "autograd")),
-    ("transforms", lambda m: m in ("transform_base", "functional", "forward",
+    ("transforms", lambda m: m in ("transform_base", "tensor_grads", "functional", "forward",
                                    "second_decompositions", "second_rules", "second",
                                    "sparsity", "checkpointing", "create_graph_index",
                                    "create_graph_kinds", "create_graph_linalg", "create_graph")),

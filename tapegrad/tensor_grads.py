@@ -1,0 +1,405 @@
+"""Gradients of tensors with respect to tensors: :func:`reverse` (p seed
+vectors of the roots through one reverse sweep, gradients for given
+tensors, leaves or not), PyTorch's ``torch.autograd.grad``
+(:func:`autograd_grad`), and ``Tensor.backward``'s ``create_graph=True``
+and ``inputs=`` paths, which it binds into ``tensor.bound``.
+
+``create_graph=True`` records the backward as ops (``create_graph.py``);
+where a record on the way has no such formula, the gradients are one
+second-order record (``_GraphGrad``), differentiable once more.  The
+function transforms of ``functional.py`` are built on :func:`reverse`.
+"""
+import numpy as np
+
+from .autograd import Adjoints, _freed_error, check_nested, check_stale
+from .function import Function
+from .grad_mode import enable_grad
+from .tape import current
+from .tensor import Tensor, bound, tensor
+from .transform_base import _Slabs, _root_span, _run, fresh_arenas
+
+
+def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
+    """``sum_i seeds_i^T d roots_i / d input`` for every input, p vectors at once.
+
+    ``roots`` are tensors, ``seeds`` arrays of shape ``(p,) + root.shape``;
+    ``inputs`` are tensors (leaves or not).  Returns one ``(p,) + input.shape``
+    float64 array per input, or None for an input no root depends on.  Leaves'
+    ``.grad`` are not touched.
+    """
+    p = seeds[0].shape[0]
+    out = [None] * len(inputs)
+    if p == 0 or all(s.size == 0 for s in seeds):  # nothing to push back
+        return [None if p else np.zeros((0,) + x.shape) for x in inputs]
+    live = [(t, s) for t, s in zip(roots, seeds) if t._requires_grad]
+    direct = [(t, s) for t, s in live if t._tok is None]  # a root that is a leaf
+    graph = [(t, s) for t, s in live if t._tok is not None]
+    for t, s in direct:
+        for i, x in enumerate(inputs):
+            if x is t:
+                out[i] = s.reshape((p,) + t.shape).copy() if out[i] is None else out[i] + s
+    if not graph:
+        return out
+    tape = current()
+    for t, _ in graph:
+        if t._tok.tape is not tape:
+            raise RuntimeError("gradients must be computed on the thread that recorded "
+                               "the graph")
+        if t._tok is not tape.tok or tape.freed[t._rec]:
+            raise _freed_error()
+    upto = max(_root_span(tape, t._rec) for t, _ in graph)
+    adj = _Slabs(tape, upto, p) if p > 1 else Adjoints(tape, upto)
+    T = tape.arrays(adj) + (adj.reached,)
+    for t, s in graph:
+        s = s.reshape(p, -1)
+        view = adj.block(t._rec) if p > 1 else adj[t._rec][None, :]
+        if adj.reached[t._rec]:  # two roots on one record
+            view += s
+        else:
+            view[...] = s
+        adj.reached[t._rec] = True
+    # each input's record; non-leaves are read when the sweep reaches them,
+    # before a parent can take over their memory (see ``alias``)
+    rec = [None] * len(inputs)
+    # a leaf written in place since a graph used it has an older LEAF record
+    # too (its next use records the new value): the graphs may reach either
+    older = {}
+    if tape.stale:
+        for r, z in tape.leaves.items():
+            if r < upto:
+                older.setdefault(id(z), []).append(r)
+    for i, x in enumerate(inputs):
+        if x._tok is None:
+            rs = older.get(id(x), [])   # the tape holds its leaves: ids are theirs
+            if not rs and x._ltok is tape.lkey and x._lrec < upto:
+                rs = [x._lrec]
+            rec[i] = rs or None
+        elif x._tok is tape.tok and x._rec < upto:
+            rec[i] = x._rec
+    stops = sorted({r for i, r in enumerate(rec) if r is not None and inputs[i]._tok is not None},
+                   reverse=True)
+    start = upto - 1
+    grabbed = {}
+    for h in stops:
+        _run(tape, adj, T, start, h, p)
+        if adj.reached[h]:
+            grabbed[h] = adj.rows(h) if p > 1 else adj[h][None, :].copy()
+        start = h
+    _run(tape, adj, T, start, -1, p)
+    for i, (x, r) in enumerate(zip(inputs, rec)):
+        if r is None:
+            continue
+        for q in (r if x._tok is None else (r,)):
+            if q in grabbed:
+                g = grabbed[q]
+            elif x._tok is None and adj.reached[q]:
+                # one vector: a view of the leaf arena, which is this call's own
+                g = adj.rows(q) if p > 1 else adj[q][None, :]
+            else:
+                continue
+            g = g.reshape((p,) + x.shape)
+            out[i] = g if out[i] is None else out[i] + g
+    check_stale(tape, adj.reached, upto,
+                [q for r in rec if r is not None for q in (r if isinstance(r, list) else (r,))])
+    check_nested(tape, adj.reached, upto, inputs)
+    if not retain_graph:
+        tape.after_backward(adj.reached, T)
+    return out
+
+
+class _Spec:
+    """What a nested ``value_and_grad`` record needs for its VJP."""
+    __slots__ = ("at", "primals", "nums", "connected", "value", "outputs", "s", "leaves",
+                 "where", "missing")
+
+
+
+# -- PyTorch's torch.autograd.grad ------------------------------------------------------
+def _as_list(x):
+    return [x] if isinstance(x, Tensor) else list(x)
+
+
+def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False,
+                  allow_unused=False):
+    """PyTorch's ``torch.autograd.grad``: the gradients of ``outputs`` (seeded
+    with ``grad_outputs``) with respect to ``inputs``, as a tuple of tensors;
+    no ``.grad`` is touched.  Exposed as ``tapegrad.autograd.grad``.
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> x = tg.tensor([1.0, 2.0], requires_grad=True)
+    >>> (g,) = tg.autograd.grad((x * x).sum(), x)
+    >>> g, x.grad
+    (tensor([2.0, 4.0]), None)
+    """
+    outputs, inputs = _as_list(outputs), _as_list(inputs)
+    for x in inputs:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"grad: inputs must be tensors, got {type(x).__name__}")
+        if not x._requires_grad:
+            raise RuntimeError("One of the differentiated Tensors does not require grad")
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    grad_outputs = _as_list(grad_outputs) if not isinstance(grad_outputs, (list, tuple)) \
+        else list(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"grad_outputs has {len(grad_outputs)} entries for "
+                           f"{len(outputs)} outputs")
+    from .autograd import _seed
+    seeds = []
+    for t, g in zip(outputs, grad_outputs):
+        if not isinstance(t, Tensor) or not t._requires_grad:
+            raise RuntimeError(
+                "element 0 of tensors does not require grad and does not have a grad_fn")
+        seeds.append(_seed(t, g)[None, :])
+    if create_graph:
+        return _graph_grad(outputs, seeds, inputs, allow_unused)
+    gs = reverse(outputs, seeds, inputs, retain_graph=bool(retain_graph))
+    res = []
+    for i, (g, x) in enumerate(zip(gs, inputs)):
+        if g is None:
+            if not allow_unused:
+                raise RuntimeError(
+                    f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
+                    "to not have been used in the graph. Set allow_unused=True if this is "
+                    "the desired behavior.")
+            res.append(None)
+        else:
+            res.append(tensor(g[0].reshape(x.shape).astype(x.dtype, copy=False)))
+    return tuple(res)
+
+
+def _further_order(name):
+    return (f"create_graph=True: the graph contains a gradient computed with "
+            f"create_graph=True through {name}, which has no differentiable backward "
+            "formula: that gradient differentiates once more (backward, or autograd.grad "
+            "without create_graph), but not to a further order")
+
+
+class _GraphGrad(Function):
+    """Gradients computed with ``create_graph=True`` through an op without a
+    differentiable backward formula (``create_graph.NoRule``), as one record
+    over every leaf that requires grad in the graph they came from: it
+    differentiates once more (second order), not further."""
+
+    @staticmethod
+    def no_jvp(ctx):  # forward mode over it is a third derivative
+        return _further_order(ctx.spec.missing)
+
+    # The record's parents are s (the seeded sum of the outputs, whose graph the
+    # backward differentiates again) and the leaves.  s is a parent and not an
+    # attribute of ctx: the tape must not hold a tensor of its own graph (its
+    # epoch token would keep the tape from ever resetting), and as a parent,
+    # s's graph lives exactly as long as a tensor that reaches this record.
+    checks_own_reads = True   # backward checks the in-place writes its pass reads
+
+    @staticmethod
+    def forward(ctx, spec, s, *leaves):
+        ctx.spec = spec
+        return spec.outputs if len(spec.outputs) > 1 else spec.outputs[0]
+
+    @staticmethod
+    def backward(ctx, *us):
+        # cotangents u of the gradients g = d s / d x (s = sum of seeds * outputs):
+        # leaf z receives sum_x d2 s / (dz dx) u_x, one forward-over-reverse pass
+        # over the retained graph with tangent u on the inputs and 0 elsewhere
+        from .second import _hvp_pass
+        spec = ctx.spec
+        tape = current()
+        s = _At(int(tape.args[tape.arg0[ctx._record]]))
+        if tape.freed[s._rec]:
+            raise _freed_error()
+        tangents = [np.zeros((1, z.size)) for z in spec.leaves]
+        for k, u in zip(spec.where, us):
+            tangents[k] = tangents[k] + np.asarray(u, dtype=np.float64).reshape(1, -1)
+        upto = _root_span(tape, s._rec)
+        # every LEAF record of each leaf below s: a leaf written in place since
+        # (no_grad, .data) records anew when next used, and the first graph
+        # reads its older record, which its ._lrec no longer names
+        recs = {}
+        for q, z in tape.leaves.items():
+            if q < upto:
+                recs.setdefault(id(z), []).append(q)
+        which, leaves, rs = [], [], []
+        for k, z in enumerate(spec.leaves):
+            for q in recs.get(id(z), ()):
+                which.append(k)
+                leaves.append(z)
+                rs.append(q)
+        out = [np.zeros(z.size) for z in spec.leaves]
+        if rs:
+            with fresh_arenas():
+                res, used = _hvp_pass(tape, s, leaves, rs, lambda j: tangents[which[j]], 1)
+                if used is not None:
+                    # a value of the first graph written in place since it was
+                    # recorded raises here, as the first graph's own backward would
+                    check_stale(tape, used[0], upto)
+            for k, (_, hv) in zip(which, res):
+                out[k] = out[k] + hv[0]
+        return (None, None) + tuple(o.reshape(z.shape) for z, o in zip(spec.leaves, out))
+
+
+class _At:
+    """A record id where the passes of second.py take a tensor (``._rec``)."""
+    __slots__ = ("_rec",)
+
+    def __init__(self, rec):
+        self._rec = rec
+
+
+def _graph_grad(outputs, seeds, inputs, allow_unused):
+    """``autograd.grad(..., create_graph=True)``: gradients that are tensors
+    of the graph, so they can be differentiated again, to any order
+    (:mod:`tapegrad.create_graph`).  A graph with an op that has no
+    differentiable backward formula there gets one second-order node
+    (``_GraphGrad``) instead, with respect to leaves only."""
+    from . import create_graph as CG
+    tape = current()
+    # the numeric backward first: it raises what the graph's own backward
+    # would (freed graph, values written in place) and tells which inputs
+    # the outputs reach
+    gs = reverse(outputs, seeds, inputs, retain_graph=True)
+    for i, (g, x) in enumerate(zip(gs, inputs)):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
+                "to not have been used in the graph. Set allow_unused=True if this is "
+                "the desired behavior.")
+    upto = max([_root_span(tape, t._rec) for t in outputs if t._tok is tape.tok] or [0])
+    try:
+        walked = CG.graph_grad(tape, outputs, seeds, inputs, upto)
+    except CG.NoRule as e:
+        return _second_order_grad(outputs, seeds, inputs, allow_unused, e)
+    res = []
+    for g, w, x in zip(gs, walked, inputs):
+        if g is None:
+            res.append(None)
+            continue
+        if w is None:  # reached only through ops of zero derivative
+            w = tensor(np.zeros(x.size))
+        if w.shape != x.shape:
+            w = w.reshape(x.shape)
+        res.append(w if x.dtype == np.float64 else w.astype(x.dtype))
+    return tuple(res)
+
+
+def _second_order_grad(outputs, seeds, inputs, allow_unused, missing):
+    """The gradients as one ``_GraphGrad`` node (differentiable once more),
+    for a graph through an op without a differentiable backward formula
+    (``missing``, a ``create_graph.NoRule``)."""
+    from .kernels.sweep import live_records
+    from .ops import reductions as Rd
+    why = f" ({missing.why})" if missing.why else ""
+    for i, x in enumerate(inputs):
+        if x._tok is not None:
+            raise NotImplementedError(
+                f"create_graph=True: input {i} (shape {x.shape}) is not a leaf, and the "
+                f"graph goes through {missing.name}, which has no differentiable backward "
+                f"formula{why}; through it tapegrad differentiates gradients again only "
+                "with respect to leaves. Make the input a leaf (h = "
+                "h.detach().requires_grad_()) and compute from it, or use tg.hessian / tg.hvp")
+    if missing.through is not None:
+        raise NotImplementedError(_further_order(missing.through))
+    tape = current()
+    with enable_grad():
+        s = None
+        for t, v in zip(outputs, seeds):
+            term = Rd.sum(t * v.reshape(t.shape)) if t.size != 1 or v[0, 0] != 1.0 \
+                else Rd.sum(t)
+            s = term if s is None else s + term
+    gs = reverse([s], [np.ones((1, 1))], inputs, retain_graph=True)
+    for i, (g, x) in enumerate(zip(gs, inputs)):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
+                "to not have been used in the graph. Set allow_unused=True if this is "
+                "the desired behavior.")
+    if s._tok is None:  # an input is the output: no graph to differentiate again
+        return tuple(None if g is None else tensor(g[0].reshape(x.shape).astype(x.dtype))
+                     for g, x in zip(gs, inputs))
+    tape.arg0[tape.n] = tape.na
+    upto = _root_span(tape, s._rec)
+    live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto,
+                        np.array([s._rec], np.int64))
+    leaves = [z for r, z in sorted(tape.leaves.items()) if r < upto and live[r]]
+    for x in inputs:
+        if not any(z is x for z in leaves):
+            leaves.append(x)
+    used = [i for i, g in enumerate(gs) if g is not None]
+    if not used:  # allow_unused, and no input reached: nothing to differentiate again
+        return (None,) * len(inputs)
+    spec = _Spec()
+    spec.missing = missing.name
+    spec.leaves = leaves
+    spec.where = [next(k for k, z in enumerate(leaves) if z is inputs[i]) for i in used]
+    spec.outputs = tuple(np.asarray(gs[i][0].reshape(inputs[i].shape), dtype=np.float64)
+                         for i in used)
+    outs = _GraphGrad.apply(spec, s, *leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    res = [None] * len(inputs)
+    for i, o in zip(used, outs):
+        res[i] = o if inputs[i].dtype == np.float64 else o.astype(inputs[i].dtype)
+    return tuple(res)
+
+
+_GraphGrad.__name__ = "Grad"  # grad_fn shows GradBackward
+
+
+def backward_graph(t, gradient, inputs=None):
+    """``t.backward(gradient, create_graph=True)``: accumulate into the leaves'
+    ``.grad`` gradients that are themselves differentiable tensors."""
+    from .autograd import _seed
+    from .kernels.sweep import live_records
+    if not t._requires_grad:
+        raise RuntimeError(
+            "element 0 of tensors does not require grad and does not have a grad_fn")
+    seed = _seed(t, gradient)[None, :]
+    if inputs is None:
+        if t._tok is None:
+            inputs = [t]
+        else:
+            tape = current()
+            tape.arg0[tape.n] = tape.na
+            upto = _root_span(tape, t._rec)
+            live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto,
+                                np.array([t._rec], np.int64))
+            inputs = [z for r, z in sorted(tape.leaves.items()) if r < upto and live[r]]
+    else:
+        inputs = _as_list(inputs)
+    if not inputs:
+        return
+    gs = _graph_grad([t], [seed], inputs, allow_unused=True)
+    for x, g in zip(inputs, gs):
+        if g is None:
+            continue
+        old = getattr(x, "_grad", None)
+        x._grad = g if old is None else old + g
+
+
+def backward_to(t, gradient, retain_graph, inputs):
+    """``t.backward(gradient, retain_graph, inputs=inputs)``: accumulate into
+    the given tensors' ``.grad`` only."""
+    from .autograd import _accumulate, _seed
+    inputs = _as_list(inputs)
+    if not inputs:
+        raise RuntimeError("backward: inputs= was given but is empty; pass the tensors "
+                           "to accumulate gradients into, or leave inputs out")
+    for x in inputs:
+        if not isinstance(x, Tensor) or not x._requires_grad:
+            raise RuntimeError("backward: every tensor in inputs= must require grad; "
+                               f"got {type(x).__name__ if not isinstance(x, Tensor) else x!r}")
+    if not t._requires_grad:
+        raise RuntimeError(
+            "element 0 of tensors does not require grad and does not have a grad_fn")
+    seed = _seed(t, gradient)[None, :]
+    gs = reverse([t], [seed], inputs, retain_graph=retain_graph)
+    for x, g in zip(inputs, gs):
+        if g is not None:
+            if x._tok is not None and not hasattr(x, "_grad"):
+                x._grad = None  # a non-leaf named in inputs= gets a .grad (PyTorch)
+            _accumulate(x, g[0].reshape(x.shape))
+
+
+# Tensor.backward(create_graph=True), backward(inputs=...) and tg.autograd.grad run these
+bound.bind(backward_graph=backward_graph, backward_to=backward_to, autograd_grad=autograd_grad)
