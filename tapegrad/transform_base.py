@@ -238,8 +238,8 @@ def _leaf_of(x, who, complex_ok=False):
     if a.dtype.kind != "f":
         if a.dtype.kind == "c":
             return _complex_leaf(a, who, complex_ok)
-        raise TypeError(f"{who}: arguments to differentiate must be numbers, got dtype "
-                        f"{a.dtype}")
+        raise TypeError(f"{who}: arguments to differentiate must be real or complex numbers, "
+                        f"got dtype {a.dtype}; pass a float or complex array")
     t = _plain(a if a.ndim else a[()])
     t._requires_grad = True
     return t

@@ -64,7 +64,7 @@ def test_grad_errors():
         tg.grad(lambda x: x * 2)(np.ones(2))
     with pytest.raises(ValueError, match="argnums 3"):
         tg.grad(lambda x: x.sum(), argnums=3)(np.ones(2))
-    with pytest.raises(TypeError, match="real numbers"):
+    with pytest.raises(TypeError, match="real or complex numbers, got dtype <U1"):
         tg.grad(lambda x: x.sum())(np.array(["a"]))
     with pytest.raises(TypeError, match="must return a tensor or array"):
         tg.grad(lambda x: "no")(np.ones(2))
