@@ -14,7 +14,7 @@ run over one recording.
 import numpy as np
 
 from .autograd import Adjoints
-from .function import _FUNCTION
+from .function import _FUNCTION, first_order_message
 from .transform_base import _argnums, _call, _root_span, _scratch, _value
 from .kernels import codes as C
 from .kernels._views import SMALL
@@ -581,6 +581,9 @@ def _function_jvp(tape, tan, r):
     why = getattr(cls, "no_jvp", None)
     if why is not None:
         raise NotImplementedError(why(ctx))
+    named = first_order_message(cls, "jvp")
+    if named is not None:
+        raise NotImplementedError(named)
     raise NotImplementedError(
         f"jvp: {cls.__name__} is a tg.Function, which defines backward() but no forward-mode "
         "(jvp) rule; use reverse mode (tg.vjp, tg.jacobian, tg.grad) for functions that "
