@@ -19,7 +19,7 @@ from .ops.matrix import _T
 # Each VJP is a formula in the input, the op's outputs (or the factors kept
 # in ``tape.host``) and the outputs' gradients G.  Its tangent with G held
 # fixed follows by the product rule, reading the outputs' tangents that the
-# forward sweep computed (forward.py: HOST_JVP) rather than re-deriving them,
+# forward sweep computed (forward_host.py: HOST_JVP) rather than re-deriving them,
 # so the two sweeps use the same derivative convention (symmetric gradients,
 # the held-fixed complement columns of full_matrices SVD, ...).  Arrays carry
 # the p directions on a leading axis; the recorded values broadcast over it.
