@@ -15,6 +15,8 @@ elements of :mod:`tapegrad.kernels.replay`); the intermediates nothing
 outside the run reads live in block scratch, and the reverse sweep
 recomputes the ones its VJPs read (``_reads``).  Segments of at least
 ``PAR_MIN`` elements split their blocks among threads (``_split``).
+
+``_LOCK`` is the one lock every traced function holds while it replays.
 """
 import os
 import sys
@@ -34,6 +36,10 @@ from .ops.registry import REGISTRY
 from .tape import _local, _writeable
 from .tensor import Tensor, _node, _plain
 from .trace_tape import TraceTape, _signature
+
+# One lock for all traced functions: a replay reuses its trace's value and
+# adjoint storage, so two calls of one trace must not interleave.
+_LOCK = threading.RLock()
 
 #: host ops the replay computes with NumPy: name -> forward(inputs, host info)
 _HOST_FORWARD = {

@@ -31,8 +31,9 @@ LAYERS = [
                                    "forward", "second_decompositions", "second_rules", "second",
                                    "sparsity", "checkpointing", "create_graph_index",
                                    "create_graph_kinds", "create_graph_linalg", "create_graph")),
-    ("trace", lambda m: m in ("trace_tape", "trace_replay", "traced_function", "traced_call",
-                              "tapefile_screen", "tapefile_checks", "tapefile", "tracing")),
+    ("trace", lambda m: m in ("trace_tape", "trace_replay", "traced_tangents", "traced_function",
+                              "traced_call", "tapefile_screen", "tapefile_checks", "tapefile",
+                              "tracing")),
     ("debug", lambda m: m in ("viz", "stats")),
     ("api", lambda m: m in ("", "linalg", "__main__", "dask_support")),
 ]
