@@ -6,8 +6,9 @@ code).
 The decompositions are their compiled VJPs (``ops/matrix.py``, ``ops/decompositions.py``) written on
 tensors: the factors are the op's own output records, so a further order
 differentiates through the same formula again.  Their limits are the first
-order's: symmetric gradients for cholesky, eigh and hermitian svd / pinv,
-constant rank for pinv and lstsq.
+order's: symmetric gradients for the records of cholesky, eigh and
+hermitian svd / pinv (whose input is the symmetric matrix of the triangle
+NumPy reads, recorded before them), constant rank for pinv and lstsq.
 """
 import numpy as np
 

@@ -23,7 +23,8 @@ from .second_decompositions import _pinv_tangent
 # parent does not depend on the inputs) and writes its output's.  Ops whose
 # reverse rule is the "symmetric gradient" (cholesky, eigh, hermitian svd and
 # pinv) take the symmetric part of the input tangent, so J t agrees with the
-# reverse-mode Jacobian.
+# reverse-mode Jacobian; their input is the symmetric matrix of the triangle
+# NumPy reads (``host_records._triangle_read``), so both are NumPy's derivative.
 def _T(m):
     return np.swapaxes(m, -1, -2)
 

@@ -5,7 +5,8 @@ Each rule is the tangent of the op's first-order VJP (``ops/matrix.py``)
 with the outputs' gradients held fixed, computed through the pass state
 ``second_rules._Pass`` (``P``) for all p directions at once, so the rules
 share those VJPs' conventions and limits: symmetric gradients for
-cholesky, eigh and hermitian svd / pinv; distinct eigen- and singular
+the records of cholesky, eigh and hermitian svd / pinv (their input is the
+symmetric matrix of the triangle NumPy reads, recorded before them); distinct eigen- and singular
 values where eigenvectors or singular vectors are used, and sign-invariant
 functions of the latter; constant rank for pinv and lstsq.
 """

@@ -261,9 +261,16 @@ def _cholesky_rec(a, n):
                            S.concatenate([top.imag, bottom.imag], -2))
 
 
-def _is_hermitian(ar, ai):
-    return bool(np.array_equal(ar, np.swapaxes(ar, -1, -2))
-                and np.array_equal(ai, -np.swapaxes(ai, -1, -2)))
+def _hermitian_read(a, UPLO="L"):
+    """The Hermitian matrix NumPy's eigh and cholesky factor: the strict
+    triangle ``UPLO`` of ``a``, its conjugate transpose, and the real part of
+    the diagonal (LAPACK reads nothing else).  Recorded, so the gradient is
+    that of NumPy's function for any input: it lies on the triangle read."""
+    n = a.shape[-1]
+    k = -1 if UPLO == "L" else 1
+    cut = np.tril if UPLO == "L" else np.triu
+    strict = Z.ComplexTensor(cut(a.real, k), cut(a.imag, k))
+    return strict + _H(strict) + np.eye(n) * a.real
 
 
 def cholesky(a, upper=False):
@@ -272,25 +279,18 @@ def cholesky(a, upper=False):
     ``L^H``), by block elimination, exact to first and second order.
 
     Like NumPy, it reads the lower triangle (and the real part of the
-    diagonal).  For a Hermitian A the gradient is the Hermitian one (as the
-    real op's is symmetric, and as PyTorch's): perturbing A and A^H alike;
-    for any other A it is the gradient in the lower triangle read.  (PyTorch's
-    gradient differs from it by a part that is not Hermitian: the same
-    derivative along every Hermitian perturbation, all a Cholesky factor of
-    a Hermitian matrix responds to.)
+    diagonal), and the gradient is that of NumPy's function: it lies on the
+    lower triangle, as the real op's.  For a Hermitian A, ``(g + g^H) / 2``
+    of it is the Hermitian form PyTorch gives (the same derivative along
+    every Hermitian perturbation, all a Cholesky factor of a Hermitian matrix
+    responds to).
     """
     a = _z(a)
     n = _square(a, "cholesky")
     value = np.linalg.cholesky(_value(a))   # NumPy's errors (not positive definite)
     if not _needs(a) or n == 0:
         return _const(_Hm(value) if upper else value)
-    if on_values(_is_hermitian, a.real, a.imag):
-        h = (a + _H(a)) * 0.5
-    else:  # the Hermitian matrix NumPy reads: the lower triangle
-        low = Z.ComplexTensor(np.tril(a.real, -1), np.tril(a.imag, -1))
-        diag = np.eye(n) * a.real
-        h = low + _H(low) + diag
-    out = _cholesky_rec(h, n)
+    out = _cholesky_rec(_hermitian_read(a), n)
     return _H(out) if upper else out
 
 
@@ -383,13 +383,17 @@ def eigh(a, UPLO="L"):
     """``numpy.linalg.eigh`` of a complex Hermitian matrix: real eigenvalues and
     complex eigenvectors, differentiable to first order.  A loss of the
     eigenvectors must not depend on their phases (else the gradient
-    raises, as PyTorch's); eigenvector gradients need distinct eigenvalues."""
+    raises, as PyTorch's); eigenvector gradients need distinct eigenvalues.
+    Like NumPy, it reads the triangle ``UPLO`` (and the diagonal's real
+    part), and the gradient is that of NumPy's function, on that triangle
+    (see :func:`cholesky` for its Hermitian form)."""
     a = _z(a)
     _square(a, "eigh")
     if not _needs(a):
         w, v = np.linalg.eigh(_value(a), UPLO)
         return _const(w), _const(v)
-    w, vr, vi = LinalgEighComplex.apply(a.real, a.imag, UPLO)
+    h = _hermitian_read(a, UPLO)
+    w, vr, vi = LinalgEighComplex.apply(h.real, h.imag, UPLO)
     return w, Z.ComplexTensor(vr, vi)
 
 

@@ -39,7 +39,8 @@ def _matrix(a, name):
 def pinv(a, rcond=None, hermitian=False, *, rtol=None):
     """``numpy.linalg.pinv`` of a complex matrix (batched), through the real
     embedding: exact first and second derivatives where the rank is constant
-    (Golub and Pereyra), as the real pseudo-inverse's."""
+    (Golub and Pereyra), as the real pseudo-inverse's.  With
+    ``hermitian=True`` only the lower triangle is read, as NumPy's."""
     a = ZL._z(a)
     m, n = _matrix(a, "pinv")
     if rcond is not None and rtol is not None:
@@ -48,6 +49,8 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=None):
         max(m, n) * np.finfo(np.float64).eps   # NumPy's default, for A (not its embedding)
     if not ZL._needs(a):
         return ZL._const(np.linalg.pinv(ZL._value(a), rcond=cut, hermitian=hermitian))
+    if hermitian:   # NumPy reads a's lower triangle: the embedding of what it reads
+        a = ZL._hermitian_read(a)
     x = L.pinv(ZL.embed(a), rcond=cut, hermitian=hermitian)   # (..., 2n, 2m)
     return ZL._parts(x[..., :, :m], n, -2)
 

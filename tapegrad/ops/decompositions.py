@@ -6,7 +6,8 @@ import numpy as np
 
 from ..kernels import codes as C
 from ..tensor import _plain
-from .host_records import _T, _data, _f64, _host, _needs_grad, _record_outputs, _slot_grads, _sym
+from .host_records import (_T, _data, _f64, _host, _needs_grad, _record_outputs, _slot_grads, _sym,
+                           _triangle_read)
 from .registry import CONST, register
 
 
@@ -189,7 +190,9 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     through U and Vh are undefined (infinite) for repeated or zero singular
     values, and only defined for functions invariant to the signs of the
     singular-vector pairs; the gradient of S alone is always fine.  With
-    ``hermitian=True`` the gradient is the symmetric one (as for ``eigh``).
+    ``hermitian=True`` NumPy factors the symmetric matrix of ``a``'s lower
+    triangle (through ``eigh``), and the gradient lies on that triangle (as
+    for ``eigh``).
 
     Examples
     --------
@@ -210,6 +213,9 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     if np.ndim(ad) < 2:
         raise np.linalg.LinAlgError(
             f"{np.ndim(ad)}-dimensional array given. Array must be at least two-dimensional")
+    if hermitian:
+        a = _triangle_read(a)
+        ad = _data(a)
     U, s, Vh = np.linalg.svd(ad, full_matrices and compute_uv, True, hermitian)
     k = s.shape[-1]
     saved = (hermitian, (U.shape, s.shape, Vh.shape), U[..., :k], s, Vh[..., :k, :])
@@ -259,7 +265,8 @@ def pinv(a, rcond=None, hermitian=False, **kwargs):
     The gradient is the derivative of the pseudo-inverse where the rank is
     constant (Golub and Pereyra): right for full-rank matrices, and for
     rank-deficient ones whose small singular values are exactly zero, not
-    merely below ``rcond``.  With ``hermitian=True`` it is the symmetric one.
+    merely below ``rcond``.  With ``hermitian=True`` only ``a``'s lower
+    triangle is read, as NumPy's, and the gradient lies on it (as ``eigh``'s).
 
     Examples
     --------
@@ -275,6 +282,8 @@ def pinv(a, rcond=None, hermitian=False, **kwargs):
     """
     if rcond is not None:
         kwargs["rcond"] = rcond
+    if hermitian:
+        a = _triangle_read(a)
     return _host(_PINV, lambda d: np.linalg.pinv(d, hermitian=hermitian, **kwargs), (a,),
                  extra=(hermitian,))
 

@@ -9,6 +9,7 @@ from ..tape import current
 from ..tensor import Tensor, _plain, _result
 from .elementwise import _operand
 from .registry import OUTPUT
+from .shape import swapaxes, tril, triu
 
 
 def _T(m):
@@ -65,3 +66,18 @@ def _data(x):
 
 def _f64(*xs):
     return [np.asarray(x, dtype=np.float64) for x in xs]
+
+
+def _triangle_read(a, UPLO="L"):
+    """The symmetric matrix that NumPy's ``eigh`` and ``cholesky`` factor: the
+    triangle ``UPLO`` of ``a`` reflected onto the other, which LAPACK never
+    reads. Recorded with index ops, so that every derivative (reverse,
+    forward, second order, ``create_graph``, replay) is the derivative of
+    NumPy's function for any input, symmetric or not: the gradient lies on
+    the triangle read, its off-diagonal entries carrying both halves.
+    Only a tensor that requires grad pays for it (four O(n^2) records)."""
+    if not (isinstance(a, Tensor) and a._requires_grad and current().enabled):
+        return a
+    if UPLO == "L":
+        return tril(a) + swapaxes(tril(a, -1), -1, -2)
+    return triu(a) + swapaxes(triu(a, 1), -1, -2)

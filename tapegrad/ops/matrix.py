@@ -20,7 +20,7 @@ from ..tensor import Tensor, _plain, _result
 from .decompositions import (_LSTSQ, _PINV, _QR, _SVD, QRResult, SVDResult,  # noqa: F401
                              _copyltu, _pinv_vjp_core, lstsq, pinv, qr, svd, svdvals)
 from .elementwise import _operand
-from .host_records import _T, _data, _host, _sym  # noqa: F401
+from .host_records import _T, _data, _host, _sym, _triangle_read  # noqa: F401
 from .registry import CONST, OUTPUT, register
 
 
@@ -413,20 +413,34 @@ def einsum(subscripts, *operands):
 def cholesky(a):
     """``numpy.linalg.cholesky`` (lower factor), batched.
 
-    Like NumPy, only the lower triangle of ``a`` is read; the gradient is the
-    symmetric one (as PyTorch's and JAX's): perturbing ``a`` and ``a.T``
-    alike.
+    Like NumPy, only the lower triangle of ``a`` is read, and the gradient is
+    that of NumPy's function: it lies on the lower triangle. For a symmetric
+    ``a``, ``(g + g.T) / 2`` of it is the symmetric form that PyTorch and
+    JAX give (the same derivative along every symmetric perturbation).
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> A = tg.tensor([[4.0, 2.0], [2.0, 3.0]], requires_grad=True)
+    >>> np.linalg.cholesky(A)[1, 0].backward()   # L[1, 0] = A[1, 0] / sqrt(A[0, 0])
+    >>> A.grad
+    tensor([[-0.125, 0.0],
+            [0.5, 0.0]])
     """
-    return _host(_CHOLESKY, np.linalg.cholesky, (a,))
+    return _host(_CHOLESKY, np.linalg.cholesky, (_triangle_read(a),))
 
 
 def eigh(a, UPLO="L"):
     """``numpy.linalg.eigh``: ``(eigenvalues, eigenvectors)``, two outputs of one
-    record (slots 0 and 1), batched; the gradient is the symmetric one.
+    record (slots 0 and 1), batched.
 
-    Eigenvector gradients are undefined for repeated eigenvalues (as in every
-    framework); eigenvalue gradients are fine.
+    Like NumPy, only the triangle ``UPLO`` of ``a`` is read, and the gradient
+    is that of NumPy's function: it lies on that triangle (see
+    :func:`cholesky` for its symmetric form). Eigenvector gradients are
+    undefined for repeated eigenvalues (as in every framework); eigenvalue
+    gradients are fine.
     """
+    a = _triangle_read(a, UPLO)
     ad = a._data if isinstance(a, Tensor) else np.asarray(a)
     w, V = np.linalg.eigh(ad, UPLO)
     tape = current()
@@ -473,9 +487,9 @@ def eigvalsh(a, UPLO="L"):
     --------
     >>> import numpy as np, tapegrad as tg
     >>> A = tg.tensor([[2.0, 1.0], [1.0, 2.0]], requires_grad=True)
-    >>> tg.linalg.eigvalsh(A)[1].backward()   # d w_max / dA = v v^T
+    >>> tg.linalg.eigvalsh(A)[1].backward()   # d w_max = v^T dA v, lower triangle read
     >>> A.grad
-    tensor([[0.5, 0.5],
-            [0.5, 0.5]])
+    tensor([[0.5, 0.0],
+            [1.0, 0.5]])
     """
     return eigh(a, UPLO)[0]
