@@ -308,3 +308,11 @@ def test_readme_complex_example_runs():
         exec(compile(block, "README.md", "exec"), {})
     wanted = [ln.split("# ")[-1] for ln in block.splitlines() if ln.startswith("print(")]
     assert out.getvalue().splitlines() == wanted
+
+
+def test_item_of_a_complex_tensor_is_a_python_complex():
+    z = tg.tensor(np.array([1.0 + 2.0j]), requires_grad=True)
+    v = (z * 2.0).sum().item()
+    assert type(v) is complex and v == 2.0 + 4.0j
+    with pytest.raises(ValueError, match="size 1"):
+        tg.tensor(np.array([1.0 + 2.0j, 3.0j])).item()

@@ -125,7 +125,7 @@ class ComplexTensor:
         return ComplexTensor(self.real.detach(), self.imag.detach())
 
     def item(self):
-        return complex(self.numpy().item())
+        return builtins.complex(self.numpy().item())
 
     def __len__(self):
         return len(self.real)
