@@ -13,6 +13,7 @@ import numpy as np
 
 from . import hooks as H
 from .kernels._views import SMALL
+from .graph import view_codes
 from .kernels.sweep import graph_addresses, graph_of, layout, sweep
 from .ops.registry import OUTPUT, REGISTRY
 from .tape import Tape, current
@@ -109,14 +110,18 @@ def _readers(tape, arg0, args, upto, graph):
     return (lambda s: np.sort(owner[read == s])), mask
 
 
-def check_stale(tape, reached, upto, inputs=None, graph=None):
+def check_stale(tape, reached, upto, inputs=None, graph=None, own=False):
     """Raise PyTorch's in-place error if a backward used a saved value that
     was written in place after it was recorded (``Tape.stale``).
 
     ``inputs``: the records of ``backward(inputs=...)`` / ``autograd.grad``'s
-    inputs; then only records on a path from the root to one of them count
-    (PyTorch runs no other), though the sweep reached more.  ``graph``: the
-    records the backward's graph holds (``Adjoints.order``), if it has them."""
+    inputs; then only records with one of them below (on a path from the
+    root down to one) count -- PyTorch runs no other node -- though the sweep
+    reached more; and, with ``own``, the inputs' own records: PyTorch's
+    ``backward(inputs=)`` runs a non-leaf input's node (``autograd.grad``
+    does not), so a write into a value that node saved raises there alone.
+    ``graph``: the records the backward's graph holds (``Adjoints.order``),
+    if it has them."""
     if not tape.stale:
         return
     from .kernels.codes import K_HOST, SHIFT
@@ -138,9 +143,12 @@ def check_stale(tape, reached, upto, inputs=None, graph=None):
                 if _reads_only_the_constant(tape, c, s):
                     continue
                 if inputs is not None:
+                    # PyTorch's autograd.grad runs a node only if an input lies
+                    # below it, not the inputs' own nodes: a write into an input
+                    # whose node saved its value (exp's) is no error by itself
                     if on_path is None:
                         on_path = _depends_on(arg0, args, upto, inputs)
-                    if not on_path[c]:
+                    if not (own and on_path[c] or on_path[args[arg0[c]:arg0[c + 1]]].any()):
                         continue
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been "
@@ -150,22 +158,12 @@ def check_stale(tape, reached, upto, inputs=None, graph=None):
                     "write into a copy (x = x.copy() / x * 1.0)")
 
 
-#: ops whose result PyTorch makes a view of its input (sharing its version
-#: counter); basic indexing is among them too, noted per record (Tape.aliases)
-_VIEW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Swapaxes",
-             "Moveaxis", "Diagonal", "Split", "Unbind")
-_view_codes = None
-
-
 def _with_views(tape, arg0, args, upto, users_of, searched):
     """``tape.stale`` and, with the same note, every record below ``upto`` that
     is a view of a stale one (and views of those): a write into a tensor
     reaches the values of the views taken of it, live or not, as in PyTorch.
     ``users_of`` and ``searched``: see :func:`_readers`."""
-    global _view_codes
-    if _view_codes is None:
-        _view_codes = frozenset(c for c, d in REGISTRY.items() if d.name in _VIEW_OPS) | {
-            OUTPUT}   # the pieces of split / unbind (a multi-output record's slots)
+    views = view_codes()
     stale = dict(tape.stale)
     work = [s for s in stale if s < upto and (searched is None or searched[s])]
     while work:
@@ -174,7 +172,7 @@ def _with_views(tape, arg0, args, upto, users_of, searched):
             c = int(c)
             if c in stale or args[arg0[c]] != s:
                 continue
-            if int(tape.op[c]) in _view_codes or c in tape.aliases:
+            if int(tape.op[c]) in views or c in tape.aliases:
                 stale[c] = stale[s]
                 work.append(c)
     return stale

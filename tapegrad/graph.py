@@ -93,18 +93,55 @@ def _edge(t, p):
     if code == OUTPUT:
         slot = _slot(t, p)
         return (Node(t.tok, p - 1 - slot), slot)
+    q = origin(t, p)  # an input written without a record shows its node before the write
+    if q != p:
+        return _edge(t, q)
     return (Node(t.tok, p), 0)
 
 
 def node_of(tensor):
     tok = tensor._tok
     t = tok.tape
-    r = tensor._rec
-    if tok is t.tok and t.op[r] == OUTPUT:
-        return Node(tok, r - 1 - _slot(t, r))
     if tok is not t.tok:
         return _FreedNode()
+    # a write no graph records leaves the tensor's history as it was (PyTorch):
+    # its node is the one it had before the write
+    r = origin(t, tensor._rec)
+    if t.op[r] == OUTPUT:
+        return Node(tok, r - 1 - _slot(t, r))
     return Node(tok, r)
+
+
+#: ops whose result PyTorch makes a view of its input (sharing its version
+#: counter); basic indexing is among them too, noted per record (Tape.aliases)
+VIEW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Transpose", "Expand", "Swapaxes",
+            "Moveaxis", "Diagonal", "Split", "Unbind")
+_view_codes = None
+
+
+def view_codes():
+    """The op codes of ``VIEW_OPS``, and OUTPUT (the pieces of split / unbind:
+    a multi-output record's slots)."""
+    global _view_codes
+    if _view_codes is None:  # once every op module has registered its ops
+        _view_codes = frozenset(c for c, d in REGISTRY.items() if d.name in VIEW_OPS) | {OUTPUT}
+    return _view_codes
+
+
+def is_view(tape, r):
+    """Whether record r is a view of its input (in PyTorch's sense)."""
+    return r in tape.aliases or int(tape.op[r]) in view_codes()
+
+
+def origin(tape, r):
+    """The record of the tensor now on record r, as graphs and gradients see it:
+    the one it had before writes no graph recorded (``Tape.origin``; a graph
+    recorded before such a write reads it), except that a view written so
+    starts a new history at its write, as PyTorch's does (its grad_fn is made
+    anew from its base's), so the walk stops above a view."""
+    if not tape.stale.at:
+        return r
+    return tape.origin(r, lambda s: is_view(tape, s))
 
 
 class _FreedNode:

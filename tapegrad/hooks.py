@@ -110,9 +110,14 @@ def _hooks_of(t, create):
         raise RuntimeError(
             "the graph of this tensor was freed by backward() and its tape reused; "
             "register hooks before calling backward (or use retain_graph=True)")
-    h = tape.hooks.get(t._rec)
+    # a write no graph records leaves the tensor's history as it was (PyTorch):
+    # its hooks belong to the record it had before the write, whose adjoint
+    # holds every use of the tensor, before the write and after
+    from .graph import origin
+    r = origin(tape, t._rec)
+    h = tape.hooks.get(r)
     if h is None and create:
-        h = tape.hooks[t._rec] = Hooks(t.shape, t.dtype)
+        h = tape.hooks[r] = Hooks(t.shape, t.dtype)
     return h
 
 

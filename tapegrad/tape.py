@@ -32,6 +32,7 @@ import gc
 import signal
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -59,6 +60,58 @@ class Epoch:
 TOKEN_HOLDERS = set()
 
 
+class Stale(dict):
+    """``Tape.stale``: record -> what was written in place after the record
+    saved the value (``autograd.check_stale`` raises when a backward needs
+    it), and ``at``: tape length -> the records marked stale when the tape
+    held that many records.
+
+    A write no graph records (under ``no_grad``, through ``.data`` or
+    ``detach()``) marks the record of the tensor it writes stale and moves
+    the tensor to a fresh record at once, recorded right then: an identity of
+    the old record (ops/methods.py, ``_written``).  The lengths tell those
+    identity records from any other, so that :meth:`Tape.origin` finds the
+    record a tensor's value came from before such writes (the one a graph
+    recorded earlier reads).
+    """
+
+    __slots__ = ("tape", "at")
+
+    def __init__(self, tape):
+        super().__init__()
+        self.tape = weakref.ref(tape)  # no cycle: a thread's tape goes with its thread
+        self.at = {}
+
+    def __setitem__(self, r, what):
+        dict.__setitem__(self, r, what)
+        tape = self.tape()
+        if not tape.freed[r]:  # a tensor on a freed record stays there (see _written)
+            self.at.setdefault(tape.n, []).append(r)
+
+    def clear(self):
+        dict.clear(self)
+        self.at.clear()
+
+    def renumbered(self, keep, new_id):
+        """A copy for ``compact``: records ``new_id`` of those kept; a length
+        becomes the number of kept records below it, so the fresh record that
+        followed a marking still comes right after it (a compaction may fall
+        between the two: it runs at the start of the op that records it)."""
+        out = Stale(self.tape())
+        for r, what in self.items():
+            if keep[r]:
+                dict.__setitem__(out, int(new_id[r]), what)
+        n = keep.size
+        below = np.concatenate(([0], np.cumsum(keep)))
+        for length, rs in self.at.items():
+            if length < n and not keep[length]:  # its fresh record is gone
+                continue
+            kept = [int(new_id[r]) for r in rs if keep[r]]
+            if kept:
+                out.at.setdefault(int(below[length]), []).extend(kept)
+        return out
+
+
 class Tape:
     """Flat record arrays plus the bookkeeping for one thread's graphs."""
 
@@ -70,7 +123,7 @@ class Tape:
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
-                 "ptrs", "nptrs", "graph")
+                 "ptrs", "nptrs", "graph", "__weakref__")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -91,7 +144,9 @@ class Tape:
         self.hooks = {}            # record -> its tensor's hooks (tapegrad.hooks)
         self.where = {}            # record -> source line, only in anomaly mode
         self.flipped = []          # arrays made read-only, to restore
-        self.stale = {}            # record -> what was written in place after it saved it
+        # record -> what was written in place after it saved it; and when it
+        # was marked (see Stale, origin)
+        self.stale = Stale(self)
         self.aliases = set()       # basic-index records: views of their parent's memory
         self.consts = []           # (array, CONST record) of small copied operands
         self.sums = []             # (array, checksum) of kept values, in anomaly mode
@@ -502,7 +557,7 @@ class Tape:
         kept.update(id(leaf._data) for leaf in leaves.values())
         flipped = [a for a in self.flipped if id(a) in kept]
         released = [a for a in self.flipped if id(a) not in kept]
-        stale = {int(new_id[r]): v for r, v in self.stale.items() if keep[r]}
+        stale = self.stale.renumbered(keep, new_id)
         aliases = {int(new_id[r]) for r in self.aliases if keep[r]}
         consts = [(a, int(new_id[r])) for a, r in self.consts if keep[r]]
         sums = [(int(new_id[r]), a, c) for r, a, c in self.sums if keep[r]]
@@ -568,6 +623,36 @@ class Tape:
         self.consts.clear()
         self.sums.clear()
         self._new_epoch()
+
+    # -- writes no graph records ------------------------------------------------------
+    def origin(self, r, stop=None):
+        """The record whose value a tensor now on record r had before the
+        writes no graph recorded (see :class:`Stale`): r itself for a tensor
+        never written so, else the record it was on before the first such
+        write -- the one graphs recorded before the writes read, and through
+        whose identity records the later uses (they read r) reach the
+        tensor's history too.  ``stop(s)``: a record s the walk must not go
+        down to (a view: PyTorch gives a view written so a new history)."""
+        at = self.stale.at
+        while at:
+            s = self._moved_from(r)
+            if s is None or stop is not None and stop(s):
+                return r
+            r = s
+        return r
+
+    def _moved_from(self, r):
+        """The record a write no graph records moved a tensor from to record
+        r (the identity record ``ops/methods.py``'s ``_written`` makes, right
+        after it marks the old record stale), or None."""
+        cands = self.stale.at.get(r)
+        if not cands or int(self.op[r]) != _IDENT:
+            return None
+        end = self.arg0[r + 1] if r + 1 < self.n else self.na
+        if end - self.arg0[r] != 1:
+            return None
+        s = int(self.args[self.arg0[r]])
+        return s if s in cands else None
 
     # -- the view the kernels take ---------------------------------------------------
     def arrays(self, adj):
@@ -638,6 +723,7 @@ def _writeable(a):
 
 
 _CONST = C.code(C.K_NONE, C.CONST)
+_IDENT = C.code(C.K_UNARY, C.IDENT)
 class _NoTape:
     """Stands for "this thread has no tape yet" in the ops' fast paths: no
     token matches its ``tok`` and it has no room."""

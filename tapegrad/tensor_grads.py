@@ -13,19 +13,22 @@ import numpy as np
 
 from .autograd import Adjoints, _freed_error, check_nested, check_stale
 from .function import Function
+from .graph import origin
 from .grad_mode import enable_grad
 from .tape import current
-from .tensor import Tensor, bound, tensor
+from .tensor import Tensor, _new, bound, tensor
 from .transform_base import _Slabs, _root_span, _run, fresh_arenas
 
 
-def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
+def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True, own=False):
     """``sum_i seeds_i^T d roots_i / d input`` for every input, p vectors at once.
 
     ``roots`` are tensors, ``seeds`` arrays of shape ``(p,) + root.shape``;
     ``inputs`` are tensors (leaves or not).  Returns one ``(p,) + input.shape``
     float64 array per input, or None for an input no root depends on.  Leaves'
-    ``.grad`` are not touched.
+    ``.grad`` are not touched.  ``own``: the values the inputs' own records
+    saved count for the in-place check (``backward(inputs=)``: see
+    ``autograd.check_stale``).
     """
     p = seeds[0].shape[0]
     out = [None] * len(inputs)
@@ -74,8 +77,12 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
             if not rs and x._ltok is tape.lkey and x._lrec < upto:
                 rs = [x._lrec]
             rec[i] = rs or None
-        elif x._tok is tape.tok and x._rec < upto:
-            rec[i] = x._rec
+        elif x._tok is tape.tok:
+            # written without a record since a graph read it: the record before
+            # the write, whose adjoint holds every use of it (graph.origin)
+            r = origin(tape, x._rec)
+            if r < upto:
+                rec[i] = r
     stops = sorted({r for i, r in enumerate(rec) if r is not None and inputs[i]._tok is not None},
                    reverse=True)
     start = upto - 1
@@ -100,7 +107,8 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True):
             g = g.reshape((p,) + x.shape)
             out[i] = g if out[i] is None else out[i] + g
     check_stale(tape, adj.reached, upto,
-                [q for r in rec if r is not None for q in (r if isinstance(r, list) else (r,))])
+                [q for r in rec if r is not None for q in (r if isinstance(r, list) else (r,))],
+                own=own)
     check_nested(tape, adj.reached, upto, inputs)
     if not retain_graph:
         tape.after_backward(adj.reached, T)
@@ -248,7 +256,7 @@ class _At:
         self._rec = rec
 
 
-def _graph_grad(outputs, seeds, inputs, allow_unused):
+def _graph_grad(outputs, seeds, inputs, allow_unused, own=False):
     """``autograd.grad(..., create_graph=True)``: gradients that are tensors
     of the graph, so they can be differentiated again, to any order
     (:mod:`tapegrad.create_graph`).  A graph with an op that has no
@@ -259,7 +267,7 @@ def _graph_grad(outputs, seeds, inputs, allow_unused):
     # the numeric backward first: it raises what the graph's own backward
     # would (freed graph, values written in place) and tells which inputs
     # the outputs reach
-    gs = reverse(outputs, seeds, inputs, retain_graph=True)
+    gs = reverse(outputs, seeds, inputs, retain_graph=True, own=own)
     for i, (g, x) in enumerate(zip(gs, inputs)):
         if g is None and not allow_unused:
             raise RuntimeError(
@@ -268,7 +276,7 @@ def _graph_grad(outputs, seeds, inputs, allow_unused):
                 "the desired behavior.")
     upto = max([_root_span(tape, t._rec) for t in outputs if t._tok is tape.tok] or [0])
     try:
-        walked = CG.graph_grad(tape, outputs, seeds, inputs, upto)
+        walked = CG.graph_grad(tape, outputs, seeds, [_stand_in(tape, x) for x in inputs], upto)
     except CG.NoRule as e:
         return _second_order_grad(outputs, seeds, inputs, allow_unused, e)
     res = []
@@ -282,6 +290,23 @@ def _graph_grad(outputs, seeds, inputs, allow_unused):
             w = w.reshape(x.shape)
         res.append(w if x.dtype == np.float64 else w.astype(x.dtype))
     return tuple(res)
+
+
+def _stand_in(tape, x):
+    """Input x, or, for a non-leaf written without a record since a graph
+    read it, a tensor on the record it had before the write (graph.origin),
+    where the walk finds every use of it: the walk reads only records."""
+    if x._tok is None or x._tok is not tape.tok:
+        return x
+    r = origin(tape, x._rec)
+    if r == x._rec:
+        return x
+    t = _new(Tensor)
+    t._data = x._data
+    t._requires_grad = True
+    t._tok = tape.tok
+    t._rec = r
+    return t
 
 
 def _second_order_grad(outputs, seeds, inputs, allow_unused, missing):
@@ -369,7 +394,7 @@ def backward_graph(t, gradient, inputs=None):
         inputs = _as_list(inputs)
     if not inputs:
         return
-    gs = _graph_grad([t], [seed], inputs, allow_unused=True)
+    gs = _graph_grad([t], [seed], inputs, allow_unused=True, own=True)
     for x, g in zip(inputs, gs):
         if g is None:
             continue
@@ -393,7 +418,7 @@ def backward_to(t, gradient, retain_graph, inputs):
         raise RuntimeError(
             "element 0 of tensors does not require grad and does not have a grad_fn")
     seed = _seed(t, gradient)[None, :]
-    gs = reverse([t], [seed], inputs, retain_graph=retain_graph)
+    gs = reverse([t], [seed], inputs, retain_graph=retain_graph, own=True)
     for x, g in zip(inputs, gs):
         if g is not None:
             if x._tok is not None and not hasattr(x, "_grad"):

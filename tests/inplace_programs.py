@@ -950,13 +950,6 @@ def make_higher_order_program(d, known_bugs_excluded=True):
             # carried on to the leaves), the harness's PyTorch returns clones, so a
             # path from a sibling gradient to this one is each library's choice
             nonleaf = [k for k in nonleaf if k not in prev]
-        if g.exclude:
-            # DIFFERENCE (test_known_difference_input_written_without_a_record):
-            # tapegrad's gradient with respect to a non-leaf written in place under
-            # no_grad (or through .data / detach()) after y read it is None, PyTorch's
-            # the gradient.  No such inputs.
-            raw = {m for st in g.steps if st[0] == "raw" for m in g.family_of(st[1])}
-            nonleaf = [k for k in nonleaf if k not in raw]
         if nonleaf and d.bool(0.4):
             inputs.append(d.choice(nonleaf))
             g.notes.add("nonleaf" if level == 1 else "wrt_gradient")
