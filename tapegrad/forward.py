@@ -14,7 +14,8 @@ run over one recording.
 import numpy as np
 
 from .autograd import Adjoints
-from .transform_base import _argnums, _call, _root_span, _scratch, _value
+from .ops.complex_tensor import ComplexTensor
+from .transform_base import _argnums, _call, _call_complex, _root_span, _scratch, _value
 from .kernels._views import SMALL
 from .kernels.tangents import fwd_layout, sweep_fwd
 from .kernels.sweep import layout
@@ -192,10 +193,13 @@ def jvp(f, primals, tangents, batched=None):
     by the number of axes (which is never ambiguous); ``True`` or ``False``
     insists on one of them.
 
-    Tangents must be real numbers; they are taken in float64, and
-    ``tangent_out`` has the output's dtype.  A ``tg.Function`` has no forward
-    rule (it only defines ``backward``): a function that calls one raises
-    ``NotImplementedError``.
+    Tangents are taken in float64, and ``tangent_out`` has the output's
+    dtype.  A complex primal (array, number or ComplexTensor) takes a complex
+    tangent (a real one is a tangent along the real axis); a function with
+    a complex output gives a complex ``tangent_out``, the derivative of its
+    real and imaginary parts: for a holomorphic ``f``, ``f'(z) * dz``.  A
+    ``tg.Function`` has no forward rule (it only defines ``backward``): a
+    function that calls one raises ``NotImplementedError``.
 
     Examples
     --------
@@ -209,19 +213,55 @@ def jvp(f, primals, tangents, batched=None):
     >>> T                                   # two directions at once: the Jacobian
     array([[2., 0.],
            [0., 4.]])
+    >>> tg.jvp(lambda z: z ** 2, (np.array([1.0 + 1.0j]),), (np.array([1.0j]),))[1]
+    array([-2.+2.j])
     """
     primals = _as_tuple(primals, "primals")
     tangents = _as_tuple(tangents, "tangents")
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents; give "
                          "one tangent per primal")
-    leaves, out = _call(f, primals, tuple(range(len(primals))), "jvp")
-    ts, p, batch = _check_tangents(leaves, tangents, batched)
+    leaves, out, pairs = _call_complex(f, primals, tuple(range(len(primals))), "jvp")
+    ts, p, batch = _check_tangents(leaves, _leaf_tangents(tangents, pairs), batched)
+    seeds = [t.reshape(p, -1) for t in ts]
+    if type(out) is ComplexTensor:
+        shape = (p,) + tuple(out.shape)
+        t = push(leaves, seeds, out.real, p).reshape(shape) + \
+            1j * push(leaves, seeds, out.imag, p).reshape(shape)
+        value = out.detach().numpy()
+        return (value[()] if value.ndim == 0 else value), (t if batch else t[0])
     value = _value(out)
-    t = push(leaves, [t.reshape(p, -1) for t in ts], out, p).reshape((p,) + out.shape)
+    t = push(leaves, seeds, out, p).reshape((p,) + out.shape)
     dtype = out.dtype if out.dtype.kind == "f" else np.float64
     t = t.astype(dtype, copy=False)
     return value, (t if batch else t[0])
+
+
+def _leaf_tangents(tangents, pairs):
+    """Per leaf from per primal (``_call_complex``'s ``pairs``): a complex
+    primal's tangent gives its two leaves the real and imaginary parts; a
+    real primal's tangent must be real."""
+    if pairs is None:
+        pairs = list(range(len(tangents)))
+    res = []
+    for i, (t, pr) in enumerate(zip(tangents, pairs)):
+        t = t.detach().numpy() if type(t) is ComplexTensor else \
+            t._data if isinstance(t, Tensor) else t
+        if type(pr) is tuple:
+            try:
+                t = np.asarray(t)
+            except ValueError as e:
+                raise TypeError(f"jvp: tangent {i} is not a rectangular array: {e}") from None
+            if t.dtype.kind not in "fiuc":
+                raise TypeError(f"jvp: tangent {i} has dtype {t.dtype}; a complex primal "
+                                "takes a complex (or real) tangent")
+            res += [t.real, t.imag if t.dtype.kind == "c" else np.zeros(t.shape)]
+        else:
+            if np.iscomplexobj(t):
+                raise TypeError(f"jvp: tangent {i} is complex but its primal is real; give a "
+                                "real tangent, or a complex primal for a complex direction")
+            res.append(t)
+    return res
 
 
 def _check_tangents(leaves, tangents, batched):

@@ -250,7 +250,7 @@ def _complex_leaf(x, who, complex_ok):
     if not complex_ok:
         raise TypeError(
             f"{who}: tg.{who} does not take complex arguments (tg.grad, tg.value_and_grad, "
-            "tg.vjp and tg.jacobian do); pass the real and imaginary "
+            "tg.vjp, tg.jacobian and tg.jvp do); pass the real and imaginary "
             "parts as one real array v (np.concatenate([z.real, z.imag])) and build "
             "z = tg.complex(v[:n], v[n:]) inside f")
     if type(x) is ComplexTensor:
