@@ -57,7 +57,12 @@ def _function_vjp(tape, adj, r):
                           and adj.reached[r + 1 + k] else np.zeros(s)
                           for k, s in enumerate(out_shapes))
     ctx._record = r   # where the record is now (compaction renumbers records)
+    # backward is user code and may record (a nested transform, a loop of
+    # ops): holding the tape's token keeps the tape from being compacted or
+    # reset under the sweep that called it, whose record ids must stay valid
+    held = tape.tok
     grads = cls.backward(ctx, *grads_out)
+    del held
     if not isinstance(grads, tuple):
         grads = (grads,)
     # PyTorch's rule: one gradient per input of forward, trailing Nones past

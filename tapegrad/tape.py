@@ -442,8 +442,14 @@ class Tape:
         it has been freed."""
         if not self.refs and not self.flipped:
             return
+        from .kernels._views import ARG0, ARGS
         from .kernels.sweep import consumed
         n = self.n
+        # the sweep's T may predate records that a host VJP (a tg.Function's
+        # backward, which may record) added, and arrays that grew meanwhile:
+        # read the parents from the tape's arrays as they are now
+        self.arg0[n] = self.na
+        T = T[:ARG0] + (self.arg0,) + T[ARG0 + 1:ARGS] + (self.args,) + T[ARGS + 1:]
         keep = consumed(T, n, self.freed)
         rix = self.rix[:n]
         for r in np.flatnonzero((rix >= 0) & self.freed[:n] & ~keep):

@@ -118,3 +118,39 @@ def test_non_tensor_inputs_count_among_the_gradients():
     x = leaf([1.0, 2.0])
     with pytest.raises(RuntimeError, match=r"expected 2, got 1"):
         Scale.apply(x, 3.0).sum().backward()
+
+
+class _RecordsInBackward(tg.Function):
+    """2x, whose backward records ``n`` ops of its own (as a backward that
+    runs a nested transform does) while the enclosing backward runs."""
+    n = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, g):
+        t = tg.tensor(np.ones(2), requires_grad=True)
+        for _ in range(_RecordsInBackward.n):
+            t = t * 1.0
+        return g * 2.0
+
+
+@pytest.mark.parametrize("n_dead, n_inner", [(10, 10), (3000, 20000), (60000, 70000)])
+def test_a_backward_that_records_leaves_the_enclosing_backward_right(n_dead, n_inner):
+    """Records added during a backward (the tape's arrays grow, a compaction
+    becomes due) leave the enclosing sweep and the freeing after it right:
+    exact gradients, no crash, and the tape usable afterwards."""
+    k = tg.tensor(np.ones(1), requires_grad=True)
+    keep = k * 1.0                                           # keeps the tape's epoch alive
+    s = tg.tensor(np.array([3.0]), requires_grad=True)
+    for _ in range(n_dead):
+        keep * 2.0                                          # dead records below the graph
+    x = tg.tensor(np.arange(8.0), requires_grad=True)
+    _RecordsInBackward.n = n_inner
+    ((_RecordsInBackward.apply(x) * s) * np.arange(8.0)).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 6.0 * np.arange(8.0))
+    np.testing.assert_allclose(s.grad.numpy(), [2.0 * (np.arange(8.0) ** 2).sum()])
+    (keep * 5.0).sum().backward()
+    np.testing.assert_allclose(k.grad.numpy(), [5.0])
