@@ -16,6 +16,7 @@ from .function import _FUNCTION, first_order_message
 from .kernels import codes as C
 from .ops import fft as FF
 from .ops import matrix as L
+from .ops.registry import OUTPUT
 from .second_decompositions import _pinv_tangent
 
 # -- host rules: the tangents of host records, with NumPy ------------------------------------
@@ -281,17 +282,52 @@ def _lstsq_jvp(tape, tan, r):
 
 
 def _function_jvp(tape, tan, r):
-    cls, ctx = tape.host[r][:2]
+    """A tg.Function's tangents from its ``jvp(ctx, *tangents)``: one tangent
+    per input of forward (the input's shape; zeros where the input carries
+    none, None for arguments that are not tensors), one per output back (None:
+    zero), called once per direction."""
+    cls, ctx, tensor_args, out_shapes, nargs = tape.host[r]
     why = getattr(cls, "no_jvp", None)
     if why is not None:
         raise NotImplementedError(why(ctx))
-    named = first_order_message(cls, "jvp")
-    if named is not None:
-        raise NotImplementedError(named)
-    raise NotImplementedError(
-        f"jvp: {cls.__name__} is a tg.Function, which defines backward() but no forward-mode "
-        "(jvp) rule; use reverse mode (tg.vjp, tg.jacobian, tg.grad) for functions that "
-        "call it")
+    if getattr(cls, "jvp", None) is None:
+        named = first_order_message(cls, "jvp")
+        if named is not None:
+            raise NotImplementedError(named)
+        raise NotImplementedError(
+            f"jvp: {cls.__name__} is a tg.Function, which defines backward() but no "
+            "forward-mode rule; define a static jvp(ctx, *tangents) on it (one tangent per "
+            "input of forward, one per output returned), or use reverse mode (tg.vjp, "
+            "tg.jacobian, tg.grad) for functions that call it")
+    ins = [tan.lead(q, shape) for q, (_, shape) in zip(_parents(tape, r), tensor_args)]
+    # several outputs (or a tuple of one): OUTPUT records right after r read it
+    single = not (r + 1 < tape.n and tape.op[r + 1] == OUTPUT
+                  and int(tape.args[tape.arg0[r + 1]]) == r)
+    outs = [np.zeros((tan.p,) + tuple(s)) for s in out_shapes]
+    for k in range(tan.p):
+        args = [None] * nargs
+        for (position, shape), t in zip(tensor_args, ins):
+            args[position] = np.zeros(shape) if t is None else np.array(t[k])
+        res = cls.jvp(ctx, *args)
+        res = res if isinstance(res, tuple) else (res,)
+        if len(res) != len(out_shapes):
+            raise RuntimeError(
+                f"{cls.__name__}.jvp returned {len(res)} tangents, expected {len(out_shapes)}: "
+                "one per output of forward (None for a zero tangent)")
+        for j, (o, shape) in enumerate(zip(res, out_shapes)):
+            if o is None:
+                continue
+            o = np.asarray(o, dtype=np.float64)
+            if o.shape != tuple(shape):
+                raise RuntimeError(
+                    f"{cls.__name__}.jvp returned a tangent of shape {o.shape} for output "
+                    f"{j}, whose shape is {tuple(shape)}")
+            outs[j][k] = o
+    if single:
+        tan.put(r, outs[0])
+    else:
+        for j, o in enumerate(outs):
+            tan.put(r + 1 + j, o)
 
 
 #: op code -> rule(tape, tangents, r) for every host op; a host op registered

@@ -5,6 +5,11 @@ working on NumPy arrays; ``MyOp.apply(*args)`` runs the forward on the
 values and records one host record (and one output record per output when
 there are several).  The sweep hands the record to Python, which calls
 ``backward`` with the outputs' gradients (zeros for outputs nothing used).
+An optional static ``jvp(ctx, *tangents)`` gives forward mode (``tg.jvp``,
+``tg.jacfwd``) through the op, as PyTorch's ``Function.jvp``: it receives
+one tangent per input of forward (an array of the input's shape, zeros
+where the input carries none; None for arguments that are not tensors) and
+returns one per output (None for a zero tangent).
 
 Examples
 --------
@@ -25,6 +30,13 @@ Examples
 >>> y.sum().backward()
 >>> x.grad
 tensor([3.0, 12.0])
+>>> class CubeFwd(Cube):
+...     @staticmethod
+...     def jvp(ctx, t):
+...         (x,) = ctx.saved_tensors
+...         return 3 * x ** 2 * t
+>>> tg.jvp(CubeFwd.apply, (np.array([1.0, 2.0]),), (np.array([1.0, 1.0]),))[1]
+array([ 3., 12.])
 """
 import numpy as np
 
@@ -115,6 +127,10 @@ class Function:
     #: what the op is, for errors of higher derivatives that reach it ("eigh of a
     #: complex tensor"): :func:`first_order_message`; None names the class
     first_order_only = None
+
+    #: forward mode: a subclass defines ``jvp(ctx, *tangents)`` as a staticmethod
+    #: (see the module docstring); None: the op has no forward-mode rule
+    jvp = None
 
     @staticmethod
     def forward(ctx, *args):

@@ -154,3 +154,72 @@ def test_a_backward_that_records_leaves_the_enclosing_backward_right(n_dead, n_i
     np.testing.assert_allclose(s.grad.numpy(), [2.0 * (np.arange(8.0) ** 2).sum()])
     (keep * 5.0).sum().backward()
     np.testing.assert_allclose(k.grad.numpy(), [5.0])
+
+
+# -- forward mode through a tg.Function's jvp --------------------------------------------
+class _SinCos(tg.Function):
+    """(sin(k x), cos(x)) with a backward and a jvp; k is not a tensor."""
+
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return np.sin(k * x), np.cos(x)
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        (x,) = ctx.saved_tensors
+        return g1 * ctx.k * np.cos(ctx.k * x) - g2 * np.sin(x), None
+
+    @staticmethod
+    def jvp(ctx, t, tk):
+        assert tk is None   # k is not a tensor
+        (x,) = ctx.saved_tensors
+        return ctx.k * np.cos(ctx.k * x) * t, -np.sin(x) * t
+
+
+def _through_sincos(x):
+    a, b = _SinCos.apply(x * 1.5, 2.0)
+    return a * b + a
+
+
+def test_jvp_through_a_function_with_a_jvp():
+    x, d = np.array([0.3, -0.7, 1.1]), np.array([1.0, 0.5, -2.0])
+    _, t = tg.jvp(_through_sincos, (x,), (d,))
+    e = 1e-6
+    want = (_through_sincos(x + e * d).numpy() - _through_sincos(x - e * d).numpy()) / (2 * e)
+    np.testing.assert_allclose(t, want, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(tg.jacfwd(_through_sincos)(x), tg.jacobian(_through_sincos)(x),
+                               rtol=1e-13, atol=1e-15)
+    _, T = tg.jvp(_through_sincos, (x,), (np.eye(3),))          # three directions at once
+    np.testing.assert_allclose(T, tg.jacobian(_through_sincos)(x).T, rtol=1e-13, atol=1e-15)
+
+
+def test_jvp_of_a_function_with_an_input_without_tangent():
+    """An input that carries no tangent (a constant tensor) gets zeros."""
+    c = tg.tensor(np.array([0.5, 0.25]))
+    _, t = tg.jvp(lambda x: _SinCos.apply(x, 1.0)[0] + _SinCos.apply(c, 1.0)[1],
+                  (np.array([0.1, 0.2]),), (np.ones(2),))
+    np.testing.assert_allclose(t, np.cos([0.1, 0.2]), rtol=1e-14)
+
+
+class _BadJvp(tg.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2.0
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2.0
+
+    @staticmethod
+    def jvp(ctx, t):
+        return np.zeros(t.size + 1)
+
+
+def test_jvp_errors_name_the_function():
+    with pytest.raises(RuntimeError, match=r"_BadJvp.jvp returned a tangent of shape \(4,\) "
+                                           r"for output 0, whose shape is \(3,\)"):
+        tg.jvp(_BadJvp.apply, (np.ones(3),), (np.ones(3),))
+    with pytest.raises(NotImplementedError, match="define a static jvp"):
+        tg.jvp(_RecordsInBackward.apply, (np.ones(3),), (np.ones(3),))
