@@ -287,6 +287,7 @@ class Var:
         self.has_grad = False      # a leaf that a mid backward reached
         self.quotient = False      # a / b: tapegrad saves the quotient (PyTorch does not)
         self.none = False          # a gradient that is None (an unused input)
+        self.gradient = False      # the result of a grad step (it may require no grad)
 
 
 class Draw:
@@ -536,6 +537,11 @@ class Gen:
         shape = key_shape(v.shape, key)
         if 0 in shape:
             return False
+        if self.exclude and shape == () and self.vars[v.root].gradient:
+            # DIFFERENCE (test_known_difference_item_of_a_plain_tensor_is_a_copy): a 0-d
+            # item of a tensor that requires no grad (a gradient without a graph) is a
+            # copy in tapegrad, a view in PyTorch.  No such items of gradients.
+            return False
         k = self.add(Var(shape, False, v.bound, v.deps, base=i, key=key, root=v.root))
         del k
         self.steps.append(("view", i, key))
@@ -660,7 +666,8 @@ class Gen:
             self.notes.add("rec_into_viewed")
         return True
 
-    def step_raw(self):
+    def step_raw(self, target=None):
+        """A write no graph records, into ``target`` or a variable drawn."""
         def ok(v):
             if not self.exclude:
                 return True
@@ -673,6 +680,8 @@ class Gen:
             return True
 
         cands = self.alive(ok)
+        if target is not None:
+            cands = [k for k in cands if k == target]
         if not cands:
             return False
         t = self.d.choice(cands)
@@ -808,6 +817,7 @@ def make_create_graph_program(d, known_bugs_excluded=True):
     grads = []
     for k in inputs:
         grads.append(g.op_result(g.vars[k].shape, BOUND / 100, yv.deps))
+        g.vars[grads[-1]].gradient = True
         if k not in yv.deps:                      # None: compared, never used
             g.vars[grads[-1]].dead = g.vars[grads[-1]].none = True
             grads.pop()
@@ -885,6 +895,7 @@ def _grad_level(g, y, inputs, create_graph, zero_none):
     out = []
     for k in inputs:
         out.append(g.op_result(g.vars[k].shape, BOUND / 100, yv.deps))
+        g.vars[out[-1]].gradient = True
     return out
 
 
@@ -935,6 +946,13 @@ def make_higher_order_program(d, known_bugs_excluded=True):
     start = 0                     # the first variable of this level's own computation
     prev = []                     # the last level's gradients
     for level in range(1, levels):
+        if level == 1 and d.bool(0.35):
+            # a write no graph records into an intermediate y's graph read, which
+            # the non-leaf input below is drawn from now and then
+            written = [k for k in sorted(_ancestors(g.steps, y))
+                       if not g.vars[k].leaf and not g.vars[k].dead]
+            if written:
+                g.step_raw(target=d.choice(written))
         leaves = [k for k in g.leaf_vars() if k in g.vars[y].deps] or g.leaf_vars()[:1]
         inputs = list(leaves if d.bool(0.7) else [d.choice(leaves)])
         # A non-leaf input: an intermediate y was computed from by the program's own ops.
@@ -951,8 +969,15 @@ def make_higher_order_program(d, known_bugs_excluded=True):
             # path from a sibling gradient to this one is each library's choice
             nonleaf = [k for k in nonleaf if k not in prev]
         if nonleaf and d.bool(0.4):
-            inputs.append(d.choice(nonleaf))
+            # now and then one written without a record (raw) after y's graph read
+            # it: its gradient is the one with respect to the value that graph read
+            raw = {m for st in g.steps if st[0] == "raw" for m in g.family_of(st[1])}
+            written = [k for k in nonleaf if k in raw]
+            k = d.choice(written if written and d.bool(0.8) else nonleaf)
+            inputs.append(k)
             g.notes.add("nonleaf" if level == 1 else "wrt_gradient")
+            if k in raw:
+                g.notes.add("written_input")
         inputs = tuple(sorted(set(inputs)))
         start = len(g.vars)
         grads = prev = _grad_level(g, y, inputs, True, True)

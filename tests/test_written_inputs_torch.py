@@ -340,3 +340,26 @@ def test_written_input_after_the_tape_is_compacted():
     x_new = x_old * 2.0
     want = 2.0 * (1 - torch.tanh(x_old) ** 2) + 2 * x_new
     np.testing.assert_allclose(g, want.numpy(), rtol=RTOL)
+
+
+def _twice(lib):
+    """Two gradients with respect to one non-leaf through two outputs (no writes)."""
+    m = tg if lib == "tg" else torch
+    if lib == "tg":
+        a = tg.tensor(np.array([0.3, -0.7]), requires_grad=True)
+    else:
+        a = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
+    x = a * 3.0
+    g1 = m.autograd.grad((x * 2.0).sum(), [x])[0]
+    g2 = m.autograd.grad((x * 5.0).sum(), [x])[0]
+    return _arrays([g1, g2])
+
+
+@pytest.mark.xfail(strict=True, raises=RuntimeError,
+                   reason="DIFFERENCE: tapegrad's gradient with respect to a non-leaf sweeps "
+                          "on below it and frees what it reaches there (PyTorch runs no node "
+                          "below the inputs), so a second one through a new output raises "
+                          "'backward through the graph a second time'")
+def test_known_difference_gradient_with_respect_to_a_non_leaf_frees_below_it():
+    got = in_fresh_thread(lambda: _twice("tg"))
+    _same({"g": got}, {"g": _twice("torch")})
