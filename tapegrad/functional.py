@@ -81,6 +81,10 @@ def value_and_grad(f, argnums=0):
     reaches ``f`` as a ComplexTensor of two fresh real leaves, and its
     gradient is complex128, ``dL/dRe + 1j dL/dIm`` (PyTorch's convention:
     ``z - lr * g`` descends).  ``f`` itself must return a real number.
+    Called on arguments that an enclosing transform differentiates (as
+    ``grad`` describes), such a gradient is a ComplexTensor of the two
+    parts' gradient tensors, and a ComplexTensor argument that requires grad
+    carries its derivative through.
 
     Examples
     --------
@@ -129,14 +133,14 @@ def _nested_value_and_grad(f, args, single, nums, connected):
     exactly by ``tg.hvp``'s forward-over-reverse pass.  A third level of
     nesting would need the derivative of that pass and raises
     NotImplementedError from ``tg.hvp`` (its op has no forward rule).
+
+    Complex arguments (differentiated ones, and ComplexTensors that require
+    grad) go through ``_nested_complex``: the same, over their real and
+    imaginary parts.
     """
-    for i in nums:
-        if is_complex(args[i]):
-            raise NotImplementedError(
-                f"value_and_grad: argument {i} is complex and argument {connected[0]} is being "
-                "differentiated by an enclosing transform; gradients with respect to complex "
-                "arguments do not nest. Pass the real and imaginary parts as one real array "
-                "v and build z = tg.complex(v[:n], v[n:]) inside f")
+    split = _complex_split(args, nums)
+    if split is not None:
+        return _nested_complex(f, args, single, nums, split)
     diff = sorted(set(nums) | set(connected))
     fixed = list(args)
     primals = [np.array(args[i]._data if isinstance(args[i], Tensor) else args[i],
@@ -157,6 +161,57 @@ def _nested_value_and_grad(f, args, single, nums, connected):
     outs = _GradOf.apply(spec, *[args[i] for i in connected])
     value_t, grads_t = outs[0], outs[1:]
     return value_t, (grads_t[0] if single else tuple(grads_t))
+
+
+def _complex_split(args, nums):
+    """For ``_nested_value_and_grad``: per argument, its index among real
+    arguments, or the indices ``(re, im)`` of its two parts where it is
+    complex and differentiated (at ``nums``) or a ComplexTensor that
+    requires grad; None when there is no such argument."""
+    where, k, any_complex = [], 0, False
+    for i, a in enumerate(args):
+        if (i in nums and is_complex(a)) or (
+                type(a) is ComplexTensor and (a.real._requires_grad or a.imag._requires_grad)):
+            where.append((k, k + 1))
+            k += 2
+            any_complex = True
+        else:
+            where.append(k)
+            k += 1
+    return where if any_complex else None
+
+
+def _nested_complex(f, args, single, nums, where):
+    """``_nested_value_and_grad`` with complex arguments: each one (see
+    ``_complex_split``) becomes two real arguments, its real and imaginary
+    parts (the tensors of a ComplexTensor, which may require grad), and f is
+    called with the ComplexTensor of the two.  The real machinery then
+    differentiates with respect to the parts, and the gradient of a complex
+    argument comes back as the ComplexTensor ``d/dRe + 1j d/dIm`` of the two
+    parts' gradient tensors, which carry the derivative on."""
+    flat = []
+    for a, w in zip(args, where):
+        if type(w) is tuple:
+            flat += [a.real, a.imag] if type(a) is ComplexTensor else [np.real(a), np.imag(a)]
+        else:
+            flat.append(a)
+
+    def real_f(*xs):
+        return f(*[ComplexTensor(xs[w[0]], xs[w[1]]) if type(w) is tuple else xs[w]
+                   for w in where])
+    real_f.__name__ = getattr(f, "__name__", "f")
+    real_nums = tuple(j for i in nums for j in (where[i] if type(where[i]) is tuple
+                                                  else (where[i],)))
+    value, grads = _nested_value_and_grad(real_f, flat, False, real_nums, _connected(flat))
+    res, k = [], 0
+    for i in nums:
+        if type(where[i]) is tuple:
+            res.append(ComplexTensor(grads[k], grads[k + 1]))
+            k += 2
+        else:
+            res.append(grads[k])
+            k += 1
+    return value, (res[0] if single else tuple(res))
 
 
 class _GradOf(Function):

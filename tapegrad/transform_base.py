@@ -254,11 +254,8 @@ def _complex_leaf(x, who, complex_ok):
             "parts as one real array v (np.concatenate([z.real, z.imag])) and build "
             "z = tg.complex(v[:n], v[n:]) inside f")
     if type(x) is ComplexTensor:
-        if x.requires_grad and current().enabled:
-            raise NotImplementedError(
-                f"{who}: a complex argument that requires grad (being differentiated by an "
-                "enclosing transform or backward) cannot carry a derivative through "
-                f"tg.{who}; pass z.detach() to treat it as a constant")
+        # one that requires grad (grad mode on) never comes here: tg.grad and
+        # tg.value_and_grad nest through it, the other transforms raise (_record)
         re, im = x.real._data, x.imag._data
     else:
         re, im = x.real, x.imag
@@ -273,10 +270,12 @@ def _complex_leaf(x, who, complex_ok):
 
 def _connected(args):
     """The positions of arguments that carry a derivative of an enclosing
-    computation: tensors that require grad while grad mode is on."""
+    computation: tensors that require grad while grad mode is on, and
+    ComplexTensors one of whose parts does."""
     if not current().enabled:
         return ()
-    return tuple(i for i, a in enumerate(args) if isinstance(a, Tensor) and a._requires_grad)
+    return tuple(i for i, a in enumerate(args) if (isinstance(a, Tensor) and a._requires_grad) or (
+        type(a) is ComplexTensor and (a.real._requires_grad or a.imag._requires_grad)))
 
 
 def _call(f, args, nums, who):
