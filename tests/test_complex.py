@@ -137,6 +137,43 @@ def test_reductions_products_and_shapes(name):
     check(fn, *args)
 
 
+VAR_STD = {
+    "var": (np.var, Z), "std": (np.std, Z),
+    "var_axis": (lambda z: np.var(z, axis=1), Z),
+    "std_axis_ddof_keep": (lambda z: np.std(z, axis=0, ddof=1, keepdims=True), Z),
+    "var_axes_ddof": (lambda z: np.var(z, axis=(0, 1), ddof=2), Z),
+    "var_correction": (lambda z: np.var(z, axis=-1, correction=1), Z),
+    "method_var_std": (lambda z: z.var(axis=1) * z.std(), Z),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VAR_STD))
+def test_var_and_std(name):
+    """Real results, mean(|z - mean(z)|^2) with ddof, as NumPy's."""
+    fn, *args = VAR_STD[name]
+    out = fn(tg.tensor(args[0]))
+    assert isinstance(out, tg.Tensor) and out.dtype == np.float64
+    check(fn, *args)
+
+
+def test_var_and_std_second_order_and_edge_cases():
+    v0 = RNG.normal(size=6)
+    for f in (lambda v: np.var(tg.complex(v[:3], v[3:])),
+              lambda v: np.std(tg.complex(v[:3], v[3:]), ddof=1)):
+        np.testing.assert_allclose(tg.hessian(f)(tg.tensor(v0)), _hessian_fd(f, v0),
+                                   rtol=1e-5, atol=1e-6)
+    # over one element the std is identically 0, and so is its gradient
+    z = tg.tensor(np.array([[1 + 2j], [3 - 1j]]), requires_grad=True)
+    s = np.std(z, axis=1)
+    np.testing.assert_array_equal(s.detach().numpy(), [0.0, 0.0])
+    s.sum().backward()
+    np.testing.assert_array_equal(z.grad.numpy(), np.zeros((2, 1)))
+    with pytest.raises(TypeError, match="numpy.var with dtype is not supported on complex"):
+        np.var(tg.tensor(_c(3)), dtype=np.complex64)
+    with pytest.raises(TypeError, match="numpy.std with where is not supported on complex"):
+        np.std(tg.tensor(_c(3)), where=np.ones(3, bool))
+
+
 R1 = RNG.normal(size=7)
 R2 = RNG.normal(size=(4, 6))
 R3 = RNG.normal(size=(3, 4, 5))

@@ -42,7 +42,8 @@ class ComplexTensor:
     arithmetic with Python complex numbers or complex arrays, and
     ``np.fft.fft(t)``.  ``np.abs``, ``np.real``, ``np.imag`` and ``np.angle``
     give real tensors back.  Its operators, ``conj``, ``sum``, ``mean``,
-    ``prod`` and the NumPy protocol are bound by :mod:`tapegrad.ops.complex_tensor`.
+    ``prod``, ``var``, ``std`` and the NumPy protocol are bound by
+    :mod:`tapegrad.ops.complex_tensor`.
 
     Examples
     --------

@@ -10,7 +10,7 @@ needs the ops into the class (as :mod:`~tapegrad.ops.methods` binds the ops
 to ``Tensor``), so that the ops can build complex tensors without an import
 cycle: the operators (``_OPERATORS``, the same ops a real ``Tensor`` uses
 when it meets a complex operand, ``tensor_operator``), ``conj``, ``sum``,
-``mean``, ``prod``, and ``__array_ufunc__`` / ``__array_function__``
+``mean``, ``prod``, ``var``, ``std``, and ``__array_ufunc__`` / ``__array_function__``
 dispatching through ``UFUNCS`` and ``FUNCTIONS`` (which fft.py and the
 complex linear algebra extend).  ``tg.tensor`` of complex data comes here
 through ``tensor.bound``.
@@ -18,6 +18,8 @@ through ``tensor.bound``.
 import numpy as np
 
 from ..tensor import bound
+from . import composite as K
+from . import elementwise as E
 from . import reductions as Rd
 from .complex_core import (_COMPLEX_SCALARS, ComplexTensor, _as_z, _equal,  # noqa: F401
                            _not_ordered, _real_tensor, _split, _z, complex, is_complex)
@@ -39,9 +41,9 @@ def _unsupported(name):
         f"tapegrad: {name} is not supported on complex tensors. Supported: + - * / **, "
         "exp, exp2, expm1, log, log2, log10, log1p, sqrt, square, reciprocal, sin, cos, tan, "
         "sinh, cosh, tanh, their inverses (arcsin ... arctanh), sign, abs, conj, real, imag, "
-        "angle, sum, mean, prod, matmul/dot/einsum, numpy.linalg (inv, solve, det, slogdet, "
-        "cholesky, eigh, eig, svd, qr, pinv, lstsq, norm), reshape, transpose, indexing and "
-        "numpy.fft; for anything else, work on the real tensors z.real and z.imag")
+        "angle, sum, mean, prod, var, std, matmul/dot/einsum, numpy.linalg (inv, solve, det, "
+        "slogdet, cholesky, eigh, eig, svd, qr, pinv, lstsq, norm), reshape, transpose, "
+        "indexing and numpy.fft; for anything else, work on the real tensors z.real and z.imag")
 
 
 # -- the NumPy protocol's tables ---------------------------------------------------------------
@@ -121,6 +123,36 @@ def _mean(self, axis=None, keepdims=False):
     return _linear(Rd.mean, self, axis=axis, keepdims=keepdims)
 
 
+def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, correction=None,
+         **kw):
+    """``numpy.var`` of a complex tensor: the real ``sum(|z - mean(z)|^2) / (n -
+    ddof)``, which is the variance of the real part plus that of the imaginary
+    part (``correction`` is NumPy's other name for ``ddof``)."""
+    if dtype is not None or out is not None or kw:
+        _unsupported("numpy.var with " + ", ".join(
+            k for k, v in (("dtype", dtype), ("out", out), *kw.items()) if v is not None))
+    ddof = ddof if correction is None else correction
+    z = _as_z(a)
+    return (K.var(z.real, axis=axis, ddof=ddof, keepdims=keepdims)
+            + K.var(z.imag, axis=axis, ddof=ddof, keepdims=keepdims))
+
+
+def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, correction=None,
+         **kw):
+    """``numpy.std`` of a complex tensor: the square root of its (real) var.
+    Over one element (and ``ddof=0``) it is identically 0, as is its
+    derivative (the real std of each part, which handles that case)."""
+    if dtype is not None or out is not None or kw:
+        _unsupported("numpy.std with " + ", ".join(
+            k for k, v in (("dtype", dtype), ("out", out), *kw.items()) if v is not None))
+    ddof = ddof if correction is None else correction
+    z = _as_z(a)
+    if ddof == 0 and K._count(z.real, axis) == 1:
+        return (K.std(z.real, axis=axis, keepdims=keepdims)
+                + K.std(z.imag, axis=axis, keepdims=keepdims))
+    return E.sqrt(_var(z, axis=axis, ddof=ddof, keepdims=keepdims))
+
+
 def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
     if method != "__call__" or kwargs:
         _unsupported(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else
@@ -146,6 +178,8 @@ ComplexTensor.conj = ComplexTensor.conjugate = conj
 ComplexTensor.sum = _sum
 ComplexTensor.mean = _mean
 ComplexTensor.prod = prod
+ComplexTensor.var = FUNCTIONS[np.var] = _var
+ComplexTensor.std = FUNCTIONS[np.std] = _std
 ComplexTensor.__array_ufunc__ = __array_ufunc__
 ComplexTensor.__array_function__ = __array_function__
 
