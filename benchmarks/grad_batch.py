@@ -1,21 +1,38 @@
-"""``ft.grad_batch`` against a loop of ``ft.grad``: the 8,000-record scalar
-chain over 1,000 inputs (median of several runs, after warm-up).
+"""``ft.grad_batch`` against a loop of ``ft.grad``, in microseconds per
+gradient (median of ``--repeat`` runs, after warm-up), on three workloads:
 
-    python benchmarks/grad_batch.py
+* ``chain``: the 8,000-record scalar chain (benchmarks/workloads.py) over
+  1,000 inputs;
+* ``logistic``: the mean logistic loss of examples/dask_gradients.py (256 x
+  16 data, 16 weights; its ``A @ w`` is a host record, so grad_batch runs
+  its threaded path) over 20,000 weight vectors;
+* ``rk4``: benchmarks/small_loops.py's RK4 Lotka-Volterra loss (``--steps``
+  steps) over ``--rk4-rows`` parameter vectors.
+
+Rows: the loop; the threaded path (Python threads over copies of the trace)
+with 1 and 2 workers; and, for traces whose records all run compiled, the
+batched kernel (kernels/batch.py) with 1 and 2 Numba threads.  Every result
+is checked against the loop, bit for bit.
+
+    python benchmarks/grad_batch.py [--repeat 5] [--only chain,rk4]
 """
+import argparse
 import os
 
 # Warm hot paths: every kernel compiles on its first call, none runs in the
 # interpreted tier (kernels/interpret.py) while it is being timed.
 os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
 
-import sys
-import time
+import sys  # noqa: E402
+import time  # noqa: E402
 
-import numpy as np
+import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "benchmarks"))
+sys.path.insert(0, HERE)
 import tapegrad as tg  # noqa: E402
+from tapegrad.trace_replay import _Replay  # noqa: E402
 from workloads import CHAIN_STEPS  # noqa: E402
 
 
@@ -25,7 +42,20 @@ def chain(y):
     return y
 
 
-def median(fn, repeat=5):
+def logistic(samples=256, features=16, seed=0):
+    """examples/dask_gradients.py's loss (the README's "Gradients on Dask" table)."""
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(samples, features))
+    y = np.sign(A @ rng.normal(size=features) + 0.3 * rng.normal(size=samples))
+
+    def loss(w):
+        margins = y * (A @ w)
+        return np.logaddexp(0.0, -margins).mean() + 1e-3 * (w * w).sum()
+
+    return loss
+
+
+def median(fn, repeat):
     ts = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -34,15 +64,69 @@ def median(fn, repeat=5):
     return float(np.median(ts))
 
 
+class threaded_path:
+    """Within the block grad_batch takes its threaded path for every trace."""
+
+    def __enter__(self):
+        self.saved = _Replay.batch_compiled
+        _Replay.batch_compiled = lambda rep: False
+
+    def __exit__(self, *exc):
+        _Replay.batch_compiled = self.saved
+
+
+def workload(name, ft, X, repeat):
+    nb = len(X)
+    rep = next(iter(ft.cache.values()))[0]
+    compiled = rep.batch_compiled()
+    ref = np.array([ft.grad(x) for x in X])
+    rows = [("loop of ft.grad", median(lambda: [ft.grad(x) for x in X], repeat), ref)]
+    with threaded_path():
+        for w in (1, 2):
+            ft.grad_batch(X[:4], workers=w)
+            rows.append((f"grad_batch threaded, {w} worker(s)",
+                         median(lambda: ft.grad_batch(X, workers=w), repeat),
+                         ft.grad_batch(X, workers=w)))
+    if compiled:
+        for w in (1, 2):
+            ft.grad_batch(X[:4], workers=w)
+            rows.append((f"grad_batch compiled, {w} thread(s)",
+                         median(lambda: ft.grad_batch(X, workers=w), repeat),
+                         ft.grad_batch(X, workers=w)))
+    print(f"\n{name}: {rep.n} records, {nb} inputs, {os.cpu_count()} cores, median of {repeat}"
+          + ("" if compiled else " (host records: no compiled batch path)"))
+    print(f"| {'how':<36} | {'us/gradient':>11} | {'x loop':>6} | exact |")
+    print(f"|{'-' * 38}|{'-' * 12}:|{'-' * 7}:|:-----:|")
+    base = rows[0][1]
+    for how, t, got in rows:
+        same = np.array_equal(got, ref)
+        print(f"| {how:<36} | {t / nb * 1e6:11.1f} | {base / t:6.2f} | {'yes' if same else 'NO'} |")
+        assert same, how
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--only", default="chain,logistic,rk4")
+    p.add_argument("--steps", type=int, default=500, help="RK4 steps")
+    p.add_argument("--rk4-rows", type=int, default=200)
+    p.add_argument("--logistic-rows", type=int, default=20000)
+    a = p.parse_args(argv)
+    only = a.only.split(",")
+    if "chain" in only:
+        workload("chain", tg.trace(chain, np.float64(0.5)), np.linspace(-2.0, 2.0, 1000),
+                 a.repeat)
+    if "logistic" in only:
+        W = np.random.default_rng(1).normal(size=(a.logistic_rows, 16))
+        workload("logistic", tg.trace(logistic(), W[0]), W, a.repeat)
+    if "rk4" in only:
+        from small_loops import loss
+        obs = np.random.default_rng(0).uniform(0.5, 1.5, (a.steps, 2))
+        th0 = np.array([1.1, 0.4, 0.1, 0.4])
+        ft = tg.trace(lambda th: loss(th, a.steps, obs), th0)
+        TH = th0 * np.random.default_rng(2).uniform(0.9, 1.1, (a.rk4_rows, 4))
+        workload(f"rk4 ({a.steps} steps)", ft, TH, a.repeat)
+
+
 if __name__ == "__main__":
-    ft = tg.trace(chain, np.float64(0.5))
-    X = np.linspace(-2.0, 2.0, 1000)
-    ft.grad_batch(X[:4])
-    loop = median(lambda: [ft.grad(x) for x in X])
-    batch = median(lambda: ft.grad_batch(X))
-    assert np.array_equal(ft.grad_batch(X), np.array([ft.grad(x) for x in X]))
-    print(f"{os.cpu_count()} cores: loop of ft.grad {loop * 1e3:.1f} ms, grad_batch "
-          f"{batch * 1e3:.1f} ms, speedup {loop / batch:.2f}x")
-    for w in (1, 2):
-        t = median(lambda: ft.grad_batch(X, workers=w))
-        print(f"  workers={w}: {t * 1e3:.1f} ms")
+    main()

@@ -546,6 +546,54 @@ class _Replay:
                 out.append(np.zeros(shape, dt))
         return out
 
+    # -- many inputs in one compiled call ------------------------------------------------
+    def batch_compiled(self):
+        """True when ``batch_job`` can run this trace: one output record,
+        every record in the compiled replay and sweep loops (no host
+        records), no fused segments and no guarded NumPy calls (both need
+        Python between the kernels)."""
+        from .kernels import batch as BK
+        return (not self.multi and self.root is not None and not self.segs
+                and not self.calls and BK.covers(self.op))
+
+    def batch_job(self, X, threads):
+        """``(run, G, left)`` for the gradients at every row of ``X`` (float64,
+        ``(rows, elements of all inputs)``, inputs in order) through
+        kernels/batch.py: ``run()`` fills ``G`` (same shape as ``X``) in one
+        compiled call on ``threads`` Numba threads, each with its own copy of
+        this trace's storage made here (so ``run`` needs no lock), and marks
+        in ``left`` the rows it did not compute (a guard failed)."""
+        from .kernels import batch as BK
+        from .kernels.dispatch import TABLE
+        BK.ensure_families(self.T)
+        nb, n = X.shape[0], self.n
+        w = max(1, min(threads, nb))
+        V1, VALS, BIG = (np.tile(a, (w, 1)) for a in (self.v1, self.vals, self.big))
+        boff = (self.own_ptrs - self.big.ctypes.data) // 8
+        PTRS = (BIG.ctypes.data + 8 * BIG.shape[1] * np.arange(w)[:, None]
+                + 8 * boff[None, :]).astype(np.int64).reshape(w, -1)
+        A, L = np.empty((w, self.A.size)), np.empty((w, self.L.size))
+        APTR0 = np.empty((w, n), np.int64)
+        for k in range(w):
+            APTR0[k] = self.aoff * 8 + np.where(self.leaf, L[k].ctypes.data, A[k].ctypes.data)
+        APTR, REACHED = APTR0.copy(), np.zeros((w, n), np.bool_)
+        leaves = np.array(self.leaf_rec, np.int64)
+        loff = np.zeros(leaves.size, np.int64)
+        loff[1:] = np.cumsum(self.size[leaves])[:-1]
+        G = np.empty(X.shape)
+        left = np.zeros(nb, np.uint8)
+        root = int(self.root)
+        args = (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
+                self.voff, self.rix, self.faddr, self.guard, self.goff, self.gvals,
+                V1, VALS, PTRS, APTR, APTR0, REACHED, np.zeros(n, np.bool_),
+                np.arange(root, -1, -1, dtype=np.int64), root, leaves, loff,
+                X, G, left, RK.FWD.table, TABLE)
+
+        def run(keep=(BIG, A, L)):  # the storage PTRS and APTR point into
+            BK.grad_rows(args, w)
+
+        return run, G, left
+
     def _sweep(self, start, stop):
         """The compiled sweep over records ``start .. stop+1``, host VJPs in Python."""
         while True:

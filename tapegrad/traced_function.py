@@ -277,10 +277,16 @@ class TracedFunction(_TangentMethods):
         axis than the function takes, and the result too (one gradient per
         row; a tuple of such arrays when there are several inputs).
 
-        The rows are split among ``workers`` threads (default: every core),
-        each replaying its own copy of the trace; the compiled replay and
-        sweep release the GIL, so the threads run at once.  A row whose
-        guard fails is evaluated through ``grad`` (tracing again if needed).
+        A trace whose records all run in compiled code (no host records
+        such as matmul, no fused segments, no guarded NumPy calls) computes
+        every row in one compiled call (kernels/batch.py) on ``workers``
+        Numba threads (default: Numba's thread count), each row's replay
+        and sweep on the thread's own copy of the trace's storage.  Other
+        traces split the rows among ``workers`` Python threads (default:
+        every core), each replaying its own copy of the trace; the compiled
+        replay and sweep release the GIL, so the threads run at once.  A
+        row whose guard fails is evaluated through ``grad`` (tracing again
+        if needed).
 
         Examples
         --------
@@ -310,9 +316,25 @@ class TracedFunction(_TangentMethods):
             key = _signature([b[0] for b in batches])[0]
             if rep.pos != list(range(len(batches))) or any(k[0] == "static" for k in key):
                 raise TypeError("grad_batch takes array inputs only (no static arguments)")
-            workers = max(1, min(workers or os.cpu_count() or 1, nb))
-            reps = [rep.clone() for _ in range(workers)]  # the cached one stays free
+            job = None
+            if rep.batch_compiled():
+                from .kernels.batch import threads_for
+                X = np.concatenate([np.asarray(b, np.float64).reshape(nb, -1) for b in batches],
+                                   axis=1)
+                job = rep.batch_job(X, threads_for(workers))
+            else:
+                workers = max(1, min(workers or os.cpu_count() or 1, nb))
+                reps = [rep.clone() for _ in range(workers)]  # the cached one stays free
         outs = [np.empty((nb,) + s, d) for s, d in zip(rep.in_shapes, rep.in_dtypes)]
+        if job is not None:
+            run, G, left = job
+            run()
+            at = 0
+            for o in outs:
+                m = o[0].size
+                o[...] = G[:, at:at + m].reshape(o.shape)
+                at += m
+            return self._finish(outs, [np.flatnonzero(left).tolist()], batches)
         seed = [np.ones(1)]
         missed = [[] for _ in range(workers)]
 
@@ -336,6 +358,11 @@ class TracedFunction(_TangentMethods):
                 work(0)
                 for fu in futs:
                     fu.result()
+        return self._finish(outs, missed, batches)
+
+    def _finish(self, outs, missed, batches):
+        """grad_batch's result, the ``missed`` rows (lists of row numbers)
+        computed one by one through ``value_and_grad``."""
         for i in sorted(i for m in missed for i in m):
             # another branch: the locked path traces again (or raises, if loaded)
             gs = self.value_and_grad(*[b[i] for b in batches])[1]

@@ -1,0 +1,141 @@
+"""``ft.grad_batch`` through the batched compiled kernel (kernels/batch.py):
+every row equals ``ft.grad`` of that row exactly; traces with host records
+keep the threaded path; rows whose guard fails go through ``grad``."""
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+DT = 0.01
+
+
+def _rk4(th, steps=6):
+    def rhs(u):
+        x, y = u[0], u[1]
+        return np.stack([th[0] * x - th[1] * x * y, th[2] * x * y - th[3] * y])
+
+    u = np.stack([th[0] * 0 + 1.0, th[0] * 0 + 0.5])
+    total = 0.0
+    for i in range(steps):
+        k1 = rhs(u)
+        k2 = rhs(u + 0.5 * DT * k1)
+        k3 = rhs(u + 0.5 * DT * k2)
+        k4 = rhs(u + DT * k3)
+        u = u + (DT / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        e = u - 0.1 * i
+        total = total + (e * e).sum()
+    return total
+
+
+def _branchy(x):
+    if x.sum() > 0:
+        return (x * x * x).sum()
+    return np.sin(x).sum() * 2.0
+
+
+_C = np.linspace(-1.0, 1.0, 40)
+
+CASES = {
+    # name: (function, example inputs, whether the compiled path covers it)
+    "elementwise": (lambda x: np.tanh(np.exp(np.sin(x) * 0.5) - x / 3.0) ** 2, (np.float64(0.3),),
+                    True),
+    "reductions": (lambda x: (x.max() + np.mean(x ** 2) + np.cumsum(x)[-1] * np.prod(x[:3])
+                              + np.where(x > 0, x, -2 * x).sum()), (np.ones(5),), True),
+    "indexing": (lambda x: (np.concatenate([x[::2], x[1:4] * x[-1]]) ** 2).sum()
+                 + (x.reshape(5, 8)[:, 1:3] * _C[:10].reshape(5, 2)).sum()
+                 + (x * _C).sum(), (np.ones(40),), True),
+    "two_inputs": (lambda x, y: (x * np.sin(y)).sum() + (x[0] * y ** 2).mean(),
+                   (np.ones(3), np.ones(3)), True),
+    "rk4": (_rk4, (np.array([1.1, 0.4, 0.1, 0.4]),), True),
+    "guard": (_branchy, (np.ones(3),), True),
+    "matmul": (lambda x: np.tanh(np.ones((3, 4)) @ x).sum(), (np.ones(4),), False),
+}
+
+
+def _batch(example, nb, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(nb,) + np.shape(e)) for e in example]
+
+
+def _loop(ft, X):
+    gs = [ft.grad(*[x[i] for x in X]) for i in range(len(X[0]))]
+    if isinstance(gs[0], tuple):
+        return tuple(np.stack([g[k] for g in gs]) for k in range(len(gs[0])))
+    return np.stack(gs)
+
+
+def _same(got, ref):
+    got = got if isinstance(got, tuple) else (got,)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert np.array_equal(a, b)
+
+
+@pytest.fixture(scope="module")
+def traced():
+    return {name: tg.trace(f, *ex) for name, (f, ex, _) in CASES.items()}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_path_chosen(traced, name):
+    ft = traced[name]
+    rep = next(iter(ft.cache.values()))[0]
+    assert rep.batch_compiled() is CASES[name][2]
+
+
+@pytest.mark.parametrize("nb", [1, 7, 1000])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rows_equal_grad(traced, name, nb):
+    ft = traced[name]
+    X = _batch(CASES[name][1], nb, seed=nb)
+    ref = _loop(ft, X)
+    _same(ft.grad_batch(*X), ref)
+    if nb > 1:
+        for w in (1, 2):
+            _same(ft.grad_batch(*X, workers=w), ref)
+
+
+def test_guard_rows_take_their_branch(traced):
+    ft = traced["guard"]
+    X = np.random.default_rng(3).normal(size=(200, 3))
+    X[0] = 1.0  # the trace used for the batch: the branch of x.sum() > 0
+    pos = X.sum(axis=1) > 0
+    assert pos.any() and (~pos).any()
+    got = ft.grad_batch(X)
+    assert np.array_equal(got[pos], 3 * X[pos] ** 2)
+    assert np.array_equal(got, _loop(ft, [X]))
+
+
+def test_float32_inputs():
+    ft = tg.trace(lambda x: (np.sin(x) * x).sum(), np.ones(3, np.float32))
+    X = np.random.default_rng(4).normal(size=(9, 3)).astype(np.float32)
+    got = ft.grad_batch(X)
+    assert got.dtype == np.float32
+    _same(got, _loop(ft, [X]))
+
+
+def test_unused_input_gives_zeros():
+    ft = tg.trace(lambda x, y: (x * x).sum(), np.ones(2), np.ones(2))
+    X, Y = np.ones((5, 2)), np.ones((5, 2))
+    gx, gy = ft.grad_batch(X, Y)
+    assert np.array_equal(gx, 2 * X) and np.array_equal(gy, np.zeros((5, 2)))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in CASES if CASES[n][2]))
+def test_kernel_computes_every_row(name):
+    # the rows come from the kernel itself, not from the one-by-one fallback
+    ft = tg.trace(CASES[name][0], *CASES[name][1])  # one trace: the example's branch
+    rep = next(iter(ft.cache.values()))[0]
+    nb = 50
+    X = _batch(CASES[name][1], nb, seed=5)
+    if name == "guard":
+        X = [np.abs(X[0])]  # every row on the traced branch
+    run, G, left = rep.batch_job(np.concatenate([x.reshape(nb, -1) for x in X], axis=1), 2)
+    run()
+    assert not left.any()
+    ref = _loop(ft, X)
+    flat = np.concatenate([r.reshape(nb, -1) for r in (ref if isinstance(ref, tuple) else (ref,))],
+                          axis=1)
+    assert np.array_equal(G, flat)
