@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 from .autograd import Adjoints, _freed_error, differentiating
+from .grad_mode import enable_grad
 from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.sweep import layout, sweep
@@ -326,7 +327,10 @@ def _record(f, args, nums, who, complex_ok):
             if pairs is not None:
                 pairs.append(len(leaves))
             leaves.append(leaf)
-    with differentiating(leaves):
+    # a transform records f whatever the caller's grad mode: under an outer
+    # no_grad the tape would record nothing and every derivative would come
+    # out as zeros (a no_grad inside f still holds, as in torch.func)
+    with differentiating(leaves), enable_grad():
         out = f(*args)
     if not isinstance(out, Tensor):
         if is_complex(out):
