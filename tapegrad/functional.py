@@ -240,6 +240,29 @@ class _GradOf(Function):
         return (None,) + tuple(c * g[diff.index(i)] + hv[diff.index(i)]
                                for i in spec.connected)
 
+    @staticmethod
+    def jvp(ctx, _, *ts):
+        """Forward mode through the record (``tg.jvp`` of a gradient, a
+        Hessian-vector product written as jvp of grad): along tangents ``t``
+        of the connected inputs the value moves by ``g . t`` and the
+        gradient by ``H t``, by one forward-over-reverse pass."""
+        with fresh_arenas():
+            return _GradOf._jvp(ctx, *ts)
+
+    @staticmethod
+    def _jvp(ctx, *ts):
+        from .second import hvp
+        spec = ctx.spec
+        diff = sorted(set(spec.nums) | set(spec.connected))
+        tangents = [np.zeros_like(x) for x in spec.primals]
+        for i, t in zip(spec.connected, ts):
+            tangents[diff.index(i)] = tangents[diff.index(i)] + np.reshape(t, np.shape(
+                tangents[diff.index(i)]))
+        g, hv = hvp(spec.at, spec.primals, tuple(tangents))
+        value = sum(float((g[diff.index(i)] * tangents[diff.index(i)]).sum())
+                    for i in spec.connected)
+        return (np.asarray(value),) + tuple(np.asarray(hv[diff.index(a)]) for a in spec.nums)
+
 
 _GradOf.__name__ = "Grad"  # grad_fn shows GradBackward
 

@@ -139,7 +139,7 @@ class HvpPlan:
             # a record the compiled sweep leaves to Python: its ybar is complete
             cls = _CLASS[int(tape.op[s])]
             if cls == _MISSING:
-                raise _missing_error(int(tape.op[s]))
+                raise _missing_error(int(tape.op[s]), tape, s)
             if cls == _RULE:
                 P = P or _Pass(tape, self.upto, tan, adj)
                 _second_order(P, s)

@@ -16,6 +16,7 @@ The decompositions' rules (cholesky, eigh, qr, svd, pinv, lstsq) are in
 """
 import numpy as np
 
+from .function import _FUNCTION, first_order_message
 from .index_maps import operand_maps, reduce_map
 from .kernels import codes as C
 from .kernels._views import SMALL
@@ -159,7 +160,7 @@ def _reduce2(P, r, sub):
                 "yet (the first-order one handles zeros)")
         P.add(q, g[om] * (yd[:, om] / x - y[om] * xd / (x * x)))
         return
-    raise _missing_error(int(tape.op[r]))
+    raise _missing_error(int(tape.op[r]), tape, r)
 
 
 def _scan2(P, r, sub):
@@ -404,8 +405,23 @@ def _second_order(P, r):
 _CLASS = np.array([_classify(c) for c in range(16 << C.SHIFT)], np.int8)
 
 
-def _missing_error(code):
+def _missing_error(code, tape=None, r=None):
+    """The error for record r (op ``code``) without a second-order rule; a
+    tg.Function is named by its class, and a gradient nested twice says so."""
     name = REGISTRY[code].name if code in REGISTRY else str(code)
+    host = tape.host.get(r) if tape is not None else None
+    if host is not None and isinstance(host[0], type) and code == _FUNCTION:
+        cls = host[0]
+        if cls.__name__ == "Grad":
+            return NotImplementedError(
+                "hessian/hvp: tg.grad nested three deep (a third derivative) is not "
+                "supported; two deep is (tg.grad(tg.grad(f)), tg.jacobian(tg.grad(f)), "
+                "tg.hessian, tg.hvp). For higher orders, differentiate with "
+                "tg.autograd.grad(..., create_graph=True) at every level")
+        named = first_order_message(cls, "hessian/hvp")
+        if named is not None:
+            return NotImplementedError(named)
+        name = f"{cls.__name__} (a tg.Function, whose backward works on arrays)"
     return NotImplementedError(
         f"hessian/hvp: the op {name} has no second-order (forward-over-reverse) rule; "
         "second derivatives cover elementwise ops, reductions (sum, mean, max, min, prod, "
