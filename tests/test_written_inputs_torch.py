@@ -4,8 +4,9 @@ A write no graph records (under ``no_grad``, through ``.data``, through
 ``detach()``, into a view of the tensor) changes no history: a graph recorded
 before it reads the value as it was, and the gradient with respect to the
 tensor is the one with respect to that value, plus what uses recorded after
-the write contribute.  A view written so starts a new history (PyTorch makes
-its ``grad_fn`` anew from its base's), so only its uses after the write count.
+the write contribute.  A view written so (itself, or through its base) starts
+a new history (PyTorch makes its ``grad_fn`` anew from its base's), so only
+its uses after the write count.
 
 The programs here: leaves ``a`` (5 elements) and ``c`` (3), an input ``x``
 made from ``a`` (the leaf itself, a product, ``exp``, a view of a product, a
@@ -14,7 +15,10 @@ its result and not x), a write into x or into a view of x, sometimes uses of
 x after the write, then ``tg.autograd.grad`` or ``backward(inputs=)``, with
 ``create_graph`` and ``allow_unused`` or not; with ``create_graph=True`` the
 gradient is differentiated again.  Each runs on tapegrad (on a fresh thread:
-its own tape) and on PyTorch, float64; values and errors are compared.
+its own tape) and on PyTorch, float64; values and errors are compared.  Then:
+saved values written (the in-place error), hooks and ``retain_grad``,
+``grad_fn``, writes into the base of a view input, and a compaction between
+the write and the gradient.
 
 PyTorch's ``.data`` writes skip its version counter (a graph that saved the
 value silently reads the new one); tapegrad's are the same write as under
@@ -43,10 +47,11 @@ def _no_grad(lib):
     return tg.no_grad() if lib == "tg" else torch.no_grad()
 
 
-def _data(t, lib):
-    """Where a ``.data`` write goes: t.data in tapegrad; in PyTorch the tensor
-    under no_grad (see the module docstring)."""
-    return t.data if lib == "tg" else t
+def _data_write(t, lib):
+    """Where a ``.data`` write goes, and in which grad mode: t.data in tapegrad
+    (grad mode on), t under no_grad in PyTorch (see the module docstring)."""
+    import contextlib
+    return (t.data, contextlib.nullcontext()) if lib == "tg" else (t, torch.no_grad())
 
 
 def _write(kind, t, lib):
@@ -61,12 +66,13 @@ def _write(kind, t, lib):
         with _no_grad(lib):
             t[0] = 9.0
     elif kind == "data_isub":
-        with _no_grad(lib):
-            d = _data(t, lib)
+        d, mode = _data_write(t, lib)
+        with mode:
             d -= 0.5
     elif kind == "data_set":
-        with _no_grad(lib):
-            _data(t, lib)[1] = -4.0
+        d, mode = _data_write(t, lib)
+        with mode:
+            d[1] = -4.0
     elif kind == "detach_set":
         t.detach()[0] = 7.0
     elif kind == "detach_imul":
