@@ -353,3 +353,50 @@ def test_item_of_a_complex_tensor_is_a_python_complex():
     assert type(v) is complex and v == 2.0 + 4.0j
     with pytest.raises(ValueError, match="size 1"):
         tg.tensor(np.array([1.0 + 2.0j, 3.0j])).item()
+
+
+def _fd_complex(f, z):
+    """Central differences of a real f along each part: dL/dRe + 1j dL/dIm."""
+    g = np.zeros_like(z)
+    for i in np.ndindex(z.shape):
+        d = np.zeros(z.shape)
+        d[i] = H
+        g[i] = (f(z + d) - f(z - d)) / (2 * H) + 1j * (f(z + 1j * d) - f(z - 1j * d)) / (2 * H)
+    return g
+
+
+EXTREMES = {
+    "max": lambda z, w: np.real(np.max(z) * w[0, 0]),
+    "max axis 0": lambda z, w: np.real(np.max(z, axis=0) * w[0]).sum(),
+    "min axis 1 keepdims": lambda z, w: np.imag(np.min(z, axis=1, keepdims=True) * w[:, :1]).sum(),
+    "amin axis -1": lambda z, w: np.abs(np.amin(z, axis=-1)).sum(),
+    "real_if_close (complex)": lambda z, w: np.real(np.real_if_close(z) * w).sum(),
+}
+
+
+@pytest.mark.parametrize("name", list(EXTREMES))
+def test_max_min_real_if_close_of_complex_tensors(name):
+    """Lexicographic order, as NumPy's: values equal NumPy's, the gradient
+    goes to the element selected (central differences away from ties)."""
+    rng = np.random.default_rng(5)
+    z = rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))
+    w = rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))
+    f = EXTREMES[name]
+    np.testing.assert_allclose(float(f(tg.tensor(z), w)), f(z, w), rtol=1e-14)
+    np.testing.assert_allclose(tg.grad(lambda z: f(z, w))(z), _fd_complex(lambda z: f(z, w), z),
+                               rtol=1e-6, atol=1e-8)
+
+
+def test_max_of_complex_ties_and_errors():
+    z = np.array([1.0 + 2.0j, 1.0 + 3.0j, -1.0 + 9.0j])   # equal real parts: the imaginary decides
+    t = tg.tensor(z, requires_grad=True)
+    m = np.max(t)
+    assert m.numpy() == np.max(z)
+    np.real(m).backward()
+    np.testing.assert_array_equal(t.grad.numpy(), [0.0, 1.0, 0.0])
+    with pytest.raises(ValueError):
+        np.max(tg.tensor(np.zeros(0, complex)))
+    with pytest.raises(TypeError, match="numpy.max with out, initial or where"):
+        np.max(tg.tensor(z), initial=0)
+    r = np.real_if_close(tg.tensor(np.array([1.0 + 1e-17j, 2.0 + 0j]), requires_grad=True))
+    assert isinstance(r, tg.Tensor) and r.requires_grad

@@ -21,6 +21,7 @@ from ..tensor import bound
 from . import composite as K
 from . import elementwise as E
 from . import reductions as Rd
+from . import shape as S
 from .complex_core import (_COMPLEX_SCALARS, ComplexTensor, _as_z, _equal,  # noqa: F401
                            _not_ordered, _real_tensor, _split, _z, complex, is_complex)
 from .complex_linear import (_bilinear, _einsum, _linear, _linear_fn, _multi_dot,  # noqa: F401
@@ -41,7 +42,7 @@ def _unsupported(name):
         f"tapegrad: {name} is not supported on complex tensors. Supported: + - * / **, "
         "exp, exp2, expm1, log, log2, log10, log1p, sqrt, square, reciprocal, sin, cos, tan, "
         "sinh, cosh, tanh, their inverses (arcsin ... arctanh), sign, abs, conj, real, imag, "
-        "angle, sum, mean, prod, var, std, matmul/dot/einsum, numpy.linalg (inv, solve, det, "
+        "angle, sum, mean, prod, var, std, max, min, real_if_close, matmul/dot/einsum, numpy.linalg (inv, solve, det, "
         "slogdet, cholesky, eigh, eig, svd, qr, pinv, lstsq, norm), reshape, transpose, "
         "indexing and numpy.fft; for anything else, work on the real tensors z.real and z.imag")
 
@@ -153,6 +154,46 @@ def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, correcti
     return E.sqrt(_var(z, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
+def _extreme(name, pick):
+    """``numpy.max`` / ``numpy.min`` of a complex tensor: NumPy orders complex
+    numbers lexicographically (real part, then imaginary part), so the result
+    is the element ``pick`` (argmax / argmin, the first of ties) selects
+    along ``axis``, and its gradient goes to that element."""
+    def extreme(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+        if out is not None or initial is not None or where is not None:
+            _unsupported(f"numpy.{name} with out, initial or where")
+        z = _as_z(a)
+        v = z.detach().numpy()
+        getattr(np, name)(v, axis=axis)          # NumPy's errors: empty, bad axis
+        if isinstance(axis, tuple):
+            if len(axis) != 1:
+                _unsupported(f"numpy.{name} over several axes")
+            axis = axis[0]
+        if axis is None:
+            k = np.unravel_index(int(pick(v.ravel())), v.shape)
+            re, im = z.real[k], z.imag[k]
+            if keepdims:
+                re, im = S.reshape(re, (1,) * v.ndim), S.reshape(im, (1,) * v.ndim)
+            return ComplexTensor(re, im)
+        axis = int(axis) % v.ndim
+        k = np.expand_dims(pick(v, axis=axis), axis)
+        re, im = S.take_along_axis(z.real, k, axis), S.take_along_axis(z.imag, k, axis)
+        if not keepdims:
+            re, im = S.squeeze(re, axis), S.squeeze(im, axis)
+        return ComplexTensor(re, im)
+    extreme.__name__ = name
+    return extreme
+
+
+def _real_if_close(a, tol=100):
+    """``numpy.real_if_close``: the real part when every imaginary part is
+    within ``tol`` machine epsilons of 0 (``tol`` > 1) or ``tol`` (else), else
+    the complex tensor itself -- decided on the values, as NumPy does."""
+    z = _as_z(a)
+    close = np.real_if_close(z.detach().numpy(), tol=tol)
+    return z.real if not np.iscomplexobj(close) else z
+
+
 def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
     if method != "__call__" or kwargs:
         _unsupported(f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else
@@ -178,6 +219,9 @@ ComplexTensor.conj = ComplexTensor.conjugate = conj
 ComplexTensor.sum = _sum
 ComplexTensor.mean = _mean
 ComplexTensor.prod = prod
+ComplexTensor.max = FUNCTIONS[np.max] = FUNCTIONS[np.amax] = _extreme("max", np.argmax)
+ComplexTensor.min = FUNCTIONS[np.min] = FUNCTIONS[np.amin] = _extreme("min", np.argmin)
+FUNCTIONS[np.real_if_close] = _real_if_close
 ComplexTensor.var = FUNCTIONS[np.var] = _var
 ComplexTensor.std = FUNCTIONS[np.std] = _std
 ComplexTensor.__array_ufunc__ = __array_ufunc__
