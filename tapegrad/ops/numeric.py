@@ -319,6 +319,21 @@ def real(val):
     return _real_tensor(val, "real")
 
 
+def real_if_close(a, tol=100):
+    """``numpy.real_if_close`` of a real tensor: the tensor itself, as NumPy
+    returns a real array unchanged (a complex tensor's is in
+    ``complex_tensor``).
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> x = tg.tensor([1.0, -2.0])
+    >>> np.real_if_close(x) is x
+    True
+    """
+    return _real_tensor(a, "real_if_close")
+
+
 def imag(val):
     """``numpy.imag`` of a real tensor: zeros of its shape and dtype, a
     constant (no gradient flows through it).

@@ -132,6 +132,7 @@ HANDLED_FUNCTIONS = {
     np.gradient: N.gradient, np.linspace: N.linspace, np.geomspace: N.geomspace,
     np.concatenate: N.concatenate, np.stack: N.stack, np.vstack: N.vstack_,
     np.hstack: N.hstack_, np.where: N.where, np.real: N.real, np.imag: N.imag,
+    np.real_if_close: N.real_if_close,
     np.angle: N.angle, np.partition: N.partition,
 }
 if hasattr(np, "row_stack"):  # deprecated in NumPy 2.0
