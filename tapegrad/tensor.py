@@ -37,6 +37,28 @@ class _Bindings:
 bound = _Bindings()
 
 
+#: Python functions of other libraries that convert their input to NumPy
+#: (no protocol reaches tapegrad), and what to write instead
+_CONVERTERS = {"logsumexp": "tg.logsumexp", "softmax": "tg.softmax",
+               "log_softmax": "tg.log_softmax"}
+
+
+def _converter_hint():
+    """For the conversion error: names a known library function that did the
+    converting (scipy.special.logsumexp, ...) and its tapegrad spelling.
+    Runs only on the error path, so walking the stack costs nothing else."""
+    import sys
+    f = sys._getframe(2)
+    while f is not None:
+        mod = f.f_globals.get("__name__", "")
+        if mod.startswith("scipy.") and f.f_code.co_name in _CONVERTERS:
+            return (f"scipy.special.{f.f_code.co_name} converts its input to NumPy, which "
+                    f"no protocol lets tapegrad see: write {_CONVERTERS[f.f_code.co_name]} "
+                    "(same arguments). ")
+        f = f.f_back
+    return ""
+
+
 class Tensor:
     """An array that records the operations applied to it.
 
@@ -190,7 +212,8 @@ class Tensor:
             raise RuntimeError(
                 f"a tensor that requires grad (shape {self.shape}) was converted to a "
                 "NumPy array, which would drop its gradient -- e.g. by np.asarray(t) or by "
-                "storing it into an ndarray (out[i] = t). Keep it a tensor: build arrays "
+                "storing it into an ndarray (out[i] = t). " + _converter_hint() +
+                "Keep it a tensor: build arrays "
                 "with tg.stack/tg.concatenate, or assign into a tensor (out = "
                 "tg.tensor(np.zeros(n)); out[i] = t). To use the value without its "
                 "gradient, call t.detach() or t.numpy().")

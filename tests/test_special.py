@@ -237,8 +237,13 @@ def test_scipy_logsumexp_cannot_be_intercepted_and_says_what_to_write():
     x = leaf([0.5, 1.0])
     # scipy.special.logsumexp is a Python function that converts with
     # np.asarray: no protocol reaches tapegrad, the conversion refuses
-    with pytest.raises(RuntimeError, match="converted to a NumPy array"):
-        special.logsumexp(x)
+    for name, ours in [("logsumexp", "tg.logsumexp"), ("softmax", "tg.softmax"),
+                       ("log_softmax", "tg.log_softmax")]:
+        with pytest.raises(RuntimeError, match=rf"converted to a NumPy array.*scipy\.special\."
+                                               rf"{name} converts its input.*write {ours}"):
+            getattr(special, name)(x)
+    with pytest.raises(RuntimeError, match=r"out\[i\] = t\)\. Keep it a tensor"):
+        np.asarray(x)                        # no library function to name
     np.testing.assert_allclose(tg.logsumexp(x).numpy(), special.logsumexp(x.numpy()), rtol=1e-15)
 
 
