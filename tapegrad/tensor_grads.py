@@ -92,7 +92,19 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True, own=Fal
         if adj.reached[h]:
             grabbed[h] = adj.rows(h) if p > 1 else adj[h][None, :].copy()
         start = h
-    _run(tape, adj, T, start, -1, p)
+    if own:
+        _run(tape, adj, T, start, -1, p)
+    else:
+        # autograd.grad runs no record below its inputs, as PyTorch runs no
+        # node there: nothing below the lowest input reaches an input, and
+        # what lies there stays unfreed for a later backward
+        leaf_recs = [q for i, r in enumerate(rec) if r is not None and inputs[i]._tok is None
+                     for q in r]
+        if leaf_recs or stops:
+            if leaf_recs and min(leaf_recs) < start:
+                _run(tape, adj, T, start, min(leaf_recs), p)
+        else:   # no input on this tape: the whole sweep, which reports a freed graph
+            _run(tape, adj, T, start, -1, p)
     for i, (x, r) in enumerate(zip(inputs, rec)):
         if r is None:
             continue
@@ -111,6 +123,8 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True, own=Fal
                 own=own)
     check_nested(tape, adj.reached, upto, inputs)
     if not retain_graph:
+        if not own:   # an input's own record was reached, not run: it stays
+            adj.reached[[h for h in stops if h < adj.reached.size]] = False
         tape.after_backward(adj.reached, T)
     return out
 

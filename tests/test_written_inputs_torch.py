@@ -355,17 +355,22 @@ def _twice(lib):
         a = tg.tensor(np.array([0.3, -0.7]), requires_grad=True)
     else:
         a = torch.tensor([0.3, -0.7], dtype=torch.float64, requires_grad=True)
-    x = a * 3.0
+    x = a * a
     g1 = m.autograd.grad((x * 2.0).sum(), [x])[0]
     g2 = m.autograd.grad((x * 5.0).sum(), [x])[0]
-    return _arrays([g1, g2])
+    g3 = m.autograd.grad((x * 5.0).sum(), [a])[0]     # runs x's record, frees it
+    try:
+        m.autograd.grad((x * 5.0).sum(), [a])
+        raised = 0.0
+    except RuntimeError as e:
+        assert "a second time" in str(e)
+        raised = 1.0
+    return _arrays([g1, g2, g3]) + [np.array(raised)]
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="DIFFERENCE: tapegrad's gradient with respect to a non-leaf sweeps "
-                          "on below it and frees what it reaches there (PyTorch runs no node "
-                          "below the inputs), so a second one through a new output raises "
-                          "'backward through the graph a second time'")
-def test_known_difference_gradient_with_respect_to_a_non_leaf_frees_below_it():
+def test_gradient_with_respect_to_a_non_leaf_runs_nothing_below_it():
+    """autograd.grad with respect to a non-leaf runs no record below it and
+    frees none there (PyTorch runs no node below the inputs): a second
+    gradient through a new output, and one down to the leaf, work."""
     got = in_fresh_thread(lambda: _twice("tg"))
     _same({"g": got}, {"g": _twice("torch")})
