@@ -24,7 +24,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "tapegrad"
 
 LAYERS = [
     ("kernels", lambda m: m.startswith("kernels")),
-    ("core", lambda m: m in ("ops.registry", "grad_mode", "tape", "tensor", "index_maps")),
+    ("core", lambda m: m in ("ops.registry", "grad_mode", "tape_liveness", "tape_writes", "tape",
+                           "tensor", "index_maps")),
     ("ops", lambda m: m.startswith("ops") or m in ("views", "function")),
     ("engine", lambda m: m in ("graph", "hooks", "anomaly", "autograd")),
     ("transforms", lambda m: m in ("transform_base", "tensor_grads", "functional", "forward_host",

@@ -1,0 +1,298 @@
+"""The tape's liveness: freeing after a backward, compaction, resets.
+
+Memory follows liveness without a per-tensor destructor.  Every non-leaf
+tensor and graph node holds the tape's current *epoch token*; the token's
+reference count tells how many are alive.  The tape is reset (and its
+arrays reused) when none is alive, or when a backward has freed every record
+on it; tensors of the old epoch keep their values, and one that re-enters a
+later graph does so as a freed stub, so differentiating through it again
+raises the usual error.  When the tape has doubled since it last looked,
+``compact`` drops the records no live tensor or node can reach (a loop that
+keeps its previous result while recording the next never leaves the tape
+entirely dead).  Resets and compactions happen only at the start of an
+operation, before it resolves its inputs' records.
+
+``_Liveness`` is a base class of :class:`tapegrad.tape.Tape`: these methods
+run after a backward (``after_backward``) and at the start of an operation
+(``current()`` calls ``reset`` and ``compact``), never on the recording path.
+"""
+import gc
+import signal
+import sys
+import threading
+
+import numpy as np
+
+from .kernels import codes as C
+from .kernels._views import SMALL
+
+_INT = np.int64
+_FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
+_getrefcount = sys.getrefcount
+
+#: the classes whose instances may hold an epoch token (Tensor, and the
+#: graph's Node), registered by their modules: ``compact`` renumbers records
+#: only when every holder of the token is one of these
+TOKEN_HOLDERS = set()
+
+
+class _Liveness:
+    """The methods of :class:`~tapegrad.tape.Tape` that free records and
+    values: after a backward, by compaction, at a reset."""
+
+    __slots__ = ()
+
+    # -- liveness ----------------------------------------------------------------
+    def after_backward(self, reached, T, order=None):
+        """Free what a backward without ``retain_graph`` used: the reached op
+        records of ``order`` (the graph the sweep walked), or of the tape.
+
+        With ``order`` this costs what the graph costs, however many other
+        records the tape holds: whether every op record is freed now comes
+        from the counts (``n_none``, ``n_freed``), confirmed by a scan only
+        when they say so, and large values can only become unneeded if the
+        graph holds some."""
+        from .kernels.sweep import free_reached
+        if order is None:
+            all_freed = free_reached(self.op, self.freed, reached, self.n)
+            self.n_freed = int(np.count_nonzero((self.op[:self.n] >= _FIRST_OP)
+                                                & self.freed[:self.n]))
+        else:
+            mine = order[reached[order] & (self.op[order] >= _FIRST_OP) & ~self.freed[order]]
+            self.freed[mine] = True
+            self.n_freed += mine.size
+            all_freed = self.n - self.n_none - self.n_freed <= 0 and bool(
+                np.all(self.freed[:self.n] | (self.op[:self.n] < _FIRST_OP)))
+        if self.hooks:  # a freed record's hooks can never fire again
+            self.hooks = {r: h for r, h in self.hooks.items() if not self.freed[r]}
+        if all_freed:
+            self.all_freed = True
+            # no record that is still differentiable reads a held array: give
+            # users their arrays' write permission back now, not at the reset
+            for a in self.flipped:
+                _writeable(a)
+            self.flipped.clear()
+        elif order is None or bool(np.any(self.rix[order] >= 0)):
+            # only the graph's records can have lost their last reader now
+            self._release_freed(T)
+
+    def _release_freed(self, T):
+        """Drop large values that no record still differentiable can read, and
+        give back the write flag of every array no such record reads: a
+        user's buffer is writable again as soon as the last graph that used
+        it has been freed."""
+        if not self.refs and not self.flipped:
+            return
+        from .kernels._views import ARG0, ARGS
+        from .kernels.sweep import consumed
+        n = self.n
+        # the sweep's T may predate records that a host VJP (a tg.Function's
+        # backward, which may record) added, and arrays that grew meanwhile:
+        # read the parents from the tape's arrays as they are now
+        self.arg0[n] = self.na
+        T = T[:ARG0] + (self.arg0,) + T[ARG0 + 1:ARGS] + (self.args,) + T[ARGS + 1:]
+        keep = consumed(T, n, self.freed)
+        rix = self.rix[:n]
+        for r in np.flatnonzero((rix >= 0) & self.freed[:n] & ~keep):
+            self.refs[rix[r]] = None
+            if rix[r] < self.nptrs:
+                self.ptrs[rix[r]] = 0
+        if not self.flipped:
+            return
+        needed = {id(a) for a in self.refs if a is not None}
+        needed.update(id(leaf._data) for r, leaf in self.leaves.items() if keep[r])
+        still = []
+        for a in self.flipped:
+            if id(a) in needed:
+                still.append(a)
+            else:
+                _writeable(a)
+        self.flipped = still
+
+    def compact(self):
+        """Drop the records no live tensor or node can reach; renumber the rest.
+
+        Runs when the tape has doubled since the last look, so its cost is
+        amortised; it finds the epoch's live tensors and nodes exactly, as the
+        holders of the epoch token.  This bounds memory in loops that keep
+        the previous iteration's result alive while recording the next one
+        (``y = f(x)`` in a loop, without backward), where the tape is never
+        completely dead.
+
+        Interrupt-safe: the new state is computed into locals first, then
+        written with signal handlers held back (:class:`_SignalsHeld`), so a
+        KeyboardInterrupt leaves either the old tape or the compacted one.
+        """
+        from .kernels.sweep import live_records
+        n = self.n
+        holders = [h for h in gc.get_referrers(self.tok) if h is not self]
+        # each holder holds one reference: more references than holders found
+        # are holders gc cannot show (objects moved out of its reach by
+        # gc.freeze(), a running frame's locals), whose records must stay put
+        if (len(holders) != _getrefcount(self.tok) - self.base
+                or not all(type(h) in TOKEN_HOLDERS for h in holders)):
+            self.check_at = 2 * n
+            return  # something else holds the token (an op in progress)
+        roots = np.array([h._rec for h in holders], dtype=_INT)
+        self.arg0[n] = self.na  # closes the last record (the sweep writes it too)
+        keep = live_records((self.op, self.arg0, self.size, None, self.args), n, roots)
+        idx = np.flatnonzero(keep)
+        m = idx.size
+        if m > n // 2:
+            self.check_at = 2 * n
+            return
+        new_id = np.full(n, -1, _INT)
+        new_id[idx] = np.arange(m)
+        size = self.size[:n]
+
+        def segments(starts, lengths, src):
+            """Concatenation of ``src[starts[i]:starts[i]+lengths[i]]``."""
+            total = int(lengths.sum())
+            pos = (np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+                   + np.repeat(starts, lengths))
+            return src[pos], np.cumsum(lengths) - lengths
+
+        nargs = self.arg0[idx + 1] - self.arg0[idx]
+        args, arg0 = segments(self.arg0[idx], nargs, self.args)
+        args = new_id[args]
+        has_ip = self.ip0[:n] > 0
+        ip_starts = self.ip0[:n][has_ip]
+        ip_len = np.zeros(n, _INT)
+        ip_len[has_ip] = np.diff(np.append(ip_starts, self.ni))
+        ips, ip0 = segments(self.ip0[idx], ip_len[idx], self.ip)
+        ip0 = np.where(ip_len[idx] > 0, ip0 + 1, 0)
+        mid = (size > 1) & (size <= SMALL)
+        vsz = np.where(mid, size, 0)
+        vals, _ = segments((np.cumsum(vsz) - vsz)[idx], vsz[idx], self.vals)
+        new_mid = mid[idx]
+        voff = np.cumsum(np.where(new_mid, size[idx], 0)) - np.where(new_mid, size[idx], 0)
+        is_op = self.op[idx] >= _FIRST_OP
+        n_none = int(m - np.count_nonzero(is_op))
+        n_freed = int(np.count_nonzero(is_op & self.freed[idx]))
+        kept_rix = self.rix[idx]
+        rix = np.where(kept_rix >= 0, np.cumsum(kept_rix >= 0) - 1, -1)
+        cols = [(name, getattr(self, name)[idx]) for name in ("op", "size", "fp", "v1", "freed")]
+        refs = [self.refs[k] for k in kept_rix if k >= 0]
+        kept = {id(a) for a in refs if a is not None}
+        host = {int(new_id[r]): v for r, v in self.host.items() if keep[r]}
+        hooks = {int(new_id[r]): v for r, v in self.hooks.items() if keep[r]}
+        where = {int(new_id[r]): v for r, v in self.where.items() if keep[r]}
+        leaves = {int(new_id[r]): leaf for r, leaf in self.leaves.items() if keep[r]}
+        kept.update(id(leaf._data) for leaf in leaves.values())
+        flipped = [a for a in self.flipped if id(a) in kept]
+        released = [a for a in self.flipped if id(a) not in kept]
+        stale = self.stale.renumbered(keep, new_id)
+        aliases = {int(new_id[r]) for r in self.aliases if keep[r]}
+        consts = [(a, int(new_id[r])) for a, r in self.consts if keep[r]]
+        sums = [(int(new_id[r]), a, c) for r, a, c in self.sums if keep[r]]
+        recs = [int(new_id[h._rec]) for h in holders]
+        lkey = object()
+        held = _SignalsHeld()
+        try:
+            held.hold()
+            # the new state, written over the old records; nothing below can fail
+            for name, col in cols:
+                a = getattr(self, name)
+                a[:m] = col
+                a[m:n] = name == "size"  # the defaults: size 1, everything else 0
+            self.rix[:m] = rix
+            self.rix[m:n] = -1
+            self.arg0[:m] = arg0
+            self.ip0[:m] = ip0
+            self.ip0[m:n] = 0
+            self.args[:args.size] = args
+            self.ip[1:1 + ips.size] = ips
+            self.vals[:vals.size] = vals
+            self.voff[:m] = voff
+            self.n, self.na, self.ni, self.nv = m, args.size, 1 + ips.size, vals.size
+            self.n_none, self.n_freed = n_none, n_freed
+            self._update_room()
+            self.refs = refs
+            self.nptrs = 0
+            self.host, self.hooks, self.where, self.stale = host, hooks, where, stale
+            self.aliases = aliases
+            self.consts, self.sums = consts, sums
+            self.lkey = lkey
+            for r, leaf in leaves.items():
+                leaf._ltok, leaf._lrec = lkey, r
+            self.leaves = leaves
+            for h, r in zip(holders, recs):
+                h._rec = r
+            self.flipped = flipped
+            for a in released:
+                _writeable(a)
+            self.check_at = max(self.CHECK_RECORDS, 2 * m)
+        finally:
+            held.release()  # a signal that came meanwhile is handled now
+
+    def reset(self):
+        """Forget every record; tensors still alive hold their own values."""
+        n = self.n
+        self.freed[:n] = False
+        self.ip0[:n] = 0
+        self.fp[:n] = 0.0
+        self.size[:n] = 1
+        self.rix[:n] = -1
+        for a in self.flipped:
+            _writeable(a)
+        self.flipped.clear()
+        self.refs.clear()
+        self.nptrs = 0
+        self.leaves.clear()
+        self.host.clear()
+        self.hooks.clear()
+        self.where.clear()
+        self.stale.clear()
+        self.aliases.clear()
+        self.consts.clear()
+        self.sums.clear()
+        self._new_epoch()
+
+
+class _SignalsHeld:
+    """Holds back Python-level signal handlers while the tape is rewritten.
+
+    A signal's Python handler (``default_int_handler`` for Ctrl-C, or any
+    handler that raises) runs in the main thread between any two bytecodes;
+    one that raised in the middle of :meth:`Tape.compact`'s write-back would
+    leave records renumbered but tensors not.  ``hold`` swaps every callable
+    handler for this object, which only notes the signal; ``release`` puts
+    them back and runs the noted ones.  Other threads never run handlers, so
+    there is nothing to hold there.  Only compaction uses it: the recording
+    hot path pays nothing.
+    """
+
+    __slots__ = ("saved", "pending", "done")
+
+    def __init__(self):
+        self.saved = {}      # signal -> its own handler, filled as each is swapped
+        self.pending = []
+        self.done = False
+
+    def __call__(self, signum, frame):
+        if self.done:        # a release interrupted halfway left us installed
+            return self.saved[signum](signum, frame)
+        self.pending.append((signum, frame))
+
+    def hold(self):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        handlers = [(s, h) for s in signal.valid_signals() if callable(h := signal.getsignal(s))]
+        for s, h in handlers:
+            self.saved[s] = h
+            signal.signal(s, self)
+
+    def release(self):
+        self.done = True
+        for s, h in self.saved.items():
+            signal.signal(s, h)
+        for s, frame in self.pending:
+            self.saved[s](s, frame)
+
+
+def _writeable(a):
+    """Give an array we made read-only its write permission back."""
+    try:
+        a.flags.writeable = True
+    except ValueError:  # its base became read-only meanwhile
+        pass
