@@ -549,12 +549,33 @@ class _Replay:
     # -- many inputs in one compiled call ------------------------------------------------
     def batch_compiled(self):
         """True when ``batch_job`` can run this trace: one output record,
-        every record in the compiled replay and sweep loops (no host
-        records), no fused segments and no guarded NumPy calls (both need
+        every record in the compiled replay and sweep loops (no host records;
+        matmuls of 1-d and 2-d operands when kernels/batch.py's ``MATMUL``
+        is set), no fused segments and no guarded NumPy calls (both need
         Python between the kernels)."""
         from .kernels import batch as BK
         return (not self.multi and self.root is not None and not self.segs
-                and not self.calls and BK.covers(self.op))
+                and not self.calls and BK.covers(self.op, self._batch_mm()))
+
+    def _batch_mm(self):
+        """Per record ``(m, k, n)`` of a matmul ``(m, k) @ (k, n)`` (a 1-d
+        operand as one row or column), zeros elsewhere: what kernels/batch.py
+        computes in place of the host forward and VJP (all zeros unless its
+        ``MATMUL`` is set)."""
+        from .kernels import batch as BK
+        mm = np.zeros((self.n, 3), np.int64)
+        if not BK.MATMUL:
+            return mm
+        for r in np.flatnonzero((self.op >> C.SHIFT) == C.K_HOST):
+            if REGISTRY[int(self.op[r])].name != "Mm":
+                continue
+            sa, sb = (tuple(int(d) for d in s) for s in self.host[int(r)][:2])
+            if not (1 <= len(sa) <= 2 and 1 <= len(sb) <= 2 and sa[-1] == sb[0]):
+                continue
+            m, k, n = (sa[0] if len(sa) == 2 else 1), sa[-1], (sb[1] if len(sb) == 2 else 1)
+            if m * n == self.size[r] and m * k and k * n:
+                mm[r] = (m, k, n)
+        return mm
 
     def batch_job(self, X, threads):
         """``(run, G, left)`` for the gradients at every row of ``X`` (float64,
@@ -562,7 +583,9 @@ class _Replay:
         kernels/batch.py: ``run()`` fills ``G`` (same shape as ``X``) in one
         compiled call on ``threads`` Numba threads, each with its own copy of
         this trace's storage made here (so ``run`` needs no lock), and marks
-        in ``left`` the rows it did not compute (a guard failed)."""
+        in ``left`` the rows it did not compute (a guard failed).  Matmuls
+        (with ``MATMUL`` set) are summed in plain loops: within rounding of
+        ``grad``'s NumPy products; every other record bit for bit."""
         from .kernels import batch as BK
         from .kernels.dispatch import TABLE
         BK.ensure_families(self.T)
@@ -587,7 +610,7 @@ class _Replay:
                 self.voff, self.rix, self.faddr, self.guard, self.goff, self.gvals,
                 V1, VALS, PTRS, APTR, APTR0, REACHED, np.zeros(n, np.bool_),
                 np.arange(root, -1, -1, dtype=np.int64), root, leaves, loff,
-                X, G, left, RK.FWD.table, TABLE)
+                X, G, left, RK.FWD.table, TABLE, self._batch_mm())
 
         def run(keep=(BIG, A, L)):  # the storage PTRS and APTR point into
             BK.grad_rows(args, w)

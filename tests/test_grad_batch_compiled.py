@@ -1,10 +1,13 @@
 """``ft.grad_batch`` through the batched compiled kernel (kernels/batch.py):
 every row equals ``ft.grad`` of that row exactly; traces with host records
-keep the threaded path; rows whose guard fails go through ``grad``."""
+keep the threaded path; rows whose guard fails go through ``grad``.  With
+``batch.MATMUL`` set, matmuls too run in the kernel, within 1e-12 of
+``ft.grad``."""
 import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad.kernels import batch as BK
 
 DT = 0.01
 
@@ -34,6 +37,9 @@ def _branchy(x):
 
 
 _C = np.linspace(-1.0, 1.0, 40)
+_M = np.arange(6.0).reshape(3, 2) / 7.0
+_A = np.random.default_rng(7).normal(size=(256, 16))
+_Y = np.sign(_A @ np.random.default_rng(8).normal(size=16))
 
 CASES = {
     # name: (function, example inputs, whether the compiled path covers it)
@@ -48,8 +54,29 @@ CASES = {
                    (np.ones(3), np.ones(3)), True),
     "rk4": (_rk4, (np.array([1.1, 0.4, 0.1, 0.4]),), True),
     "guard": (_branchy, (np.ones(3),), True),
-    "matmul": (lambda x: np.tanh(np.ones((3, 4)) @ x).sum(), (np.ones(4),), False),
+    # matmuls: in the batch kernel with BK.MATMUL (plain loops: within
+    # rounding of NumPy's BLAS), else, and batched over a leading axis, the
+    # threaded path
+    "matmul": (lambda x: np.tanh(np.ones((3, 4)) @ x).sum(), (np.ones(4),), True),
+    "matmul_2d": (lambda x: (np.sin(x.reshape(2, 3) @ x.reshape(3, 2)) * (x[:3] @ _M)).sum()
+                  + x[:2] @ x[2:4], (np.ones(6),), True),
+    "logistic": (lambda w: np.logaddexp(0.0, -_Y * (_A @ w)).mean() + 1e-3 * (w * w).sum(),
+                 (np.ones(16),), True),
+    "batched_matmul": (lambda x: (x.reshape(2, 2, 2) @ x.reshape(2, 2, 2)).sum(), (np.ones(8),),
+                       False),
 }
+#: traces the kernel covers only with BK.MATMUL (then within rounding of grad)
+ROUNDED = {"matmul", "matmul_2d", "logistic"}
+
+
+@pytest.fixture(params=[False, True], ids=["bitwise", "matmul"])
+def matmul(request, monkeypatch):
+    monkeypatch.setattr(BK, "MATMUL", request.param)
+    return request.param
+
+
+def _covered(name, matmul):
+    return CASES[name][2] and (matmul or name not in ROUNDED)
 
 
 def _batch(example, nb, seed):
@@ -64,13 +91,16 @@ def _loop(ft, X):
     return np.stack(gs)
 
 
-def _same(got, ref):
+def _same(got, ref, exact=True):
     got = got if isinstance(got, tuple) else (got,)
     ref = ref if isinstance(ref, tuple) else (ref,)
     assert len(got) == len(ref)
     for a, b in zip(got, ref):
         assert a.shape == b.shape and a.dtype == b.dtype
-        assert np.array_equal(a, b)
+        if exact:
+            assert np.array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * np.abs(b).max())
 
 
 @pytest.fixture(scope="module")
@@ -79,22 +109,32 @@ def traced():
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_path_chosen(traced, name):
+def test_path_chosen(traced, name, matmul):
     ft = traced[name]
     rep = next(iter(ft.cache.values()))[0]
-    assert rep.batch_compiled() is CASES[name][2]
+    assert rep.batch_compiled() is _covered(name, matmul)
+
+
+def _check_rows(ft, name, nb, exact):
+    X = _batch(CASES[name][1], nb, seed=nb)
+    ref = _loop(ft, X)
+    _same(ft.grad_batch(*X), ref, exact)
+    if nb > 1:
+        for w in (1, 2):
+            _same(ft.grad_batch(*X, workers=w), ref, exact)
 
 
 @pytest.mark.parametrize("nb", [1, 7, 1000])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_rows_equal_grad(traced, name, nb):
-    ft = traced[name]
-    X = _batch(CASES[name][1], nb, seed=nb)
-    ref = _loop(ft, X)
-    _same(ft.grad_batch(*X), ref)
-    if nb > 1:
-        for w in (1, 2):
-            _same(ft.grad_batch(*X, workers=w), ref)
+    _check_rows(traced[name], name, nb, exact=True)
+
+
+@pytest.mark.parametrize("nb", [1, 7, 1000])
+@pytest.mark.parametrize("name", sorted(ROUNDED))
+def test_matmul_rows_within_rounding(traced, name, nb, monkeypatch):
+    monkeypatch.setattr(BK, "MATMUL", True)
+    _check_rows(traced[name], name, nb, exact=False)
 
 
 def test_guard_rows_take_their_branch(traced):
@@ -124,8 +164,9 @@ def test_unused_input_gives_zeros():
 
 
 @pytest.mark.parametrize("name", sorted(n for n in CASES if CASES[n][2]))
-def test_kernel_computes_every_row(name):
+def test_kernel_computes_every_row(name, monkeypatch):
     # the rows come from the kernel itself, not from the one-by-one fallback
+    monkeypatch.setattr(BK, "MATMUL", True)
     ft = tg.trace(CASES[name][0], *CASES[name][1])  # one trace: the example's branch
     rep = next(iter(ft.cache.values()))[0]
     nb = 50
@@ -138,4 +179,4 @@ def test_kernel_computes_every_row(name):
     ref = _loop(ft, X)
     flat = np.concatenate([r.reshape(nb, -1) for r in (ref if isinstance(ref, tuple) else (ref,))],
                           axis=1)
-    assert np.array_equal(G, flat)
+    _same(G, flat, name not in ROUNDED)
