@@ -102,13 +102,13 @@ def workload(name, ft, X, repeat, matmul=False):
     print(f"\n{name}: {rep.n} records, {nb} inputs, {os.cpu_count()} cores (load average "
           f"{load:.2f}), median of {repeat}"
           + ("" if compiled else " (no compiled batch path for this trace)"))
-    print(f"| {'how':<36} | {'us/gradient':>11} | {'x loop':>6} | vs loop |")
-    print(f"|{'-' * 38}|{'-' * 12}:|{'-' * 7}:|:-------:|")
+    print(f"| {'how':<45} | {'us/gradient':>11} | {'x loop':>6} | vs loop |")
+    print(f"|{'-' * 47}|{'-' * 12}:|{'-' * 7}:|:-------:|")
     base = rows[0][1]
     for how, t, got in rows:
         diff = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
         same = "exact" if np.array_equal(got, ref) else f"{diff:.0e}"
-        print(f"| {how:<36} | {t / nb * 1e6:11.1f} | {base / t:6.2f} | {same:>7} |")
+        print(f"| {how:<45} | {t / nb * 1e6:11.1f} | {base / t:6.2f} | {same:>7} |")
         assert diff <= 1e-12, how
 
 

@@ -70,6 +70,10 @@ FUSE_MIN = 4096
 #: threads (the kernels release the GIL), as XLA's CPU backend splits a large
 #: fused loop
 PAR_MIN = 1 << 17
+#: grad_batch's compiled path gives each thread at least this many records
+#: times rows (fewer threads for a smaller batch): starting the other threads
+#: costs tens of microseconds, and milliseconds when the cores are busy
+BATCH_SPLIT_MIN = 1 << 15
 _NCPU = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
     os.cpu_count() or 1)
 _POOL = []
@@ -581,7 +585,8 @@ class _Replay:
         """``(run, G, left)`` for the gradients at every row of ``X`` (float64,
         ``(rows, elements of all inputs)``, inputs in order) through
         kernels/batch.py: ``run()`` fills ``G`` (same shape as ``X``) in one
-        compiled call on ``threads`` Numba threads, each with its own copy of
+        compiled call on up to ``threads`` Numba threads (one per
+        ``BATCH_SPLIT_MIN`` records times rows), each with its own copy of
         this trace's storage made here (so ``run`` needs no lock), and marks
         in ``left`` the rows it did not compute (a guard failed).  Matmuls
         (with ``MATMUL`` set) are summed in plain loops: within rounding of
@@ -590,7 +595,7 @@ class _Replay:
         from .kernels.dispatch import TABLE
         BK.ensure_families(self.T)
         nb, n = X.shape[0], self.n
-        w = max(1, min(threads, nb))
+        w = max(1, min(threads, nb, nb * n // BATCH_SPLIT_MIN))
         V1, VALS, BIG = (np.tile(a, (w, 1)) for a in (self.v1, self.vals, self.big))
         boff = (self.own_ptrs - self.big.ctypes.data) // 8
         PTRS = (BIG.ctypes.data + 8 * BIG.shape[1] * np.arange(w)[:, None]

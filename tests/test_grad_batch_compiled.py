@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad import trace_replay
 from tapegrad.kernels import batch as BK
 
 DT = 0.01
@@ -137,7 +138,8 @@ def test_matmul_rows_within_rounding(traced, name, nb, monkeypatch):
     _check_rows(traced[name], name, nb, exact=False)
 
 
-def test_guard_rows_take_their_branch(traced):
+def test_guard_rows_take_their_branch(traced, monkeypatch):
+    monkeypatch.setattr(trace_replay, "BATCH_SPLIT_MIN", 1)  # two threads
     ft = traced["guard"]
     X = np.random.default_rng(3).normal(size=(200, 3))
     X[0] = 1.0  # the trace used for the batch: the branch of x.sum() > 0
@@ -165,8 +167,10 @@ def test_unused_input_gives_zeros():
 
 @pytest.mark.parametrize("name", sorted(n for n in CASES if CASES[n][2]))
 def test_kernel_computes_every_row(name, monkeypatch):
-    # the rows come from the kernel itself, not from the one-by-one fallback
+    # the rows come from the kernel itself, not from the one-by-one fallback,
+    # split between two threads however small the batch
     monkeypatch.setattr(BK, "MATMUL", True)
+    monkeypatch.setattr(trace_replay, "BATCH_SPLIT_MIN", 1)
     ft = tg.trace(CASES[name][0], *CASES[name][1])  # one trace: the example's branch
     rep = next(iter(ft.cache.values()))[0]
     nb = 50
