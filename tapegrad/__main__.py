@@ -33,6 +33,12 @@ def _steps():
         ft.value_and_grad(f)(x)
 
     yield "traced replay", replay
+
+    def batch():
+        f = tg.trace(lambda v: (tg.sin(v) * v).sum(), x)
+        f.grad_batch(np.stack([x, x * 0.5]))
+
+    yield "batched replay (grad_batch)", batch
     from tapegrad.kernels import replay as RK
     yield from RK.FWD.warm()
     from tapegrad.kernels import tangents as FK

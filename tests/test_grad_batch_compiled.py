@@ -184,3 +184,15 @@ def test_kernel_computes_every_row(name, monkeypatch):
     flat = np.concatenate([r.reshape(nb, -1) for r in (ref if isinstance(ref, tuple) else (ref,))],
                           axis=1)
     _same(G, flat, name not in ROUNDED)
+
+
+def test_warm_compiles_the_batched_kernel():
+    """``python -m tapegrad warm`` has a step for grad_batch's compiled call,
+    and that step builds it."""
+    from tapegrad.__main__ import _steps
+    from tapegrad.kernels import interpret
+    steps = dict(_steps())
+    assert "batched replay (grad_batch)" in steps
+    with interpret.mode(0):
+        steps["batched replay (grad_batch)"]()
+    assert BK._DISPATCHER
