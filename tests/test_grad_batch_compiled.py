@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import trace_replay
+from tapegrad import trace_batch
 from tapegrad.kernels import batch as BK
 
 DT = 0.01
@@ -139,7 +139,7 @@ def test_matmul_rows_within_rounding(traced, name, nb, monkeypatch):
 
 
 def test_guard_rows_take_their_branch(traced, monkeypatch):
-    monkeypatch.setattr(trace_replay, "BATCH_SPLIT_MIN", 1)  # two threads
+    monkeypatch.setattr(trace_batch, "BATCH_SPLIT_MIN", 1)  # two threads
     ft = traced["guard"]
     X = np.random.default_rng(3).normal(size=(200, 3))
     X[0] = 1.0  # the trace used for the batch: the branch of x.sum() > 0
@@ -170,7 +170,7 @@ def test_kernel_computes_every_row(name, monkeypatch):
     # the rows come from the kernel itself, not from the one-by-one fallback,
     # split between two threads however small the batch
     monkeypatch.setattr(BK, "MATMUL", True)
-    monkeypatch.setattr(trace_replay, "BATCH_SPLIT_MIN", 1)
+    monkeypatch.setattr(trace_batch, "BATCH_SPLIT_MIN", 1)
     ft = tg.trace(CASES[name][0], *CASES[name][1])  # one trace: the example's branch
     rep = next(iter(ft.cache.values()))[0]
     nb = 50

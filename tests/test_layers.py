@@ -32,7 +32,7 @@ LAYERS = [
                                    "forward", "second_decompositions", "second_rules", "second",
                                    "sparsity", "checkpointing", "create_graph_index",
                                    "create_graph_kinds", "create_graph_linalg", "create_graph")),
-    ("trace", lambda m: m in ("trace_tape", "trace_replay", "traced_tangents", "traced_function",
+    ("trace", lambda m: m in ("trace_tape", "trace_batch", "trace_replay", "traced_tangents", "traced_function",
                               "traced_call", "tapefile_screen", "tapefile_checks", "tapefile",
                               "tracing")),
     ("debug", lambda m: m in ("viz", "stats")),
