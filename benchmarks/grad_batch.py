@@ -12,8 +12,10 @@ gradient (median of ``--repeat`` runs, after warm-up), on three workloads:
   steps) over ``--rk4-rows`` parameter vectors.
 
 Rows: the loop; the threaded path (Python threads over copies of the trace)
-with 1 and 2 workers; and, for traces whose records all run compiled, the
-batched kernel (kernels/batch.py) with 1 and 2 Numba threads.  Every result
+with 1 and 2 workers; for traces whose records all run compiled, the
+batched kernel (kernels/batch.py) with 1 and 2 Numba threads; and for the
+logistic loss, when JAX is installed, ``jax.jit(jax.vmap(jax.grad(loss)))``
+in float64 on all cores (its compile time printed in the row's name).  Every result
 is checked against the loop (bit for bit but for matmuls: 1e-12 relative).
 
     python benchmarks/grad_batch.py [--repeat 5] [--only chain,rk4]
@@ -58,6 +60,25 @@ def logistic(samples=256, features=16, seed=0):
     return loss
 
 
+def logistic_jax(samples=256, features=16, seed=0):
+    """The same loss in jax.numpy, or None without JAX."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(seed)
+    A = rng.normal(size=(samples, features))
+    y = np.sign(A @ rng.normal(size=features) + 0.3 * rng.normal(size=samples))
+
+    def loss(w):
+        margins = y * (A @ w)
+        return jnp.logaddexp(0.0, -margins).mean() + 1e-3 * (w * w).sum()
+
+    return jax.jit(jax.vmap(jax.grad(loss)))
+
+
 def median(fn, repeat):
     ts = []
     for _ in range(repeat):
@@ -78,7 +99,7 @@ class threaded_path:
         _Replay.batch_compiled = self.saved
 
 
-def workload(name, ft, X, repeat, matmul=False):
+def workload(name, ft, X, repeat, matmul=False, jax_batched=None):
     nb = len(X)
     rep = next(iter(ft.cache.values()))[0]
     BK.MATMUL = matmul
@@ -98,6 +119,13 @@ def workload(name, ft, X, repeat, matmul=False):
                          median(lambda: ft.grad_batch(X, workers=w), repeat),
                          ft.grad_batch(X, workers=w)))
     BK.MATMUL = False
+    if jax_batched is not None:   # jit(vmap(grad)): compiled once, outside the timing
+        t = time.perf_counter()
+        np.asarray(jax_batched(X))
+        compile_s = time.perf_counter() - t
+        rows.append((f"JAX jit(vmap(grad)) (compile {compile_s:.2f} s)",
+                     median(lambda: np.asarray(jax_batched(X)), repeat),
+                     np.asarray(jax_batched(X))))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\n{name}: {rep.n} records, {nb} inputs, {os.cpu_count()} cores (load average "
           f"{load:.2f}), median of {repeat}"
@@ -126,7 +154,8 @@ def main(argv=None):
                  a.repeat)
     if "logistic" in only:
         W = np.random.default_rng(1).normal(size=(a.logistic_rows, 16))
-        workload("logistic", tg.trace(logistic(), W[0]), W, a.repeat, matmul=True)
+        workload("logistic", tg.trace(logistic(), W[0]), W, a.repeat, matmul=True,
+                 jax_batched=logistic_jax())
     if "rk4" in only:
         from small_loops import loss
         obs = np.random.default_rng(0).uniform(0.5, 1.5, (a.steps, 2))
