@@ -3,6 +3,7 @@
 Each op is one ``register`` row; the VJP is the kernel family's branch for
 its sub code (:mod:`tapegrad.kernels.elementwise_vjp`).
 """
+import functools
 import numbers
 import operator
 
@@ -11,11 +12,12 @@ import numpy as np
 from ..kernels import codes as C
 from ..kernels.special_arrays import values_into
 from ..tape import NO_TAPE, _local as _tls, current
-from ..tensor import Tensor, _new, _node, _plain, _result
+from ..tensor import Tensor, _node, _plain, _result
 from .registry import register
 
 _SCALARS = (numbers.Real, np.floating, np.integer)
 _SUB_CODE = C.code(C.K_NARY, C.SUB)
+_F64 = np.float64  # 0-d results of float64 ops: NumPy scalars of this type
 
 
 # -- unary -------------------------------------------------------------------
@@ -35,29 +37,33 @@ def _def_unary(name, sub, fn, doc_name=None, example=0.5, doc_module="numpy"):
     code = register(name, C.K_UNARY, sub, fn)
 
     def op(x):
-        # fast path: a non-leaf of this thread's live epoch (see _binary's op)
+        # fast path: a non-leaf of this thread's live epoch (see _binary_op)
         if type(x) is Tensor:
-            tape = _tls.__dict__.get("tape", NO_TAPE)
+            try:
+                tape = _tls.tape
+            except AttributeError:
+                tape = NO_TAPE
             tok = x._tok
             if tok is tape.tok:
                 r = tape.n
-                if r < tape.room:  # room is -1 under no_grad
-                    data = fn(x._data)
+                if r < tape.room and not tape.tracing:  # room is -1 under no_grad
+                    d = x._data
+                    data = fn(d)
                     na = tape.na
                     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
                         tape.op[r] = code
                         tape.arg0[r] = na
                         tape.args[na] = x._rec
                         tape.na = na + 1
-                        if data.ndim:
-                            tape._value(r, data, (x._data,))
-                        else:
+                        if type(data) is _F64 or not data.ndim:
                             tape.v1[r] = data  # size is 1 by default
+                        else:
+                            tape._value(r, data, (d,))
                         tape.n = r + 1
                     except BaseException:
                         tape.abandon(r, na)
                         raise
-                    t = _new(Tensor)
+                    t = Tensor()
                     t._data = data
                     t._requires_grad = True
                     t._tok = tok
@@ -262,31 +268,33 @@ def _binary(code, fn, a, b):
     return _result(tape, tape.record(code, (ra, rb), data, p, inputs=(ad, bd)), data)
 
 
-def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
-    ufunc = ufunc or fn
-    negate = sub == C.SUB
-    code = register(name, C.K_NARY, sub, ufunc)
-    if left:
-        _LEFT[code] = left
-    if right:
-        _RIGHT[code] = right
+def _binary_op(code, fn, left, negate, slow):
+    """``op(a, b)``: the fast paths of binary op ``code`` (forward ``fn``,
+    K_SCALAR code ``left`` for ``tensor op c``, ``negate`` for subtraction),
+    and ``slow(a, b)`` for every other case.
 
+    The fast paths serve eager code's hot path: two same-shape non-leaves of
+    this thread's live epoch, or one with a Python float or int.  They write
+    the record inline (what Tape.record/record1 do, minus the capacity checks
+    that ``room`` settles in advance): a method call and the attribute
+    look-ups it repeats cost as much as the write itself.  While a trace
+    records (``tape.tracing``) they step aside: TraceTape.record/record1 note
+    every recorded value, which a guard on a detached value needs.  The
+    Tensor operators are made here too (tapegrad/ops/methods.py), with the
+    complex-aware operator as ``slow``, so ``y * 0.5`` is one Python call.
+    """
     def op(a, b):
-        # Fast paths for eager code's hot path: two same-shape non-leaves of
-        # this thread's live epoch, or one with a Python number.  They write
-        # the record inline (what Tape.record/record1 do, minus the capacity
-        # checks that ``room`` settles in advance): a method call and the
-        # attribute look-ups it repeats cost as much as the write itself
-        # (about 0.9 us per op before, 0.45 us after, on the scalar chain).
-        # Everything else takes _binary.
         if type(a) is Tensor:
             tb = type(b)
             if tb is Tensor:
                 ad, bd = a._data, b._data
-                tape = _tls.__dict__.get("tape", NO_TAPE)
+                try:
+                    tape = _tls.tape
+                except AttributeError:
+                    tape = NO_TAPE
                 tok = a._tok
                 if (tok is tape.tok and tok is b._tok and ad.shape == bd.shape
-                        and tape.n < tape.room):
+                        and tape.n < tape.room and not tape.tracing):
                     data = fn(ad, bd)
                     r = tape.n
                     na = tape.na
@@ -297,25 +305,29 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
                         args[na] = a._rec
                         args[na + 1] = b._rec
                         tape.na = na + 2
-                        if data.ndim:
-                            tape._value(r, data, (ad, bd))
-                        else:
+                        if type(data) is _F64 or not data.ndim:
                             tape.v1[r] = data  # size is 1 by default
+                        else:
+                            tape._value(r, data, (ad, bd))
                         tape.n = r + 1
                     except BaseException:
                         tape.abandon(r, na)
                         raise
-                    t = _new(Tensor)
+                    t = Tensor()
                     t._data = data
                     t._requires_grad = True
                     t._tok = tok
                     t._rec = r
                     return t
             elif (tb is float or tb is int) and left:
-                tape = _tls.__dict__.get("tape", NO_TAPE)
+                try:
+                    tape = _tls.tape
+                except AttributeError:
+                    tape = NO_TAPE
                 tok = a._tok
-                if tok is tape.tok and tape.n < tape.room:
-                    data = fn(a._data, b)
+                if tok is tape.tok and tape.n < tape.room and not tape.tracing:
+                    ad = a._data
+                    data = fn(ad, b)
                     r = tape.n
                     na = tape.na
                     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
@@ -325,21 +337,81 @@ def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
                         tape.na = na + 1
                         if b:
                             tape.fp[r] = -b if negate else b  # x - c records x + (-c)
-                        if data.ndim:
-                            tape._value(r, data, (a._data,))
-                        else:
+                        if type(data) is _F64 or not data.ndim:
                             tape.v1[r] = data  # size is 1 by default
+                        else:
+                            tape._value(r, data, (ad,))
                         tape.n = r + 1
                     except BaseException:
                         tape.abandon(r, na)
                         raise
-                    t = _new(Tensor)
+                    t = Tensor()
                     t._data = data
                     t._requires_grad = True
                     t._tok = tok
                     t._rec = r
                     return t
-        return _binary(code, fn, a, b)
+        return slow(a, b)
+    return op
+
+
+def _reflected_op(fn, right, slow):
+    """``__rmul__``-style operator ``op(self, c)`` computing ``c op self``: the
+    fast path for a Python float or int ``c`` (K_SCALAR code ``right``, what
+    _binary records for it), and ``slow(self, c)`` otherwise."""
+    def op(self, c):
+        tc = type(c)
+        if (tc is float or tc is int) and type(self) is Tensor:
+            try:
+                tape = _tls.tape
+            except AttributeError:
+                tape = NO_TAPE
+            tok = self._tok
+            if tok is tape.tok and tape.n < tape.room and not tape.tracing:
+                d = self._data
+                data = fn(c, d)
+                r = tape.n
+                na = tape.na
+                try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+                    tape.op[r] = right
+                    tape.arg0[r] = na
+                    tape.args[na] = self._rec
+                    tape.na = na + 1
+                    if c:
+                        tape.fp[r] = c
+                    if type(data) is _F64 or not data.ndim:
+                        tape.v1[r] = data  # size is 1 by default
+                    else:
+                        tape._value(r, data, (d,))
+                    tape.n = r + 1
+                except BaseException:
+                    tape.abandon(r, na)
+                    raise
+                t = Tensor()
+                t._data = data
+                t._requires_grad = True
+                t._tok = tok
+                t._rec = r
+                return t
+        return slow(self, c)
+    return op
+
+
+#: binary op function -> (code, forward, left code, right code, negate): what
+#: tapegrad/ops/methods.py builds the Tensor operators' fast paths from
+BINARY_FAST = {}
+
+
+def _def_binary(name, sub, fn, left=None, right=None, ufunc=None):
+    ufunc = ufunc or fn
+    negate = sub == C.SUB
+    code = register(name, C.K_NARY, sub, ufunc)
+    if left:
+        _LEFT[code] = left
+    if right:
+        _RIGHT[code] = right
+    op = _binary_op(code, fn, left, negate, functools.partial(_binary, code, fn))
+    BINARY_FAST[op] = (code, fn, left, right, negate)
     op.__name__ = op.__qualname__ = ufunc.__name__
     op.__doc__ = (f"``numpy.{ufunc.__name__}`` with broadcasting, differentiable in both "
                   f"operands.\n\nExamples\n--------\n>>> import tapegrad as tg\n"

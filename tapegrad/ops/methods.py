@@ -53,8 +53,33 @@ def _or_complex(name, fn):
     return op
 
 
+#: operator -> the binary op its fast path is (``c op self`` for the reflected ones)
+_FAST = {"__add__": E.add, "__sub__": E.subtract, "__mul__": E.multiply,
+         "__truediv__": E.divide, "__pow__": E.power, "__floordiv__": E.floor_divide,
+         "__mod__": E.remainder}
+_REFLECTED = {"__radd__": E.add, "__rsub__": E.subtract, "__rmul__": E.multiply,
+              "__rtruediv__": E.divide, "__rpow__": E.power}
+
+
+def _operator(name, fn):
+    """Tensor operator ``name``: the elementwise op's fast paths first (their
+    operands, tensors and Python floats and ints, are never complex), then
+    the complex-aware operator ``_or_complex`` makes."""
+    general = _or_complex(name, fn)
+    if name in _FAST:
+        code, forward, left, _, negate = E.BINARY_FAST[_FAST[name]]
+        op = E._binary_op(code, forward, left, negate, general)
+    elif name in _REFLECTED and E.BINARY_FAST[_REFLECTED[name]][3]:
+        _, forward, _, right, _ = E.BINARY_FAST[_REFLECTED[name]]
+        op = E._reflected_op(forward, right, general)
+    else:
+        return general
+    op.__name__, op.__qualname__ = general.__name__, general.__qualname__
+    return op
+
+
 for _name, _fn in _OPERATORS.items():
-    setattr(Tensor, _name, _or_complex(_name, _fn))
+    setattr(Tensor, _name, _operator(_name, _fn))
 Tensor.__neg__ = E.negative
 Tensor.__pos__ = E.positive
 Tensor.__abs__ = E.absolute
