@@ -5,9 +5,10 @@ Two states, four parameters, ``STEPS`` steps of classic RK4 written in plain
 NumPy style (components indexed out, combined, stacked back), the squared
 error against fixed observations summed over the trajectory.  Prints ms per
 gradient for plain NumPy (loss only), tapegrad eager (``tg.value_and_grad``),
-tapegrad traced (``ft.value_and_grad`` of ``tg.trace``, and the replayed
-forward alone), with the tape's record count and the traced cost per
-record; PyTorch eager when it is installed.  Medians of ``--repeat`` runs.
+tapegrad traced (``ft.value_and_grad`` of ``tg.trace``, the replayed
+forward alone, and the replay and reverse-sweep loops on their own), with
+the tape's record count and the traced cost per record; PyTorch eager when
+it is installed.  Medians of ``--repeat`` runs.
 
 Run: ``python benchmarks/small_loops.py [--steps 500] [--repeat 7]``.
 """
@@ -79,6 +80,14 @@ def main(argv=None):
     traced = _median_ms(lambda: fvg(th0), a.repeat)
     rows.append((f"tapegrad traced value_and_grad (trace once: {trace_ms:.0f} ms)", traced))
     rows.append(("tapegrad traced forward alone", _median_ms(lambda: ft(th0), a.repeat)))
+    # the traced call's two compiled loops on their own (trace_replay._Replay)
+    (reps,) = ft.cache.values()
+    rep = reps[0]
+    seed = [np.ones(1)]
+    rows.append(("  of which the replay loop (_Replay.forward)",
+                 _median_ms(lambda: (rep.forward([th0]), rep.release()), a.repeat)))
+    rows.append(("  of value_and_grad, the reverse sweep (_Replay.backward)",
+                 _median_ms(lambda: rep.backward(seed), a.repeat)))
     v_e, g_e = vg(th0)
     v_t, g_t = fvg(th0)
     assert np.allclose(np.asarray(g_t), np.asarray(g_e), rtol=1e-12, atol=1e-14)

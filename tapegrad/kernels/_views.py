@@ -26,6 +26,7 @@ import numpy as np
 
 from . import codes as C
 from ._jit import deferred, inline
+from .interpret import array_form
 
 #: Values with at most this many elements are copied into the value arena;
 #: larger ones are referenced in place (no copy on the recording path).
@@ -181,3 +182,30 @@ def advance(shape, strides, cnt, pos):
             pos[j] -= strides[j, d] * shape[d]
         cnt[d] = 0
         d -= 1
+
+
+@inline
+def _borrow(a):
+    return carray(_voidptr(a.ctypes.data), (a.size,), a.dtype)
+
+
+@inline
+def borrowed_tape(T):
+    """``T`` with its arrays borrowed: views over the same memory that hold
+    no reference (as the family entries receive it, kernels/_numba.py).
+
+    A compiled loop's own ``T`` holds references, and every helper that
+    takes it (or one of its arrays) as an argument counts them up and
+    down, atomically, on entry and exit unless the compiler can drop the
+    pair -- which it cannot once the helper has loops and branches: that was
+    most of a tiny record's cost in the sweep.  The loop's ``T`` keeps the
+    memory alive meanwhile."""
+    return (_borrow(T[0]), _borrow(T[1]), _borrow(T[2]), _borrow(T[3]), _borrow(T[4]),
+            _borrow(T[5]), _borrow(T[6]), _borrow(T[7]), _borrow(T[8]), _borrow(T[9]),
+            _borrow(T[10]), _borrow(T[11]), _borrow(T[12]), _borrow(T[13]))
+
+
+@array_form(borrowed_tape)
+def _tape_as_is(T):
+    # the interpreted tier counts no references: the tape itself will do
+    return T

@@ -14,8 +14,8 @@ both, so that the trace layer reaches every replay kernel here).
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import OP, ARG0, SIZE, ARGS, FP, V1  # tape fields
-from ._views import value
+from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1  # tape fields
+from ._views import SMALL, borrowed_tape, parent, value
 from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
 from .fused_segments import CHUNK, seg_backward, seg_forward, seg_plan  # noqa: F401
 from .replay_families import (CMP_FIRST, EQUAL, GREATER, GREATER_EQUAL, LESS,  # noqa: F401
@@ -40,6 +40,65 @@ def _guard_holds(T, r, kind, expect):
         elif y[i] != e and not (y[i] != y[i] and e != e):
             return False
     return True
+
+
+#: indexing and stack records of at most this many elements are
+#: recomputed inline in the loop, without the call through ``FWD.table``: in
+#: loops over tiny arrays (an RK4 step on a 2-vector) that call, not the
+#: arithmetic, was most of each record's cost.  At most ``SMALL``: their
+#: values live in the value arena.
+TINY = 8
+#: the same for elementwise records.  Three elements and more keep to the
+#: family kernels: tests/test_interpret.py checks first-use compilation of
+#: the families on a 3-element program.
+TINY_ELEMENTWISE = 2
+assert TINY_ELEMENTWISE <= TINY <= SMALL
+
+
+@inline
+def _tiny_elementwise(T, r, kind, sub, n):
+    """An elementwise record of ``2 <= n <= TINY_ELEMENTWISE`` elements whose
+    operands have n or one element, inline (the family kernels' loops,
+    element for element: ``unary_fwd``, ``scalar_fwd``, ``nary_fwd``); False
+    (nothing done) for other operand sizes.  A broadcast operand's element is the
+    same whatever the shapes: a one-element operand gives its one element,
+    and an operand with the output's element count has no broadcast axis
+    of length > 1, so its elements are the output's in order."""
+    size, args = T[SIZE], T[ARGS]
+    a = args[T[ARG0][r]]
+    b = args[T[ARG0][r] + 1] if kind == C.K_NARY else a
+    ma, mb = size[a], size[b]
+    if not ((ma == n or (kind == C.K_NARY and ma == 1)) and (mb == n or mb == 1)):
+        return False
+    y, xa, xb = value(T, r), value(T, a), value(T, b)
+    c = T[FP][r]
+    for i in range(n):
+        ia = i if ma == n else 0
+        if kind == C.K_UNARY:
+            y[i] = f_unary(sub, xa[ia])
+        elif kind == C.K_SCALAR:
+            y[i] = f_scalar(sub, xa[ia], c)
+        else:
+            y[i] = f_binary(sub, xa[ia], xb[i if mb == n else 0])
+    return True
+
+
+@inline
+def _tiny_structural(T, r, kind):
+    """``gather_fwd`` (one output record) and ``concat_fwd`` of a record of
+    at most ``TINY`` elements, inline."""
+    ip = T[IP]
+    b = T[IP0][r]
+    m = ip[b]
+    y = value(T, r)
+    if kind == C.K_GATHER:
+        x = value(T, parent(T, r, 0))
+        for k in range(m):
+            i = ip[b + 1 + k]
+            y[k] = x[i] if i >= 0 else 0.0
+        return
+    for k in range(m):
+        y[k] = value(T, parent(T, r, ip[b + 1 + k]))[ip[b + 1 + m + k]]
 
 
 # -- the replay loop: forward families compiled on first use ---------------------------
@@ -141,6 +200,9 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, table):
     """``replay``'s compiled loop; returns ``MISSING - r`` at a record whose
     forward family is not compiled yet (before computing it), ``FAILED - r``
     when its kernel raised."""
+    # the inline paths' helpers take T: borrowed, they count no references
+    # (T0, the caller's, goes to the family entries: their signature's type)
+    T0, T = T, borrowed_tape(T)
     op, arg0, size, args, fp, v1 = T[OP], T[ARG0], T[SIZE], T[ARGS], T[FP], T[V1]
     for r in range(start, stop):
         code = op[r]
@@ -150,7 +212,8 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, table):
             # host records: Python computes them; a kind with no kernel goes
             # there too, and Python's host path raises, naming the op
             return r
-        if size[r] == 1 and kind <= C.K_NARY and kind != C.K_NONE \
+        n = size[r]
+        if n == 1 and kind <= C.K_NARY and kind != C.K_NONE \
                 and not (kind == C.K_NARY and sub == C.WHERE):
             # one-element elementwise record: scalar code's hot path
             a = args[arg0[r]]
@@ -160,13 +223,19 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, table):
                 v1[r] = f_scalar(sub, v1[a], fp[r])
             else:
                 v1[r] = f_binary(sub, v1[a], v1[args[arg0[r] + 1]])
+        elif 1 < n <= TINY_ELEMENTWISE and kind <= C.K_NARY and kind != C.K_NONE \
+                and not (kind == C.K_NARY and sub == C.WHERE) \
+                and _tiny_elementwise(T, r, kind, sub, n):
+            pass
+        elif 0 < n <= TINY and (kind == C.K_GATHER or kind == C.K_CONCAT):
+            _tiny_structural(T, r, kind)
         else:
             k = fwd_slot(T, r, kind, sub)
             if k >= 0:  # leaves, constants and OUTPUT records: already in place
                 f = table[k]
                 if f == 0:
                     return MISSING - r
-                if call_entry_extra(f, T, r, sub, faddr[r]) != 1:
+                if call_entry_extra(f, T0, r, sub, faddr[r]) != 1:
                     return FAILED - r
         g = guard[r]
         if g != 0 and not _guard_holds(T, r, g, gvals[goff[r]:]):

@@ -8,8 +8,9 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import OP, ARG0, SIZE, ARGS, V1, RIX, PTRS, REACHED  # tape fields
-from ._views import adjoint_span, claim, fparam
+from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1, RIX, PTRS, REACHED  # tape fields
+from ._views import (SMALL, adjoint, adjoint_span, alias, borrowed_tape, claim, claim_zeroed,
+                     fparam, parent, value)
 from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
 from .interpret import estimate_as
 from .rules import d_binary, d_scalar, d_unary
@@ -23,6 +24,110 @@ def _deposit1(T, v, x):
         gv[0] = x
     else:
         gv[0] += x
+
+
+#: indexing and stack records of at most this many elements run
+#: inline in the sweep, without the call through the family table: in loops
+#: over tiny arrays (an RK4 step on a 2-vector) that call, not the
+#: arithmetic, was most of each record's cost.  At most ``SMALL``: their
+#: values live in the value arena.
+TINY = 8
+#: the same for elementwise records.  Three elements and more keep to the
+#: family kernels: tests/test_interpret.py checks first-use compilation of
+#: the families on a 3-element program.
+TINY_ELEMENTWISE = 2
+assert TINY_ELEMENTWISE <= TINY <= SMALL
+_CONST = C.code(C.K_NONE, C.CONST)
+
+
+@inline
+def _tiny_elementwise(T, r, kind, sub, n):
+    """The VJP of an elementwise record of ``2 <= n <= TINY_ELEMENTWISE``
+    elements whose operands have n or one element, inline, with the numbers
+    of the family kernels (elementwise_vjp.py: ``unary_vjp``, ``scalar_vjp``,
+    ``nary_vjp``, ``broadcast_vjp``) case for case: aliasing for
+    pass-through ops, ``x op x`` folded into one partial, constants'
+    adjoints left unwritten, a broadcast operand zeroed then accumulated, a
+    first write ``v + 0.0``.  False (nothing done) for other operand sizes."""
+    op, size, args = T[OP], T[SIZE], T[ARGS]
+    a = args[T[ARG0][r]]
+    b = args[T[ARG0][r] + 1] if kind == C.K_NARY else a
+    ma, mb = size[a], size[b]
+    if not ((ma == n or (kind == C.K_NARY and ma == 1)) and (mb == n or mb == 1)):
+        return False
+    g, y = adjoint(T, r), value(T, r)
+    xa, xb, ga, gb = value(T, a), value(T, b), adjoint(T, a), adjoint(T, b)
+    fp = T[FP]
+    wa, wb, fold = True, kind == C.K_NARY, False
+    fa, fb = False, False
+    if ma != n or mb != n:
+        # broadcast_vjp: both adjoints zeroed (constants' too), then added to
+        claim_zeroed(T, a)
+        claim_zeroed(T, b)
+        wa, wb = op[a] != _CONST, op[b] != _CONST
+    else:
+        if kind == C.K_NARY and a == b:
+            fold, wb = True, False
+        elif ((kind == C.K_UNARY and (sub == C.IDENT or sub >= C.VIEW_FIRST))
+              or (kind == C.K_SCALAR and sub == C.ADDC)
+              or (kind == C.K_NARY and (sub == C.ADD or sub == C.SUB))) and alias(T, a, r):
+            if kind != C.K_NARY:
+                return True
+            wa = False
+        if kind == C.K_NARY and not fold:
+            wa, wb = wa and op[a] != _CONST, op[b] != _CONST
+        if wa:
+            fa = claim(T, a)
+        if wb:
+            fb = claim(T, b)
+    # one loop per kind, the rule called in one place each.  The constant is
+    # read per element: held in a register, the compiler would hoist what a
+    # rule computes from it alone (``log(c)``) out of the loop, computing it
+    # for every record whatever its sub code
+    if kind == C.K_UNARY:
+        for i in range(n):
+            ga[i] = g[i] * d_unary(sub, xa[i], y[i]) + (0.0 if fa else ga[i])
+    elif kind == C.K_SCALAR:
+        for i in range(n):
+            ga[i] = g[i] * d_scalar(sub, xa[i], y[i], fp[r]) + (0.0 if fa else ga[i])
+    else:
+        for i in range(n):
+            ia = i if ma == n else 0
+            ib = i if mb == n else 0
+            da, db = d_binary(sub, xa[ia], xb[ib], y[i])
+            gi = g[i]
+            if fold:
+                ga[i] = gi * (da + db) + (0.0 if fa else ga[i])
+                continue
+            if wa:
+                ga[ia] = gi * da + (0.0 if fa else ga[ia])
+            if wb:
+                gb[ib] = gi * db + (0.0 if fb else gb[ib])
+    return True
+
+
+@inline
+def _tiny_structural(T, r, kind):
+    """``gather_vjp`` (one output record) and ``concat_vjp`` of a record of
+    ``n <= TINY`` elements, inline: the same steps in the same order."""
+    ip = T[IP]
+    b = T[IP0][r]
+    m = ip[b]  # the output's elements: n
+    g = adjoint(T, r)
+    if kind == C.K_GATHER:
+        xr = parent(T, r, 0)
+        claim_zeroed(T, xr)
+        gx = adjoint(T, xr)
+        for k in range(m):
+            i = ip[b + 1 + k]
+            if i >= 0:
+                gx[i] += g[k]
+        return
+    for j in range(T[ARG0][r + 1] - T[ARG0][r]):
+        claim_zeroed(T, parent(T, r, j))
+    for k in range(m):
+        gx = adjoint(T, parent(T, r, ip[b + 1 + k]))
+        gx[ip[b + 1 + m + k]] += g[k]
 
 
 def sweep(T, freed, start, stop, order=None):
@@ -51,6 +156,9 @@ def _sweep(T, freed, order, start, stop, table):
     ``(stop, start]``; returns ``MISSING - r`` at a record whose family has no
     entry in ``table`` yet (before touching it), ``FAILED - r`` when its
     kernel raised."""
+    # the inline paths' helpers take T: borrowed, they count no references
+    # (T0, the caller's, goes to the family entries: their signature's type)
+    T0, T = T, borrowed_tape(T)
     op, arg0, size, args, v1, reached = T[OP], T[ARG0], T[SIZE], T[ARGS], T[V1], T[REACHED]
     rix, ptrs = T[RIX], T[PTRS]
     # the first position at or below start: order is descending
@@ -82,7 +190,8 @@ def _sweep(T, freed, order, start, stop, table):
             # Python applies host VJPs; a kind with no kernel goes there too
             # and fails loudly (the registry admits none)
             return r
-        if size[r] == 1 and kind <= C.K_NARY and kind != C.K_NONE and sub != C.WHERE:
+        n = size[r]
+        if n == 1 and kind <= C.K_NARY and kind != C.K_NONE and sub != C.WHERE:
             # one-element elementwise record: its operands have one element
             # too, so skip the views and loops (scalar code's hot path)
             g = adjoint_span(T, r, 1)[0]
@@ -97,15 +206,21 @@ def _sweep(T, freed, order, start, stop, table):
                 _deposit1(T, a, g * da)
                 _deposit1(T, b, g * db)
             continue
+        if 1 < n <= TINY_ELEMENTWISE and kind <= C.K_NARY and kind != C.K_NONE \
+                and sub != C.WHERE and _tiny_elementwise(T, r, kind, sub, n):
+            continue
         if kind == C.K_NONE:
             # an OUTPUT record hands the gradient to its op record
             for j in range(arg0[r], arg0[r + 1]):
                 reached[args[j]] = True
             continue
+        if 0 < n <= TINY and (kind == C.K_GATHER or kind == C.K_CONCAT):
+            _tiny_structural(T, r, kind)
+            continue
         f = table[slot(T, r, kind, sub)]
         if f == 0:
             return MISSING - r
-        if call_entry(f, T, r, sub) != 1:
+        if call_entry(f, T0, r, sub) != 1:
             return FAILED - r
     return -1
 
