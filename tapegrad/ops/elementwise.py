@@ -11,7 +11,7 @@ import numpy as np
 
 from ..kernels import codes as C
 from ..kernels.special_arrays import values_into
-from ..tape import NO_TAPE, _local as _tls, current
+from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current
 from ..tensor import Tensor, _node, _plain, _result
 from .registry import register
 
@@ -46,7 +46,7 @@ def _def_unary(name, sub, fn, doc_name=None, example=0.5, doc_module="numpy"):
             tok = x._tok
             if tok is tape.tok:
                 r = tape.n
-                if r < tape.room and not tape.tracing:  # room is -1 under no_grad
+                if r < tape.room and type(tape) is _Tape:  # room is -1 under no_grad
                     d = x._data
                     data = fn(d)
                     na = tape.na
@@ -277,9 +277,11 @@ def _binary_op(code, fn, left, negate, slow):
     this thread's live epoch, or one with a Python float or int.  They write
     the record inline (what Tape.record/record1 do, minus the capacity checks
     that ``room`` settles in advance): a method call and the attribute
-    look-ups it repeats cost as much as the write itself.  While a trace
-    records (``tape.tracing``) they step aside: TraceTape.record/record1 note
-    every recorded value, which a guard on a detached value needs.  The
+    look-ups it repeats cost as much as the write itself.  They write on a
+    plain Tape only: its subclasses override the record writers
+    (TraceTape.record1 notes every value, which a guard on a detached value
+    needs; anomaly mode's tapes check every record), so they get the general
+    path.  The
     Tensor operators are made here too (tapegrad/ops/methods.py), with the
     complex-aware operator as ``slow``, so ``y * 0.5`` is one Python call.
     """
@@ -293,10 +295,10 @@ def _binary_op(code, fn, left, negate, slow):
                 except AttributeError:
                     tape = NO_TAPE
                 tok = a._tok
-                if (tok is tape.tok and tok is b._tok and ad.shape == bd.shape
-                        and tape.n < tape.room and not tape.tracing):
+                r = tape.n
+                if (tok is tape.tok and tok is b._tok and r < tape.room and type(tape) is _Tape
+                        and ((type(ad) is _F64 and type(bd) is _F64) or ad.shape == bd.shape)):
                     data = fn(ad, bd)
-                    r = tape.n
                     na = tape.na
                     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
                         tape.op[r] = code
@@ -325,10 +327,10 @@ def _binary_op(code, fn, left, negate, slow):
                 except AttributeError:
                     tape = NO_TAPE
                 tok = a._tok
-                if tok is tape.tok and tape.n < tape.room and not tape.tracing:
+                r = tape.n
+                if tok is tape.tok and r < tape.room and type(tape) is _Tape:
                     ad = a._data
                     data = fn(ad, b)
-                    r = tape.n
                     na = tape.na
                     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
                         tape.op[r] = left
@@ -367,10 +369,10 @@ def _reflected_op(fn, right, slow):
             except AttributeError:
                 tape = NO_TAPE
             tok = self._tok
-            if tok is tape.tok and tape.n < tape.room and not tape.tracing:
+            r = tape.n
+            if tok is tape.tok and r < tape.room and type(tape) is _Tape:
                 d = self._data
                 data = fn(c, d)
-                r = tape.n
                 na = tape.na
                 try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
                     tape.op[r] = right
