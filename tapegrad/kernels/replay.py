@@ -15,7 +15,7 @@ both, so that the trace layer reaches every replay kernel here).
 from . import codes as C
 from ._jit import inline, kernel
 from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1  # tape fields
-from ._views import SMALL, borrowed_tape, parent, value
+from ._views import borrowed_tape, parent, value
 from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
 from .fused_segments import CHUNK, seg_backward, seg_forward, seg_plan  # noqa: F401
 from .replay_families import (CMP_FIRST, EQUAL, GREATER, GREATER_EQUAL, LESS,  # noqa: F401
@@ -23,6 +23,7 @@ from .replay_families import (CMP_FIRST, EQUAL, GREATER, GREATER_EQUAL, LESS,  #
                               gather_fwd, nary_fwd, reduce_fwd, scalar_fwd, scan_fwd,
                               sum_fwd, unary_fwd, user_fwd)
 from .rules import f_binary, f_scalar, f_unary
+from .sweep import TINY, TINY_ELEMENTWISE, arithmetic
 
 #: guard kinds (``guard[r]``): the value's truth, or the exact value
 G_TRUTH = 1
@@ -42,28 +43,49 @@ def _guard_holds(T, r, kind, expect):
     return True
 
 
-#: indexing and stack records of at most this many elements are
-#: recomputed inline in the loop, without the call through ``FWD.table``: in
-#: loops over tiny arrays (an RK4 step on a 2-vector) that call, not the
-#: arithmetic, was most of each record's cost.  At most ``SMALL``: their
-#: values live in the value arena.
-TINY = 8
-#: the same for elementwise records.  Three elements and more keep to the
-#: family kernels: tests/test_interpret.py checks first-use compilation of
-#: the families on a 3-element program.
-TINY_ELEMENTWISE = 2
-assert TINY_ELEMENTWISE <= TINY <= SMALL
+# Tiny records (sweep.py: ``TINY``, ``TINY_ELEMENTWISE``, ``arithmetic``) are
+# recomputed inline in the loop, without the call through ``FWD.table``: in
+# loops over tiny arrays (an RK4 step on a 2-vector) that call, not the
+# arithmetic, was most of each record's cost.
+@inline
+def _f_arithmetic(kind, sub, a, b, c):
+    """An ``arithmetic`` op at one element, each rule called with a constant
+    sub code (so that its switch folds to the one expression)."""
+    if kind == C.K_NARY:
+        if sub == C.ADD:
+            return f_binary(C.ADD, a, b)
+        if sub == C.SUB:
+            return f_binary(C.SUB, a, b)
+        if sub == C.MUL:
+            return f_binary(C.MUL, a, b)
+        return f_binary(C.DIV, a, b)
+    if kind == C.K_SCALAR:
+        if sub == C.ADDC:
+            return f_scalar(C.ADDC, a, c)
+        if sub == C.MULC:
+            return f_scalar(C.MULC, a, c)
+        if sub == C.DIVC:
+            return f_scalar(C.DIVC, a, c)
+        if sub == C.RSUBC:
+            return f_scalar(C.RSUBC, a, c)
+        return f_scalar(C.RDIVC, a, c)
+    if sub == C.NEG:
+        return f_unary(C.NEG, a)
+    if sub == C.SQUARE:
+        return f_unary(C.SQUARE, a)
+    return f_unary(C.IDENT, a)
 
 
 @inline
 def _tiny_elementwise(T, r, kind, sub, n):
-    """An elementwise record of ``2 <= n <= TINY_ELEMENTWISE`` elements whose
-    operands have n or one element, inline (the family kernels' loops,
+    """An ``arithmetic`` record of ``2 <= n <= TINY_ELEMENTWISE`` elements
+    whose operands have n or one element, inline (the family kernels' loops,
     element for element: ``unary_fwd``, ``scalar_fwd``, ``nary_fwd``); False
-    (nothing done) for other operand sizes.  A broadcast operand's element is the
-    same whatever the shapes: a one-element operand gives its one element,
-    and an operand with the output's element count has no broadcast axis
-    of length > 1, so its elements are the output's in order."""
+    (nothing done) for other operand sizes.  A broadcast operand's element
+    is the same whatever the shapes: a one-element operand gives its one
+    element, and an operand with the output's element count has no
+    broadcast axis of length > 1, so its elements are the output's in
+    order."""
     size, args = T[SIZE], T[ARGS]
     a = args[T[ARG0][r]]
     b = args[T[ARG0][r] + 1] if kind == C.K_NARY else a
@@ -73,13 +95,7 @@ def _tiny_elementwise(T, r, kind, sub, n):
     y, xa, xb = value(T, r), value(T, a), value(T, b)
     c = T[FP][r]
     for i in range(n):
-        ia = i if ma == n else 0
-        if kind == C.K_UNARY:
-            y[i] = f_unary(sub, xa[ia])
-        elif kind == C.K_SCALAR:
-            y[i] = f_scalar(sub, xa[ia], c)
-        else:
-            y[i] = f_binary(sub, xa[ia], xb[i if mb == n else 0])
+        y[i] = _f_arithmetic(kind, sub, xa[i if ma == n else 0], xb[i if mb == n else 0], c)
     return True
 
 
@@ -223,8 +239,7 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, table):
                 v1[r] = f_scalar(sub, v1[a], fp[r])
             else:
                 v1[r] = f_binary(sub, v1[a], v1[args[arg0[r] + 1]])
-        elif 1 < n <= TINY_ELEMENTWISE and kind <= C.K_NARY and kind != C.K_NONE \
-                and not (kind == C.K_NARY and sub == C.WHERE) \
+        elif 1 < n <= TINY_ELEMENTWISE and arithmetic(kind, sub) \
                 and _tiny_elementwise(T, r, kind, sub, n):
             pass
         elif 0 < n <= TINY and (kind == C.K_GATHER or kind == C.K_CONCAT):

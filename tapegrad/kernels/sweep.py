@@ -32,17 +32,63 @@ def _deposit1(T, v, x):
 #: arithmetic, was most of each record's cost.  At most ``SMALL``: their
 #: values live in the value arena.
 TINY = 8
-#: the same for elementwise records.  Three elements and more keep to the
-#: family kernels: tests/test_interpret.py checks first-use compilation of
-#: the families on a 3-element program.
+#: the same for elementwise records of plain arithmetic (``arithmetic``).
+#: Three elements and more keep to the family kernels: tests/test_interpret.py
+#: checks first-use compilation of the families on a 3-element program.
 TINY_ELEMENTWISE = 2
 assert TINY_ELEMENTWISE <= TINY <= SMALL
 _CONST = C.code(C.K_NONE, C.CONST)
 
 
 @inline
+def arithmetic(kind, sub):
+    """Whether an elementwise op is plain arithmetic (``+ - * /`` of two
+    operands or with a constant, negation, squares, views), the ops that the
+    replay and sweep loops run inline for a few-element record.  The rest
+    (transcendental functions, powers, ``where``) keep to the family kernels:
+    their element work dwarfs the call, and inlining their rules into the
+    loops again would add to the loops' compile time."""
+    if kind == C.K_NARY:
+        return sub == C.ADD or sub == C.SUB or sub == C.MUL or sub == C.DIV
+    if kind == C.K_SCALAR:
+        return (sub == C.ADDC or sub == C.MULC or sub == C.DIVC or sub == C.RSUBC
+                or sub == C.RDIVC)
+    return kind == C.K_UNARY and (sub == C.IDENT or sub == C.NEG or sub == C.SQUARE
+                                  or sub >= C.VIEW_FIRST)
+
+
+@inline
+def _d_arithmetic(kind, sub, a, b, y, c):
+    """``(da, db)`` of an ``arithmetic`` op, each rule called with a constant
+    sub code (so that its switch folds to the one expression)."""
+    if kind == C.K_NARY:
+        if sub == C.ADD:
+            return d_binary(C.ADD, a, b, y)
+        if sub == C.SUB:
+            return d_binary(C.SUB, a, b, y)
+        if sub == C.MUL:
+            return d_binary(C.MUL, a, b, y)
+        return d_binary(C.DIV, a, b, y)
+    if kind == C.K_SCALAR:
+        if sub == C.ADDC:
+            return d_scalar(C.ADDC, a, y, c), 0.0
+        if sub == C.MULC:
+            return d_scalar(C.MULC, a, y, c), 0.0
+        if sub == C.DIVC:
+            return d_scalar(C.DIVC, a, y, c), 0.0
+        if sub == C.RSUBC:
+            return d_scalar(C.RSUBC, a, y, c), 0.0
+        return d_scalar(C.RDIVC, a, y, c), 0.0
+    if sub == C.NEG:
+        return d_unary(C.NEG, a, y), 0.0
+    if sub == C.SQUARE:
+        return d_unary(C.SQUARE, a, y), 0.0
+    return d_unary(C.IDENT, a, y), 0.0
+
+
+@inline
 def _tiny_elementwise(T, r, kind, sub, n):
-    """The VJP of an elementwise record of ``2 <= n <= TINY_ELEMENTWISE``
+    """The VJP of an ``arithmetic`` record of ``2 <= n <= TINY_ELEMENTWISE``
     elements whose operands have n or one element, inline, with the numbers
     of the family kernels (elementwise_vjp.py: ``unary_vjp``, ``scalar_vjp``,
     ``nary_vjp``, ``broadcast_vjp``) case for case: aliasing for
@@ -80,29 +126,19 @@ def _tiny_elementwise(T, r, kind, sub, n):
             fa = claim(T, a)
         if wb:
             fb = claim(T, b)
-    # one loop per kind, the rule called in one place each.  The constant is
-    # read per element: held in a register, the compiler would hoist what a
-    # rule computes from it alone (``log(c)``) out of the loop, computing it
-    # for every record whatever its sub code
-    if kind == C.K_UNARY:
-        for i in range(n):
-            ga[i] = g[i] * d_unary(sub, xa[i], y[i]) + (0.0 if fa else ga[i])
-    elif kind == C.K_SCALAR:
-        for i in range(n):
-            ga[i] = g[i] * d_scalar(sub, xa[i], y[i], fp[r]) + (0.0 if fa else ga[i])
-    else:
-        for i in range(n):
-            ia = i if ma == n else 0
-            ib = i if mb == n else 0
-            da, db = d_binary(sub, xa[ia], xb[ib], y[i])
-            gi = g[i]
-            if fold:
-                ga[i] = gi * (da + db) + (0.0 if fa else ga[i])
-                continue
-            if wa:
-                ga[ia] = gi * da + (0.0 if fa else ga[ia])
-            if wb:
-                gb[ib] = gi * db + (0.0 if fb else gb[ib])
+    c = fp[r]
+    for i in range(n):
+        ia = i if ma == n else 0
+        ib = i if mb == n else 0
+        da, db = _d_arithmetic(kind, sub, xa[ia], xb[ib], y[i], c)
+        gi = g[i]
+        if fold:
+            ga[i] = gi * (da + db) + (0.0 if fa else ga[i])
+            continue
+        if wa:
+            ga[ia] = gi * da + (0.0 if fa else ga[ia])
+        if wb:
+            gb[ib] = gi * db + (0.0 if fb else gb[ib])
     return True
 
 
@@ -206,8 +242,8 @@ def _sweep(T, freed, order, start, stop, table):
                 _deposit1(T, a, g * da)
                 _deposit1(T, b, g * db)
             continue
-        if 1 < n <= TINY_ELEMENTWISE and kind <= C.K_NARY and kind != C.K_NONE \
-                and sub != C.WHERE and _tiny_elementwise(T, r, kind, sub, n):
+        if 1 < n <= TINY_ELEMENTWISE and arithmetic(kind, sub) \
+                and _tiny_elementwise(T, r, kind, sub, n):
             continue
         if kind == C.K_NONE:
             # an OUTPUT record hands the gradient to its op record
