@@ -280,10 +280,10 @@ def _binary_op(code, fn, left, negate, slow):
     look-ups it repeats cost as much as the write itself.  They write on a
     plain Tape only: its subclasses override the record writers
     (TraceTape.record1 notes every value, which a guard on a detached value
-    needs; anomaly mode's tapes check every record), so they get the general
-    path.  The
-    Tensor operators are made here too (tapegrad/ops/methods.py), with the
-    complex-aware operator as ``slow``, so ``y * 0.5`` is one Python call.
+    needs; anomaly mode's tapes note each record's source line), so they get
+    the general path.  The Tensor operators are made here too
+    (tapegrad/ops/methods.py), with the complex-aware operator as ``slow``,
+    so ``y * 0.5`` is one Python call.
     """
     def op(a, b):
         if type(a) is Tensor:
