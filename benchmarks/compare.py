@@ -1,9 +1,3 @@
-import os
-
-# Warm hot paths: every kernel compiles on its first call, none runs in the
-# interpreted tier (kernels/interpret.py) while it is being timed.
-os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
-
 #!/usr/bin/env python
 """Side-by-side timings of tapegrad, hand-written NumPy and other autodiff tools.
 
@@ -52,6 +46,12 @@ BLAS, OpenMP, Numba, PyTorch and XLA thread pools are limited to one thread
 
 Run from anywhere: ``python benchmarks/compare.py [--repeat N] [--cold]``.
 """
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 
 import argparse
 import gc

@@ -1,15 +1,15 @@
-import os
-
-# Warm hot paths: every kernel compiles on its first call, none runs in the
-# interpreted tier (kernels/interpret.py) while it is being timed.
-os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
-
 #!/usr/bin/env python
 """Side-by-side table of the NumPy-coverage workloads (see ops_workloads.py):
 tapegrad, hand-written NumPy VJPs and PyTorch CPU on one thread, medians in ms.
 
 Run: ``python benchmarks/compare_ops.py [-n REPEAT]``.
 """
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 import argparse
 
 import _timing  # noqa: F401  (first: pins every library to one thread)

@@ -1,9 +1,3 @@
-import os
-
-# Warm hot paths: every kernel compiles on its first call, none runs in the
-# interpreted tier (kernels/interpret.py) while it is being timed.
-os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
-
 #!/usr/bin/env python
 """Side-by-side table of the function transforms (see transform_workloads.py):
 tapegrad against PyTorch, JAX (jit, steady state) and HIPS autograd where they
@@ -11,6 +5,12 @@ are installed, one thread, medians in ms; plus tg.grad against backward().
 
 Run: ``python benchmarks/compare_transforms.py [-n REPEAT]``.
 """
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 import argparse
 
 import _timing  # noqa: F401  (first: pins every library to one thread)

@@ -1,9 +1,3 @@
-import os
-
-# Warm hot paths: every kernel compiles on its first call, none runs in the
-# interpreted tier (kernels/interpret.py) while it is being timed.
-os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
-
 #!/usr/bin/env python
 """Hessian of the Rosenbrock function (tridiagonal), one thread, medians in
 ms; each result is checked against the closed form before it is timed.
@@ -36,6 +30,12 @@ an arrowhead Hessian (a shared parameter coupled with every input), n =
 
 Run: ``OPENBLAS_NUM_THREADS=1 python benchmarks/hessian.py [-n REPEAT] [--size N] [--large]``.
 """
+import os
+
+# Warm hot paths: every kernel compiles on its first call, none runs in the
+# interpreted tier (kernels/interpret.py) while it is being timed.
+os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+
 import argparse
 import time
 from types import SimpleNamespace
