@@ -34,3 +34,13 @@ def test_readme_derived_derivative_example_runs(tmp_path):
     printed = out.getvalue().splitlines()
     wanted = [ln.split("# ")[-1] for ln in block.splitlines() if ln.startswith("print(")]
     assert printed == wanted
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")))
+def test_every_benchmark_script_opens_with_its_docstring(script):
+    """Each script's docstring says how to run it, and the scripts that build
+    their --help from ``__doc__`` need it to be the module's docstring (a
+    statement above it makes ``__doc__`` None)."""
+    import ast
+    source = (ROOT / "benchmarks" / script).read_text()
+    assert ast.get_docstring(ast.parse(source)), f"benchmarks/{script} has no module docstring"
