@@ -7,8 +7,9 @@ error against fixed observations summed over the trajectory.  Prints ms per
 gradient for plain NumPy (loss only), tapegrad eager (``tg.value_and_grad``),
 tapegrad traced (``ft.value_and_grad`` of ``tg.trace``, the replayed
 forward alone, and the replay and reverse-sweep loops on their own), with
-the tape's record count and the traced cost per record; PyTorch eager when
-it is installed.  Medians of ``--repeat`` runs.
+the tape's record count and the traced cost per record; PyTorch eager and
+CasADi (an SX function of the value and gradient, built once) when they are
+installed.  Medians of ``--repeat`` runs.
 
 Run: ``python benchmarks/small_loops.py [--steps 500] [--repeat 7]``.
 """
@@ -44,6 +45,25 @@ def loss(th, steps, obs, xp=np):
         e = u - obs[i]
         total = total + (e * e).sum()
     return total
+
+
+def _casadi_value_and_grad(casadi, steps, obs):
+    """The same loss as a CasADi SX expression (the same RK4 steps, with
+    casadi.vertcat for np.stack), and its value and gradient as one Function."""
+    class _Ca:
+        stack = staticmethod(lambda parts: casadi.vertcat(*parts))
+
+    th = casadi.SX.sym("th", 4)
+    u = casadi.vertcat(th[0] * 0 + 1.0, th[0] * 0 + 0.5)
+    total = 0.0
+    for i in range(steps):
+        k1 = _rhs(_Ca, u, th)
+        k2 = _rhs(_Ca, u + 0.5 * DT * k1, th)
+        k3 = _rhs(_Ca, u + 0.5 * DT * k2, th)
+        k4 = _rhs(_Ca, u + DT * k3, th)
+        u = u + (DT / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        total = total + casadi.sumsqr(u - casadi.DM(obs[i]))
+    return casadi.Function("vg", [th], [total, casadi.gradient(total, th)])
 
 
 def _median_ms(fn, repeat):
@@ -105,6 +125,19 @@ def main(argv=None):
             loss(t, steps, obs_t, xp=torch).backward()
             return t.grad
         rows.append(("PyTorch eager forward + backward", _median_ms(torch_grad, a.repeat)))
+
+    try:
+        import casadi
+    except ImportError:
+        casadi = None
+    if casadi is not None:
+        t0 = time.perf_counter()
+        f_ca = _casadi_value_and_grad(casadi, steps, obs)
+        build_ms = (time.perf_counter() - t0) * 1e3
+        v_c, g_c = f_ca(th0)
+        assert np.allclose(np.asarray(g_c).ravel(), np.asarray(g_e), rtol=1e-10, atol=1e-12)
+        rows.append((f"CasADi SX value + gradient (build once: {build_ms:.0f} ms)",
+                     _median_ms(lambda: f_ca(th0), a.repeat)))
 
     print(f"RK4 Lotka-Volterra, {steps} steps, 4 parameters; {records} tape records; "
           f"median of {a.repeat}, ms per gradient")
