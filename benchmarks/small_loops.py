@@ -11,7 +11,11 @@ the tape's record count and the traced cost per record; PyTorch eager and
 CasADi (an SX function of the value and gradient, built once) when they are
 installed.  Medians of ``--repeat`` runs.
 
-Run: ``python benchmarks/small_loops.py [--steps 500] [--repeat 7]``.
+A second workload of another shape (``--only ode6``): a six-state ODE whose
+right-hand side is a matrix-vector product plus an elementwise nonlinearity,
+integrated by RK4 (matmul host records between the small elementwise ones).
+
+Run: ``python benchmarks/small_loops.py [--steps 500] [--repeat 7] [--only rk4,ode6]``.
 """
 import argparse
 import os
@@ -47,6 +51,34 @@ def loss(th, steps, obs, xp=np):
     return total
 
 
+#: the second workload: six states coupled by a fixed matrix, a damped
+#: nonlinear ODE dx/dt = th[0] * (M @ x) + th[1:] * tanh(x), integrated by
+#: RK4; matrix-vector products (host records) between the small elementwise
+#: records
+M6 = (np.random.default_rng(3).normal(size=(6, 6)) * 0.3 - np.eye(6))
+
+
+def _rhs6(xp, x, th, mv=None):
+    return th[0] * (M6 @ x if mv is None else mv(M6, x)) + th[1:] * xp.tanh(x)
+
+
+X6 = np.linspace(0.5, 1.5, 6)
+
+
+def loss6(th, steps, obs, xp=np, mv=None, x0=X6):
+    x = th[0] * 0 + x0
+    total = 0.0
+    for i in range(steps):
+        k1 = _rhs6(xp, x, th, mv)
+        k2 = _rhs6(xp, x + 0.5 * DT * k1, th, mv)
+        k3 = _rhs6(xp, x + 0.5 * DT * k2, th, mv)
+        k4 = _rhs6(xp, x + DT * k3, th, mv)
+        x = x + (DT / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        e = x - obs[i]
+        total = total + (e * e).sum()
+    return total
+
+
 def _casadi_value_and_grad(casadi, steps, obs):
     """The same loss as a CasADi SX expression (the same RK4 steps, with
     casadi.vertcat for np.stack), and its value and gradient as one Function."""
@@ -66,6 +98,25 @@ def _casadi_value_and_grad(casadi, steps, obs):
     return casadi.Function("vg", [th], [total, casadi.gradient(total, th)])
 
 
+def _casadi_value_and_grad6(casadi, steps, obs):
+    """``loss6`` as a CasADi SX Function of its value and gradient."""
+    class _Ca:
+        tanh = staticmethod(casadi.tanh)
+
+    th = casadi.SX.sym("th", 7)
+    x = th[0] * 0 + casadi.DM(X6)
+    total = 0.0
+    mv = lambda m, v: casadi.mtimes(casadi.DM(m), v)   # noqa: E731
+    for i in range(steps):
+        k1 = _rhs6(_Ca, x, th, mv)
+        k2 = _rhs6(_Ca, x + 0.5 * DT * k1, th, mv)
+        k3 = _rhs6(_Ca, x + 0.5 * DT * k2, th, mv)
+        k4 = _rhs6(_Ca, x + DT * k3, th, mv)
+        x = x + (DT / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        total = total + casadi.sumsqr(x - casadi.DM(obs[i]))
+    return casadi.Function("vg6", [th], [total, casadi.gradient(total, th)])
+
+
 def _median_ms(fn, repeat):
     fn()
     ts = []
@@ -80,7 +131,16 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--only", default="rk4,ode6", help="workloads: rk4, ode6")
     a = ap.parse_args(argv)
+    if "rk4" in a.only.split(","):
+        main_rk4(a)
+    if "ode6" in a.only.split(","):
+        main6(a.steps, a.repeat)
+
+
+def main_rk4(a):
+    """The RK4 Lotka-Volterra table."""
     steps = a.steps
     th0 = np.array([1.1, 0.4, 0.1, 0.4])
     obs = np.random.default_rng(0).uniform(0.5, 1.5, (steps, 2))
@@ -141,6 +201,55 @@ def main(argv=None):
 
     print(f"RK4 Lotka-Volterra, {steps} steps, 4 parameters; {records} tape records; "
           f"median of {a.repeat}, ms per gradient")
+    for name, ms in rows:
+        print(f"  {name:62} {ms:9.2f}")
+    print(f"  traced value_and_grad per record: {traced / records * 1e6:.0f} ns")
+
+
+def main6(steps, repeat):
+    """The second workload's table: tapegrad eager and traced, PyTorch, CasADi."""
+    th0 = np.array([0.8, 0.3, -0.2, 0.1, 0.4, -0.3, 0.2])
+    obs = np.random.default_rng(1).uniform(0.5, 1.5, (steps, 6))
+    rows = [("plain NumPy loss alone (no gradient)",
+             _median_ms(lambda: loss6(th0, steps, obs), repeat))]
+    vg = tg.value_and_grad(lambda th: loss6(th, steps, obs))
+    rows.append(("tapegrad eager value_and_grad", _median_ms(lambda: vg(th0), repeat)))
+    th = tg.tensor(th0, requires_grad=True)
+    records = loss6(th, steps, obs)._rec + 1
+    t0 = time.perf_counter()
+    ft = tg.trace(lambda th: loss6(th, steps, obs), th0)
+    trace_ms = (time.perf_counter() - t0) * 1e3
+    traced = _median_ms(lambda: ft.value_and_grad(th0), repeat)
+    rows.append((f"tapegrad traced value_and_grad (trace once: {trace_ms:.0f} ms)", traced))
+    _, g_e = vg(th0)
+    assert np.allclose(np.asarray(ft.value_and_grad(th0)[1]), g_e, rtol=1e-12, atol=1e-14)
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        torch.set_num_threads(1)
+        obs_t, m_t, x_t = torch.tensor(obs), torch.tensor(M6), torch.tensor(X6)
+
+        def torch_grad():
+            t = torch.tensor(th0, requires_grad=True)
+            loss6(t, steps, obs_t, xp=torch, mv=lambda m, v: m_t @ v, x0=x_t).backward()
+            return t.grad
+        assert np.allclose(torch_grad().numpy(), g_e, rtol=1e-10)
+        rows.append(("PyTorch eager forward + backward", _median_ms(torch_grad, repeat)))
+    try:
+        import casadi
+    except ImportError:
+        casadi = None
+    if casadi is not None:
+        t0 = time.perf_counter()
+        f_ca = _casadi_value_and_grad6(casadi, steps, obs)
+        build_ms = (time.perf_counter() - t0) * 1e3
+        assert np.allclose(np.asarray(f_ca(th0)[1]).ravel(), g_e, rtol=1e-10, atol=1e-12)
+        rows.append((f"CasADi SX value + gradient (build once: {build_ms:.0f} ms)",
+                     _median_ms(lambda: f_ca(th0), repeat)))
+    print(f"\n6-state ODE with a matrix-vector product, {steps} RK4 steps, 7 parameters; "
+          f"{records} tape records; median of {repeat}, ms per gradient")
     for name, ms in rows:
         print(f"  {name:62} {ms:9.2f}")
     print(f"  traced value_and_grad per record: {traced / records * 1e6:.0f} ns")
