@@ -47,36 +47,29 @@ def chain(y):
     return y
 
 
-def logistic(samples=256, features=16, seed=0):
-    """examples/dask_gradients.py's loss (the README's "Gradients on Dask" table)."""
+def logistic(xp=np, samples=256, features=16, seed=0):
+    """examples/dask_gradients.py's loss (its ``make_loss``: the same data and
+    formula; the README's "Gradients on Dask" table), written with ``xp``."""
     rng = np.random.default_rng(seed)
     A = rng.normal(size=(samples, features))
     y = np.sign(A @ rng.normal(size=features) + 0.3 * rng.normal(size=samples))
 
     def loss(w):
         margins = y * (A @ w)
-        return np.logaddexp(0.0, -margins).mean() + 1e-3 * (w * w).sum()
+        return xp.logaddexp(0.0, -margins).mean() + 1e-3 * (w * w).sum()
 
     return loss
 
 
-def logistic_jax(samples=256, features=16, seed=0):
-    """The same loss in jax.numpy, or None without JAX."""
+def logistic_jax():
+    """``jax.jit(jax.vmap(jax.grad(loss)))`` of the same loss, or None without JAX."""
     try:
         import jax
         import jax.numpy as jnp
     except ImportError:
         return None
     jax.config.update("jax_enable_x64", True)
-    rng = np.random.default_rng(seed)
-    A = rng.normal(size=(samples, features))
-    y = np.sign(A @ rng.normal(size=features) + 0.3 * rng.normal(size=samples))
-
-    def loss(w):
-        margins = y * (A @ w)
-        return jnp.logaddexp(0.0, -margins).mean() + 1e-3 * (w * w).sum()
-
-    return jax.jit(jax.vmap(jax.grad(loss)))
+    return jax.jit(jax.vmap(jax.grad(logistic(jnp))))
 
 
 def median(fn, repeat):

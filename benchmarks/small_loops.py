@@ -37,18 +37,27 @@ def _rhs(xp, u, th):
     return xp.stack([a * x - b * x * y, c * x * y - d * y])
 
 
-def loss(th, steps, obs, xp=np):
-    u = xp.stack([th[0] * 0 + 1.0, th[0] * 0 + 0.5])
+def _sumsq(e):
+    return (e * e).sum()
+
+
+def _rk4_loss(rhs, u, th, steps, obs, sumsq=_sumsq):
+    """sum over steps of ``sumsq(u_i - obs[i])`` along classic RK4 steps of
+    ``du/dt = rhs(u, th)``: each workload's loss, for every library."""
     total = 0.0
     for i in range(steps):
-        k1 = _rhs(xp, u, th)
-        k2 = _rhs(xp, u + 0.5 * DT * k1, th)
-        k3 = _rhs(xp, u + 0.5 * DT * k2, th)
-        k4 = _rhs(xp, u + DT * k3, th)
+        k1 = rhs(u, th)
+        k2 = rhs(u + 0.5 * DT * k1, th)
+        k3 = rhs(u + 0.5 * DT * k2, th)
+        k4 = rhs(u + DT * k3, th)
         u = u + (DT / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
-        e = u - obs[i]
-        total = total + (e * e).sum()
+        total = total + sumsq(u - obs[i])
     return total
+
+
+def loss(th, steps, obs, xp=np):
+    u = xp.stack([th[0] * 0 + 1.0, th[0] * 0 + 0.5])
+    return _rk4_loss(lambda u, th: _rhs(xp, u, th), u, th, steps, obs)
 
 
 #: the second workload: six states coupled by a fixed matrix, a damped
@@ -56,65 +65,43 @@ def loss(th, steps, obs, xp=np):
 #: RK4; matrix-vector products (host records) between the small elementwise
 #: records
 M6 = (np.random.default_rng(3).normal(size=(6, 6)) * 0.3 - np.eye(6))
+X6 = np.linspace(0.5, 1.5, 6)
 
 
 def _rhs6(xp, x, th, mv=None):
     return th[0] * (M6 @ x if mv is None else mv(M6, x)) + th[1:] * xp.tanh(x)
 
 
-X6 = np.linspace(0.5, 1.5, 6)
-
-
 def loss6(th, steps, obs, xp=np, mv=None, x0=X6):
-    x = th[0] * 0 + x0
-    total = 0.0
-    for i in range(steps):
-        k1 = _rhs6(xp, x, th, mv)
-        k2 = _rhs6(xp, x + 0.5 * DT * k1, th, mv)
-        k3 = _rhs6(xp, x + 0.5 * DT * k2, th, mv)
-        k4 = _rhs6(xp, x + DT * k3, th, mv)
-        x = x + (DT / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
-        e = x - obs[i]
-        total = total + (e * e).sum()
-    return total
+    return _rk4_loss(lambda x, th: _rhs6(xp, x, th, mv), th[0] * 0 + x0, th, steps, obs)
 
 
-def _casadi_value_and_grad(casadi, steps, obs):
-    """The same loss as a CasADi SX expression (the same RK4 steps, with
-    casadi.vertcat for np.stack), and its value and gradient as one Function."""
-    class _Ca:
-        stack = staticmethod(lambda parts: casadi.vertcat(*parts))
-
-    th = casadi.SX.sym("th", 4)
-    u = casadi.vertcat(th[0] * 0 + 1.0, th[0] * 0 + 0.5)
-    total = 0.0
-    for i in range(steps):
-        k1 = _rhs(_Ca, u, th)
-        k2 = _rhs(_Ca, u + 0.5 * DT * k1, th)
-        k3 = _rhs(_Ca, u + 0.5 * DT * k2, th)
-        k4 = _rhs(_Ca, u + DT * k3, th)
-        u = u + (DT / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
-        total = total + casadi.sumsqr(u - casadi.DM(obs[i]))
+def _casadi_function(casadi, n, u0, rhs, steps, obs):
+    """A workload's loss as a CasADi SX expression of ``n`` parameters (the
+    same RK4 steps, ``u0(th)`` the initial state), and its value and gradient
+    as one Function."""
+    th = casadi.SX.sym("th", n)
+    rows = [casadi.DM(o) for o in obs]
+    total = _rk4_loss(rhs, u0(th), th, steps, rows, casadi.sumsqr)
     return casadi.Function("vg", [th], [total, casadi.gradient(total, th)])
 
 
+def _casadi_value_and_grad(casadi, steps, obs):
+    """``loss`` in CasADi (casadi.vertcat for np.stack)."""
+    class _Ca:
+        stack = staticmethod(lambda parts: casadi.vertcat(*parts))
+    return _casadi_function(casadi, 4, lambda th: casadi.vertcat(th[0] * 0 + 1.0,
+                                                                 th[0] * 0 + 0.5),
+                            lambda u, th: _rhs(_Ca, u, th), steps, obs)
+
+
 def _casadi_value_and_grad6(casadi, steps, obs):
-    """``loss6`` as a CasADi SX Function of its value and gradient."""
+    """``loss6`` in CasADi (casadi.mtimes for ``@``)."""
     class _Ca:
         tanh = staticmethod(casadi.tanh)
-
-    th = casadi.SX.sym("th", 7)
-    x = th[0] * 0 + casadi.DM(X6)
-    total = 0.0
     mv = lambda m, v: casadi.mtimes(casadi.DM(m), v)   # noqa: E731
-    for i in range(steps):
-        k1 = _rhs6(_Ca, x, th, mv)
-        k2 = _rhs6(_Ca, x + 0.5 * DT * k1, th, mv)
-        k3 = _rhs6(_Ca, x + 0.5 * DT * k2, th, mv)
-        k4 = _rhs6(_Ca, x + DT * k3, th, mv)
-        x = x + (DT / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
-        total = total + casadi.sumsqr(x - casadi.DM(obs[i]))
-    return casadi.Function("vg6", [th], [total, casadi.gradient(total, th)])
+    return _casadi_function(casadi, 7, lambda th: th[0] * 0 + casadi.DM(X6),
+                            lambda x, th: _rhs6(_Ca, x, th, mv), steps, obs)
 
 
 def _median_ms(fn, repeat):

@@ -217,6 +217,12 @@ def _nested_complex(f, args, single, nums, where):
 class _GradOf(Function):
     """The value and gradient of a function, as one differentiable record."""
 
+    #: what a second-order pass through this record (a third level) says
+    no_second_order = (
+        "tg.grad nested three deep (a third derivative) is not supported; two deep is "
+        "(tg.grad(tg.grad(f)), tg.jacobian(tg.grad(f)), tg.hessian, tg.hvp). For higher "
+        "orders, differentiate with tg.autograd.grad(..., create_graph=True) at every level")
+
     @staticmethod
     def forward(ctx, spec, *xs):
         ctx.spec = spec

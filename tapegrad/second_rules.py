@@ -407,17 +407,14 @@ _CLASS = np.array([_classify(c) for c in range(16 << C.SHIFT)], np.int8)
 
 def _missing_error(code, tape=None, r=None):
     """The error for record r (op ``code``) without a second-order rule; a
-    tg.Function is named by its class, and a gradient nested twice says so."""
+    tg.Function says why (its ``no_second_order``) or is named by its class."""
     name = REGISTRY[code].name if code in REGISTRY else str(code)
     host = tape.host.get(r) if tape is not None else None
     if host is not None and isinstance(host[0], type) and code == _FUNCTION:
         cls = host[0]
-        if cls.__name__ == "Grad":
-            return NotImplementedError(
-                "hessian/hvp: tg.grad nested three deep (a third derivative) is not "
-                "supported; two deep is (tg.grad(tg.grad(f)), tg.jacobian(tg.grad(f)), "
-                "tg.hessian, tg.hvp). For higher orders, differentiate with "
-                "tg.autograd.grad(..., create_graph=True) at every level")
+        why = getattr(cls, "no_second_order", None)
+        if why is not None:
+            return NotImplementedError(f"hessian/hvp: {why}")
         named = first_order_message(cls, "hessian/hvp")
         if named is not None:
             return NotImplementedError(named)

@@ -124,7 +124,7 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True, own=Fal
     check_nested(tape, adj.reached, upto, inputs)
     if not retain_graph:
         if not own:   # an input's own record was reached, not run: it stays
-            adj.reached[[h for h in stops if h < adj.reached.size]] = False
+            adj.reached[stops] = False
         tape.after_backward(adj.reached, T)
     return out
 
@@ -178,18 +178,22 @@ def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_
     if create_graph:
         return _graph_grad(outputs, seeds, inputs, allow_unused)
     gs = reverse(outputs, seeds, inputs, retain_graph=bool(retain_graph))
-    res = []
+    _check_used(gs, inputs, allow_unused)
+    return tuple(None if g is None else tensor(g[0].reshape(x.shape).astype(x.dtype, copy=False))
+                 for g, x in zip(gs, inputs))
+
+
+def _check_used(gs, inputs, allow_unused):
+    """PyTorch's error for an input no output reaches (gradient None), unless
+    ``allow_unused``."""
+    if allow_unused:
+        return
     for i, (g, x) in enumerate(zip(gs, inputs)):
         if g is None:
-            if not allow_unused:
-                raise RuntimeError(
-                    f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
-                    "to not have been used in the graph. Set allow_unused=True if this is "
-                    "the desired behavior.")
-            res.append(None)
-        else:
-            res.append(tensor(g[0].reshape(x.shape).astype(x.dtype, copy=False)))
-    return tuple(res)
+            raise RuntimeError(
+                f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
+                "to not have been used in the graph. Set allow_unused=True if this is "
+                "the desired behavior.")
 
 
 def _further_order(name):
@@ -282,12 +286,7 @@ def _graph_grad(outputs, seeds, inputs, allow_unused, own=False):
     # would (freed graph, values written in place) and tells which inputs
     # the outputs reach
     gs = reverse(outputs, seeds, inputs, retain_graph=True, own=own)
-    for i, (g, x) in enumerate(zip(gs, inputs)):
-        if g is None and not allow_unused:
-            raise RuntimeError(
-                f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
-                "to not have been used in the graph. Set allow_unused=True if this is "
-                "the desired behavior.")
+    _check_used(gs, inputs, allow_unused)
     upto = max([_root_span(tape, t._rec) for t in outputs if t._tok is tape.tok] or [0])
     try:
         walked = CG.graph_grad(tape, outputs, seeds, [_stand_in(tape, x) for x in inputs], upto)
@@ -348,12 +347,7 @@ def _second_order_grad(outputs, seeds, inputs, allow_unused, missing):
                 else Rd.sum(t)
             s = term if s is None else s + term
     gs = reverse([s], [np.ones((1, 1))], inputs, retain_graph=True)
-    for i, (g, x) in enumerate(zip(gs, inputs)):
-        if g is None and not allow_unused:
-            raise RuntimeError(
-                f"One of the differentiated Tensors (input {i}, shape {x.shape}) appears "
-                "to not have been used in the graph. Set allow_unused=True if this is "
-                "the desired behavior.")
+    _check_used(gs, inputs, allow_unused)
     if s._tok is None:  # an input is the output: no graph to differentiate again
         return tuple(None if g is None else tensor(g[0].reshape(x.shape).astype(x.dtype))
                      for g, x in zip(gs, inputs))
