@@ -21,6 +21,13 @@ def _steps():
         (t * 2.0).backward(np.ones(6))
 
     yield "reverse sweep", backward
+
+    def fused():
+        from tapegrad.fused_backward import FUSE_MIN
+        t = tg.tensor(np.linspace(0.1, 0.9, FUSE_MIN), requires_grad=True)
+        (tg.sin(t) * t * 2.0).sum().backward()
+
+    yield "fused reverse sweep of large elementwise runs", fused
     yield from dispatch.VJP.warm()
     yield "Jacobians (vector sweep)", lambda: tg.jacobian(lambda v: tg.sin(v) * v)(x)
     yield "Hessians", lambda: tg.hessian(lambda v: (tg.exp(v) * v).sum())(x)

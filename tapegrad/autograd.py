@@ -12,6 +12,7 @@ import threading
 import numpy as np
 
 from . import hooks as H
+from .fused_backward import run as fused_run
 from .kernels._views import SMALL
 from .graph import view_codes
 from .kernels.sweep import graph_addresses, graph_of, layout, sweep
@@ -385,7 +386,14 @@ def backward(t, gradient=None, retain_graph=False):
 
 def _run(tape, adj, T, start, stop):
     """Sweep records ``start .. stop+1`` (those of ``adj.order``, when it has
-    one), applying host VJPs where it stops."""
+    one): runs of large elementwise records fused (fused_backward.py), the
+    rest record by record."""
+    fused_run(tape, T, start, stop, adj.order,
+              lambda start, stop: _sweep_records(tape, adj, T, start, stop))
+
+
+def _sweep_records(tape, adj, T, start, stop):
+    """The compiled sweep over ``start .. stop+1``, host VJPs where it stops."""
     freed = tape.freed
     while True:
         s = sweep(T, freed, start, stop, adj.order)

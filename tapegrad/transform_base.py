@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 from .autograd import Adjoints, _freed_error, differentiating
+from .fused_backward import run as fused_run
 from .grad_mode import enable_grad
 from .kernels import codes as C
 from .kernels._views import SMALL
@@ -163,6 +164,16 @@ def _root_span(tape, root):
 
 
 def _run(tape, adj, T, start, stop, p):
+    """Sweep ``start .. stop+1`` for p vectors; for one, with the runs of large
+    elementwise records fused (fused_backward.py)."""
+    if p == 1:
+        fused_run(tape, T, start, stop, None,
+                  lambda start, stop: _sweep_vectors(tape, adj, T, start, stop, 1))
+    else:
+        _sweep_vectors(tape, adj, T, start, stop, p)
+
+
+def _sweep_vectors(tape, adj, T, start, stop, p):
     """Sweep ``start .. stop+1`` for p vectors, applying host VJPs slab by slab.
 
     With several vectors the common records go through the block sweep (all

@@ -27,7 +27,7 @@ LAYERS = [
     ("core", lambda m: m in ("ops.registry", "grad_mode", "tape_liveness", "tape_writes", "tape",
                            "tensor", "index_maps")),
     ("ops", lambda m: m.startswith("ops") or m in ("views", "function")),
-    ("engine", lambda m: m in ("graph", "hooks", "anomaly", "autograd")),
+    ("engine", lambda m: m in ("graph", "hooks", "anomaly", "fused_backward", "autograd")),
     ("transforms", lambda m: m in ("transform_base", "tensor_grads", "functional", "forward_host",
                                    "forward", "second_decompositions", "second_rules", "second",
                                    "sparsity", "checkpointing", "create_graph_index",

@@ -13,7 +13,7 @@ from . import codes as C
 from ._jit import inline, inner, kernel
 from .interpret import estimate_as
 from ._views import OP, ARG0, ARGS, FP, RIX, PTRS, APTR, REACHED  # tape fields
-from ._views import _voidptr, carray
+from ._views import _voidptr, borrowed_tape, carray
 # the VJP loops of a segment's records: one compiled function per family, a
 # call per block and record (inlined, they made one function too large to
 # compile in reasonable time and memory)
@@ -27,7 +27,7 @@ from .replay_families import _binary_into, _scalar_into, _unary_into
 
 #: elements per block of a fused segment: every record's block of values and
 #: adjoints stays in cache while the segment's records run over it
-CHUNK = 2048
+CHUNK = 256
 
 _CONST = C.code(C.K_NONE, C.CONST)
 
@@ -46,6 +46,18 @@ def _vaddr(T, p, r0, slot, base, lo):
     if q >= 0 and q < slot.size and slot[q] >= 0:
         return base + 8 * CHUNK * slot[q]
     return T[PTRS][T[RIX][p]] + 8 * lo
+
+
+@inline
+def _vaddr_or_adjoint(T, p, r0, vslot, vb, gslot, gb, lo):
+    """``_vaddr`` for the reverse sweep: a value no VJP reads is not kept on
+    an eager tape (no storage, no block row); the record's adjoint block
+    stands in, as in kernels/_views.value, so that a loop shared by several
+    ops loads (and ignores) memory it touches anyway."""
+    q = p - r0
+    if (q >= 0 and q < vslot.size and vslot[q] >= 0) or T[RIX][p] >= 0:
+        return _vaddr(T, p, r0, vslot, vb, lo)
+    return _gaddr(T, p, r0, gslot, gb, lo)
 
 
 @inline
@@ -85,6 +97,7 @@ def seg_forward(T, r0, r1, start, n, slot, vs):
     record-by-record replay.  Covers elements ``start .. n-1`` (``start`` a
     multiple of CHUNK): disjoint ranges may run on several threads, each
     with its own ``vs``."""
+    T = borrowed_tape(T)  # helpers taking T count no references (see there)
     op = T[OP]
     base = vs.ctypes.data
     for lo in range(start, n, CHUNK):
@@ -153,52 +166,75 @@ def seg_backward(T, r0, r1, start, n, slot, need, reach, write, assign, vs, gs):
     something outside reads) are written to memory.  The per-element VJPs
     are elementwise_vjp.py's loops.
     """
-    op, arg0, args, fp = T[OP], T[ARG0], T[ARGS], T[FP]
+    T = borrowed_tape(T)  # helpers taking T count no references (see there)
     vb, gb = vs.ctypes.data, gs.ctypes.data
     for lo in range(start, n, CHUNK):
         m = min(CHUNK, n - lo)
         for r in range(r0, r1):
             if need[r - r0]:
                 _seg_record_fwd(T, r, r0, slot, vb, lo, m)
-        for r in range(r1 - 1, r0 - 1, -1):
-            q = r - r0
-            if not reach[q]:
-                continue
-            code = op[r]
-            kind = code >> C.SHIFT
-            sub = code & C.MASK
-            a0 = arg0[r]
-            g = _view(_gaddr(T, r, r0, slot, gb, lo), m)
-            y = _view(_vaddr(T, r, r0, slot, vb, lo), m)
-            pa = args[a0]
-            xa = _view(_vaddr(T, pa, r0, slot, vb, lo), m)
-            ga = _view(_gaddr(T, pa, r0, slot, gb, lo), m)
-            wa, fa = write[2 * q], assign[2 * q]
-            if kind == C.K_UNARY:
-                if wa:
-                    _unary_vjp_into(sub, g, xa, y, ga, fa)
-                continue
-            if kind == C.K_SCALAR:
-                if wa:
-                    _scalar_vjp_into(sub, g, xa, y, fp[r], ga, fa)
-                continue
-            if kind != C.K_NARY:  # segments hold elementwise records only
-                ga[:] = np.nan
-                continue
-            pb = args[a0 + 1]
-            xb = _view(_vaddr(T, pb, r0, slot, vb, lo), m)
-            if pb == pa:  # x op x: both partials to one adjoint
-                if wa:
-                    _binary_self_into(sub, g, xa, y, ga, fa)
-                continue
-            gbv = _view(_gaddr(T, pb, r0, slot, gb, lo), m)
-            wb, fb = write[2 * q + 1], assign[2 * q + 1]
-            if wa and wb:
-                # one of them written before: zero the other's block, accumulate
-                if fa != fb:
-                    _put_chunk(ga, m, fa)
-                    _put_chunk(gbv, m, fb)
-                _binary_vjp_into(sub, g, xa, xb, y, ga, gbv, fa and fb)
-            elif wa or wb:  # the other operand is a constant
-                _binary_one_side_into(sub, g, xa, xb, y, ga if wa else gbv,
-                                      fa if wa else fb, wa)
+        _seg_block_backward(T, r0, r1, lo, m, slot, slot, reach, write, assign, vb, gb)
+
+
+@kernel
+def seg_backward_stored(T, r0, r1, n, gslot, reach, write, assign, gs):
+    """``seg_backward`` over a segment of an eager tape, where every value a
+    VJP reads was kept when it was recorded: nothing is recomputed, and only
+    the adjoints of the records ``gslot`` marks (>= 0: reached from inside the
+    segment alone) live in the block scratch ``gs``."""
+    T = borrowed_tape(T)  # helpers taking T count no references (see there)
+    stored = np.empty(0, np.int64)  # no value lives in a block scratch
+    gb = gs.ctypes.data
+    for lo in range(0, n, CHUNK):
+        m = min(CHUNK, n - lo)
+        _seg_block_backward(T, r0, r1, lo, m, stored, gslot, reach, write, assign, 0, gb)
+
+
+@inline
+def _seg_block_backward(T, r0, r1, lo, m, vslot, gslot, reach, write, assign, vb, gb):
+    """One block (elements ``lo .. lo+m-1``) of a segment's reverse sweep:
+    values at ``vslot``'s rows of ``vb`` or in storage, adjoints at
+    ``gslot``'s rows of ``gb`` or at the records' adjoint addresses."""
+    op, arg0, args, fp = T[OP], T[ARG0], T[ARGS], T[FP]
+    for r in range(r1 - 1, r0 - 1, -1):
+        q = r - r0
+        if not reach[q]:
+            continue
+        code = op[r]
+        kind = code >> C.SHIFT
+        sub = code & C.MASK
+        a0 = arg0[r]
+        g = _view(_gaddr(T, r, r0, gslot, gb, lo), m)
+        y = _view(_vaddr_or_adjoint(T, r, r0, vslot, vb, gslot, gb, lo), m)
+        pa = args[a0]
+        xa = _view(_vaddr_or_adjoint(T, pa, r0, vslot, vb, gslot, gb, lo), m)
+        ga = _view(_gaddr(T, pa, r0, gslot, gb, lo), m)
+        wa, fa = write[2 * q], assign[2 * q]
+        if kind == C.K_UNARY:
+            if wa:
+                _unary_vjp_into(sub, g, xa, y, ga, fa)
+            continue
+        if kind == C.K_SCALAR:
+            if wa:
+                _scalar_vjp_into(sub, g, xa, y, fp[r], ga, fa)
+            continue
+        if kind != C.K_NARY:  # segments hold elementwise records only
+            ga[:] = np.nan
+            continue
+        pb = args[a0 + 1]
+        xb = _view(_vaddr_or_adjoint(T, pb, r0, vslot, vb, gslot, gb, lo), m)
+        if pb == pa:  # x op x: both partials to one adjoint
+            if wa:
+                _binary_self_into(sub, g, xa, y, ga, fa)
+            continue
+        gbv = _view(_gaddr(T, pb, r0, gslot, gb, lo), m)
+        wb, fb = write[2 * q + 1], assign[2 * q + 1]
+        if wa and wb:
+            # one of them written before: zero the other's block, accumulate
+            if fa != fb:
+                _put_chunk(ga, m, fa)
+                _put_chunk(gbv, m, fb)
+            _binary_vjp_into(sub, g, xa, xb, y, ga, gbv, fa and fb)
+        elif wa or wb:  # the other operand is a constant
+            _binary_one_side_into(sub, g, xa, xb, y, ga if wa else gbv,
+                                  fa if wa else fb, wa)

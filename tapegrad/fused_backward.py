@@ -1,0 +1,162 @@
+"""Fused reverse sweeps over runs of large elementwise records of an eager tape.
+
+A record-by-record sweep takes one pass over memory per record: on
+``3*a + 2*b*b + log(c)`` over a million elements that is seven passes,
+most of them writing an intermediate adjoint that the next VJP reads back
+once.  Here a run of consecutive same-size elementwise records (with leaves
+and constants between them) is swept block by block instead
+(kernels/fused_segments.py ``seg_backward_stored``, ``CHUNK`` elements at
+a time): the adjoints that only the run's own records write and read live
+in a block scratch that stays in cache, and only the adjoints of the
+records outside the run (leaves, earlier records) and of run records an
+earlier VJP already reached are written to memory.  The VJPs are the
+sweep's own loops, applied in the same order: the results are the
+record-by-record sweep's, up to the sign of a zero (a pass-through adjoint
+that the sweep shares is added to a zero here).
+
+A run's plan is made when the sweep has come down to it, from what is
+reached then: every record above the run has run its VJP, so a run record
+not reached yet is reached from inside the run alone, and its adjoint can
+live in the block scratch.
+
+Fusion needs the compiled kernel; it follows the interpreted tier's rule
+(kernels/interpret.py): with nothing compiled or cached the runs are swept
+record by record, and the time that takes is counted until compiling the
+fused kernel pays (the tier's budget), or at once with ``TAPEGRAD_INTERPRET=0``.
+"""
+import time
+
+import numpy as np
+
+from .kernels import codes as C
+from .kernels import interpret
+from .kernels._jit import cached
+from .kernels._views import PTRS, REACHED, RIX
+from .kernels.fused_segments import CHUNK, seg_backward_stored, seg_plan
+from .tape import Tape
+
+#: records with at least this many elements are fused (below it the block
+#: loop's per-record overhead is no cheaper than the plain sweep)
+FUSE_MIN = 4096
+
+_PASSIVE_MAX = C.CONST   # K_NONE subs a run may hold: leaves and constants
+
+
+class _Rent:
+    """What sweeping runs record by record has cost in this process, until
+    the fused kernel is compiled (``hot``)."""
+    hot = False
+    spent = 0.0
+    in_cache = None
+
+
+def _ready():
+    """Whether runs are fused now: the kernel is compiled or loadable, or
+    sweeping runs unfused has cost what compiling it would."""
+    if _Rent.hot:
+        return True
+    setting = interpret._setting()
+    if setting == "force":
+        return False
+    if setting == 0 or seg_backward_stored.signatures:
+        _Rent.hot = True
+        return True
+    if _Rent.in_cache is None:
+        _Rent.in_cache = cached(seg_backward_stored.cache_name()) \
+            if hasattr(seg_backward_stored, "cache_name") else False
+    budget = min(setting, interpret.LOAD_BUDGET) if _Rent.in_cache else setting
+    if _Rent.spent >= budget:
+        _Rent.hot = True
+    return _Rent.hot
+
+
+def runs(tape, T, start, stop, order):
+    """Runs of fusable records among records ``start .. stop+1`` (those of
+    ``order`` when given): ``(r0, r1, n, fusable)`` ascending, where
+    ``fusable`` marks the records of ``r0 .. r1-1`` the run sweeps."""
+    if order is None:
+        recs = np.arange(stop + 1, start + 1)
+    else:
+        recs = order[(order > stop) & (order <= start)][::-1]
+    if recs.size < 2:
+        return []
+    size = tape.size[recs]
+    big = size >= FUSE_MIN
+    if np.count_nonzero(big) < 2:
+        return []
+    op = tape.op[recs]
+    kind, sub = op >> C.SHIFT, op & C.MASK
+    fus = big & ((kind == C.K_UNARY) | (kind == C.K_SCALAR)
+                 | ((kind == C.K_NARY) & (sub != C.WHERE)))
+    cand = np.flatnonzero(fus)
+    a0, a1 = tape.arg0[recs[cand]], tape.arg0[recs[cand] + 1]
+    args, psize = tape.args, tape.size
+    same = psize[args[a0]] == size[cand]
+    two = (a1 - a0) == 2
+    same[two] &= psize[args[a0[two] + 1]] == size[cand][two]
+    fus[cand] &= same & ~tape.freed[recs[cand]]
+    passive = (kind == C.K_NONE) & (sub <= _PASSIVE_MAX)
+    out, i, k = [], 0, recs.size
+    while i < k:
+        if not fus[i]:
+            i += 1
+            continue
+        m, e, last = size[i], i + 1, i
+        while e < k and (passive[e] or (fus[e] and size[e] == m)):
+            if fus[e]:
+                last = e
+            e += 1
+        if np.count_nonzero(fus[i:last + 1]) >= 2:
+            r0, r1 = int(recs[i]), int(recs[last]) + 1
+            mask = np.zeros(r1 - r0, np.bool_)
+            mask[recs[i:last + 1][fus[i:last + 1]] - r0] = True
+            if _parents_alive(tape, T, r0, r1, mask):
+                out.append((r0, r1, int(m), mask))
+        i = last + 1
+    return out
+
+
+def _parents_alive(tape, T, r0, r1, mask):
+    """False if a run record reads a value a freed graph released (the
+    record-by-record sweep reports that; the run leaves it to it)."""
+    recs = np.flatnonzero(mask) + r0
+    ps = np.concatenate([tape.args[tape.arg0[r]:tape.arg0[r + 1]] for r in recs])
+    k = T[RIX][ps]
+    k = k[k >= 0]
+    return not np.any(T[PTRS][k] == 0)
+
+
+def sweep_run(T, r0, r1, n, mask):
+    """The fused reverse sweep over one run, planned from what is reached now."""
+    reached = T[REACHED]
+    if not reached[r0:r1][mask].any():
+        return  # nothing above reaches the run (another graph on the tape)
+    internal = mask & ~reached[r0:r1]
+    gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
+    reach, write, assign = seg_plan(T, r0, r1, gslot)
+    gs = np.empty((max(int(internal.sum()), 1), CHUNK))
+    seg_backward_stored(T, r0, r1, n, gslot, reach, write, assign, gs)
+    # the run's records count as reached, as after the record-by-record
+    # sweep (the graph is freed, and checked for stale values, by that mark)
+    reached[r0:r1] |= reach
+
+
+def run(tape, T, start, stop, order, plain):
+    """Sweep records ``start .. stop+1`` (of ``order``, when given): the runs
+    of large elementwise records fused, the rest through ``plain(start,
+    stop)``, the record-by-record sweep over that span."""
+    segs = runs(tape, T, start, stop, order) if type(tape) is Tape else []
+    if not segs:
+        plain(start, stop)
+        return
+    fuse = _ready()
+    for r0, r1, n, mask in reversed(segs):
+        plain(start, r1 - 1)
+        if fuse:
+            sweep_run(T, r0, r1, n, mask)
+        else:
+            t0 = time.perf_counter()
+            plain(r1 - 1, r0 - 1)
+            _Rent.spent += time.perf_counter() - t0
+        start = r0 - 1
+    plain(start, stop)

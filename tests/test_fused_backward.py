@@ -1,0 +1,334 @@
+"""The fused reverse sweep over runs of large elementwise records (fused_backward.py).
+
+Random straight-line programs over arrays of 4,096 elements and more (the
+fusion threshold), with the run-breaking records a program meets in
+practice between them: broadcasts, reductions of intermediates, indexing,
+``where``, constants of full size, leaves used several times, ``x op x``,
+intermediates read again after the run.  Each program's gradients are
+checked against the record-by-record sweep (the same IEEE operations in
+the same order: equal), against central differences in float64 along
+random directions, and, through PyTorch when it is installed, elementwise.
+The sweeps run compiled (``TAPEGRAD_INTERPRET=0`` semantics, forced per
+test), so the fused kernel is the one under test.
+"""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tapegrad as tg
+from tapegrad import fused_backward as FB
+from tapegrad.kernels import interpret
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - depends on the environment
+    torch = None
+
+N = FB.FUSE_MIN + 37   # a partial last block too
+
+UNARY = {
+    "sin": (np.sin, lambda t: t.sin()),
+    "tanh": (np.tanh, lambda t: t.tanh()),
+    "exp_small": (lambda x: np.exp(0.3 * x), lambda t: (0.3 * t).exp()),
+    "log1p_sq": (lambda x: np.log1p(x * x), lambda t: (t * t).log1p()),
+    "square": (np.square, lambda t: t * t),
+    "neg": (np.negative, lambda t: -t),
+    "sqrt_pos": (lambda x: np.sqrt(x * x + 1.0), lambda t: (t * t + 1.0).sqrt()),
+}
+SCALAR = {
+    "mulc": (lambda x: 1.7 * x, lambda t: 1.7 * t),
+    "addc": (lambda x: x + 0.3, lambda t: t + 0.3),
+    "subc": (lambda x: 0.5 - x, lambda t: 0.5 - t),
+    "divc": (lambda x: x / 1.9, lambda t: t / 1.9),
+}
+BINARY = {
+    "add": (np.add, lambda a, b: a + b),
+    "sub": (np.subtract, lambda a, b: a - b),
+    "mul": (np.multiply, lambda a, b: a * b),
+    "div_safe": (lambda a, b: a / (b * b + 1.0), lambda a, b: a / (b * b + 1.0)),
+    "maximum": (np.maximum, lambda a, b: torch.maximum(a, b)),
+    "hypot": (np.hypot, lambda a, b: torch.hypot(a, b)),
+}
+
+
+def _program(seed, steps):
+    """A random program: a list of (kind, name, operand indices) over a value
+    list that starts with three leaves; the last value is the output."""
+    rng = np.random.default_rng(seed)
+    prog, nvals = [], 3
+    for _ in range(steps):
+        k = rng.random()
+        pick = lambda: int(rng.integers(nvals))  # noqa: E731
+        if k < 0.3:
+            prog.append(("unary", rng.choice(list(UNARY)), (pick(),)))
+        elif k < 0.5:
+            prog.append(("scalar", rng.choice(list(SCALAR)), (pick(),)))
+        elif k < 0.85:
+            a = pick()
+            b = a if rng.random() < 0.1 else pick()
+            prog.append(("binary", rng.choice(list(BINARY)), (a, b)))
+        elif k < 0.9:
+            prog.append(("const", "mulconst", (pick(),)))
+        elif k < 0.94:
+            # a run breaker whose output is full size again
+            prog.append(("break", rng.choice(["bcast", "where", "index"]), (pick(),)))
+        else:
+            # a reduction of an intermediate that joins the output later
+            prog.append(("reduce", "mean", (pick(),)))
+        nvals += 1
+    return prog
+
+
+def _run(prog, xs, lib):
+    """Evaluate ``prog`` on ``xs`` with ``lib`` ('np', 'tg' or 'torch');
+    returns the scalar output."""
+    vals, extras = list(xs), []
+    K = np.linspace(0.5, 1.5, N)
+    for kind, name, ops in prog:
+        a = vals[ops[0]]
+        if kind == "unary":
+            f_np, f_t = UNARY[name]
+            v = f_np(a) if lib == "np" else (f_np(a) if lib == "tg" else f_t(a))
+        elif kind == "scalar":
+            f_np, f_t = SCALAR[name]
+            v = f_np(a) if lib != "torch" else f_t(a)
+        elif kind == "binary":
+            f_np, f_t = BINARY[name]
+            b = vals[ops[1]]
+            v = f_np(a, b) if lib != "torch" else f_t(a, b)
+        elif kind == "const":
+            c = K if lib != "torch" else torch.from_numpy(K)
+            v = a * c
+        elif kind == "break":
+            if name == "bcast":
+                v = (a.reshape(-1, 1)[: N] * 1.0).reshape(-1) + a[:1]
+            elif name == "where":
+                m = K > 1.0
+                v = np.where(m, a, 2.0 * a) if lib != "torch" else \
+                    torch.where(torch.from_numpy(m), a, 2.0 * a)
+            else:
+                v = a[::-1] * 1.0 if lib != "torch" else torch.flip(a, (0,)) * 1.0
+        else:
+            extras.append(a.mean())
+            v = a * 1.0
+        vals.append(v)
+    out = (vals[-1] * vals[-1]).sum() * 1e-3
+    for e in extras:
+        out = out + e
+    return out
+
+
+def _inputs(seed):
+    rng = np.random.default_rng(seed + 1)
+    return [rng.uniform(-1.0, 1.0, N) for _ in range(3)]
+
+
+def _grads(prog, xs, fused=True):
+    leaves = [tg.tensor(x, requires_grad=True) for x in xs]
+    with interpret.mode(0):
+        saved = FB.runs
+        if not fused:
+            FB.runs = lambda *a: []
+        try:
+            _run(prog, leaves, "tg").backward()
+        finally:
+            FB.runs = saved
+    return [np.zeros(N) if x.grad is None else x.grad.numpy() for x in leaves]
+
+
+def _fused_runs_seen(prog, xs):
+    """How many runs the fused sweep takes on this program."""
+    seen = []
+    saved = FB.sweep_run
+
+    def spy(*a):
+        seen.append(a[1:3])
+        return saved(*a)
+    FB.sweep_run = spy
+    try:
+        _grads(prog, xs)
+    finally:
+        FB.sweep_run = saved
+    return len(seen)
+
+
+def _check(seed, steps=10):
+    prog = _program(seed, steps)
+    xs = _inputs(seed)
+    fused = _grads(prog, xs)
+    plain = _grads(prog, xs, fused=False)
+    for f, p in zip(fused, plain):
+        np.testing.assert_array_equal(f, p)
+    # central differences of the float64 NumPy program along random directions
+    rng = np.random.default_rng(seed + 2)
+    for _ in range(2):
+        ds = [rng.standard_normal(N) for _ in xs]
+        h = 1e-6
+        up = _run(prog, [x + h * d for x, d in zip(xs, ds)], "np")
+        dn = _run(prog, [x - h * d for x, d in zip(xs, ds)], "np")
+        fd = (up - dn) / (2 * h)
+        an = sum(float(g @ d) for g, d in zip(fused, ds))
+        assert abs(fd - an) <= 1e-5 * max(1.0, abs(fd)), (seed, fd, an)
+    if torch is not None:
+        ts = [torch.tensor(x, requires_grad=True) for x in xs]
+        _run(prog, ts, "torch").backward()
+        for f, t in zip(fused, ts):
+            tgrad = np.zeros(N) if t.grad is None else t.grad.numpy()
+            np.testing.assert_allclose(f, tgrad, rtol=1e-10, atol=1e-12)
+    return prog, xs
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs(seed):
+    _check(seed)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(100, 10**6), st.integers(2, 16))
+def test_hypothesis_programs(seed, steps):
+    _check(seed, steps)
+
+
+def test_the_programs_reach_the_fused_sweep():
+    hits = sum(_fused_runs_seen(_program(s, 10), _inputs(s)) > 0 for s in range(12))
+    assert hits >= 10
+
+
+def _three():
+    a, b, c = _inputs(7)
+    return a, b, c + 2.0
+
+
+def test_the_brief_example_at_scale():
+    a, b, c = _three()
+    A, B, Cc = (tg.tensor(v, requires_grad=True) for v in (a, b, c))
+    with interpret.mode(0):
+        (3 * A + 2 * B * B + np.log(Cc)).sum().backward()
+    np.testing.assert_array_equal(A.grad.numpy(), np.full(N, 3.0))
+    np.testing.assert_allclose(B.grad.numpy(), 4 * b, rtol=1e-15)
+    np.testing.assert_allclose(Cc.grad.numpy(), 1 / c, rtol=1e-15)
+
+
+def test_retain_graph_accumulates_and_second_backward_raises():
+    a, b, c = _three()
+    A = tg.tensor(a, requires_grad=True)
+    with interpret.mode(0):
+        y = (np.sin(A) * 2.0 + A * A).sum()
+        y.backward(retain_graph=True)
+        y.backward()
+        np.testing.assert_allclose(A.grad.numpy(), 2 * (2 * np.cos(a) + 2 * a), rtol=1e-14)
+        with pytest.raises(RuntimeError, match="second time"):
+            y.backward()
+
+
+def test_an_intermediate_read_after_the_run_and_a_seed_vector():
+    a, b, _ = _three()
+    A, B = tg.tensor(a, requires_grad=True), tg.tensor(b, requires_grad=True)
+    with interpret.mode(0):
+        u = np.tanh(A) * B
+        v = u * u + A
+        w = np.concatenate([v, u])      # u is read again outside the run
+        seed = np.linspace(-1, 1, 2 * N)
+        w.backward(seed)
+    s1, s2 = seed[:N], seed[N:]
+    t = np.tanh(a)
+    uu = t * b
+    ga = s1 * (2 * uu * (1 - t * t) * b + 1) + s2 * (1 - t * t) * b
+    gb = s1 * 2 * uu * t + s2 * t
+    np.testing.assert_allclose(A.grad.numpy(), ga, rtol=1e-13)
+    np.testing.assert_allclose(B.grad.numpy(), gb, rtol=1e-13)
+
+
+def test_retain_grad_and_hooks_inside_a_run():
+    a, _, _ = _three()
+    A = tg.tensor(a, requires_grad=True)
+    seen = []
+    with interpret.mode(0):
+        h = np.sin(A) * 3.0
+        h.retain_grad()
+        k = h * h
+        k.register_hook(lambda g: seen.append(g.numpy().copy()))
+        (k + 1.0).sum().backward()
+    np.testing.assert_array_equal(seen[0], np.ones(N))
+    np.testing.assert_allclose(h.grad.numpy(), 2 * 3.0 * np.sin(a), rtol=1e-14)
+    np.testing.assert_allclose(A.grad.numpy(), 2 * 9.0 * np.sin(a) * np.cos(a), rtol=1e-13)
+
+
+def test_autograd_grad_of_an_intermediate_inside_a_run():
+    a, _, _ = _three()
+    A = tg.tensor(a, requires_grad=True)
+    with interpret.mode(0):
+        h = np.exp(0.1 * A) * 2.0
+        y = (h * h * 0.5).sum()
+        gh, ga = tg.autograd.grad(y, [h, A])
+    e = 2.0 * np.exp(0.1 * a)
+    np.testing.assert_allclose(gh.numpy(), e, rtol=1e-14)
+    np.testing.assert_allclose(ga.numpy(), e * e * 0.1, rtol=1e-13)
+
+
+def test_tg_grad_and_value_and_grad_fuse_too():
+    a, b, c = _three()
+    f = lambda x, y: (np.sin(x) * y + x * x).sum()  # noqa: E731
+    calls = []
+    saved = FB.sweep_run
+    FB.sweep_run = lambda *a: (calls.append(1), saved(*a))
+    try:
+        with interpret.mode(0):
+            gx, gy = tg.grad(f, argnums=(0, 1))(a, b)
+            value, (vx, vy) = tg.value_and_grad(f, argnums=(0, 1))(a, b)
+    finally:
+        FB.sweep_run = saved
+    assert len(calls) == 2
+    np.testing.assert_allclose(gx, np.cos(a) * b + 2 * a, rtol=1e-14)
+    np.testing.assert_allclose(gy, np.sin(a), rtol=1e-14)
+    np.testing.assert_array_equal(vx, gx)
+    np.testing.assert_array_equal(vy, gy)
+    assert value == f(a, b)
+
+
+def test_an_unrelated_graph_on_the_tape_is_left_alone():
+    a, b, _ = _three()
+    A, B = tg.tensor(a, requires_grad=True), tg.tensor(b, requires_grad=True)
+    with interpret.mode(0):
+        other = (np.sin(B) * B * 2.0).sum()      # kept, never backwarded yet
+        (np.cos(A) * A * 2.0).sum().backward()
+        assert B.grad is None
+        other.backward()
+    np.testing.assert_allclose(A.grad.numpy(), 2 * (np.cos(a) - a * np.sin(a)), rtol=1e-13)
+    np.testing.assert_allclose(B.grad.numpy(), 2 * (np.sin(b) + b * np.cos(b)), rtol=1e-13)
+
+
+def test_a_value_written_in_place_after_it_was_recorded_raises():
+    a, _, _ = _three()
+    A = tg.tensor(a, requires_grad=True)
+    with interpret.mode(0):
+        h = A * 2.0
+        k = h * h
+        y = (k * 3.0).sum()
+        with tg.no_grad():
+            h += 1.0
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+    assert A.grad is None
+
+
+def test_the_interpreted_tier_sweeps_runs_record_by_record(monkeypatch):
+    """With nothing compiled, runs are swept unfused (and their time is
+    counted toward compiling the fused kernel); with it compiled they fuse."""
+    monkeypatch.setattr(FB._Rent, "hot", False)
+    monkeypatch.setattr(FB._Rent, "spent", 0.0)
+    a, _, _ = _three()
+    calls = []
+    saved = FB.sweep_run
+    monkeypatch.setattr(FB, "sweep_run", lambda *a: (calls.append(1), saved(*a)))
+    A = tg.tensor(a, requires_grad=True)
+    with interpret.mode("force"):
+        (np.sin(A) * A).sum().backward()
+    assert calls == [] and FB._Rent.spent > 0.0
+    g_plain = A.grad.numpy().copy()
+    A.grad = None
+    with interpret.mode(0):
+        (np.sin(A) * A).sum().backward()
+    assert calls == [1]
+    np.testing.assert_array_equal(A.grad.numpy(), g_plain)
