@@ -157,6 +157,25 @@ class Tape(_Liveness, _Writes):
             self._grow_args(self.na + nargs)
         self._update_room()
 
+    def reserve(self, records, ints=0, parents=2):
+        """Whether ``records`` more records (``parents`` parents each) and
+        ``ints`` integer parameters fit without growing, growing the arrays
+        if they must: the check of the fast paths that write records of more
+        than one parent or with integer parameters (``room`` is a
+        conservative bound that only a growth renews).  False while ``room``
+        is -1 (no_grad)."""
+        if self.n + records > self.room or parents > 2:
+            if self.room < 0:
+                return False
+            while self.n + records + 2 > len(self.op):
+                self._grow_records()
+            if self.na + records * parents > len(self.args):
+                self._grow_args(self.na + records * parents)
+            self._update_room()
+        if self.ni + ints > len(self.ip):
+            self._grow_ip(self.ni + ints)
+        return True
+
     def _update_room(self):
         """``room``: records the hot paths may append (with up to 2 parents each)
         before they must check capacities again; -1 while grad mode is off, so
@@ -296,6 +315,21 @@ class Tape(_Liveness, _Writes):
                 p = self.args[a0 + j]
                 if self.size[p] > SMALL and self.rix[p] < 0:
                     self.keep(p, x)
+
+    def put(self, r, data, inputs):
+        """``_value`` for an array result of an elementwise fast path, whose
+        operands have its size: when it fits the arena it goes there without
+        the look at the operands (none of so few elements is ever kept by
+        reference), else through ``_value``."""
+        m = data.size
+        nv = self.nv
+        if 1 < m <= SMALL and nv + m <= len(self.vals):
+            self.size[r] = m
+            self.vals[nv:nv + m] = data if data.ndim == 1 else data.ravel()
+            self.voff[r] = nv
+            self.nv = nv + m
+        else:
+            self._value(r, data, inputs)
 
     def keep(self, r, value):
         """Keep record r's large value for the sweep."""

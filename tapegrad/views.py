@@ -43,13 +43,18 @@ def note_view(base, view, key):
         # see into the base reaches what the view's consumers saved (check_stale)
         tok.tape.aliases.add(view._rec)
     if base._requires_grad:  # recorded writes re-derive the base's other views
-        try:
-            views = base._views
-        except AttributeError:
-            views = base._views = []
-        views.append(weakref.ref(view))
-        if len(views) > 64 and len(views) & (len(views) - 1) == 0:  # prune now and then
-            views[:] = [w for w in views if w() is not None]
+        track(base, view)
+
+
+def track(base, view):
+    """Add ``view`` to the live views of ``base`` (which requires grad)."""
+    try:
+        views = base._views
+    except AttributeError:
+        views = base._views = []
+    views.append(weakref.ref(view))
+    if len(views) > 64 and len(views) & (len(views) - 1) == 0:  # prune now and then
+        views[:] = [w for w in views if w() is not None]
 
 
 def _chain(t):

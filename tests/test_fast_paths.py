@@ -46,28 +46,51 @@ def node_names(fn, depth=6):
                                      for f, k in fn.next_functions))
 
 
-def run(f, value, dtype=None, via_general=False):
-    """Build ``f(y)`` on a non-leaf ``y = x * 1.0`` of a fresh epoch; return what
-    the two paths must agree on."""
+def run(f, value, dtype=None, via_general=False, leaf=False):
+    """Build ``f(y)`` on a non-leaf ``y = x * 1.0`` of a fresh epoch (on the
+    leaf x itself with ``leaf``); return what the two paths must agree on."""
     current()  # a fresh epoch: the previous graphs' tensors are gone
     x = tg.tensor(np.asarray(value, dtype=dtype), requires_grad=True)
-    y = x * 1.0
+    y = x if leaf else x * 1.0
     out = general(f, y) if via_general else f(y)
     tape = current()
-    n, na = tape.n, tape.na
+    n, na, ni, nv = tape.n, tape.na, tape.ni, tape.nv
     recs = tuple(a.copy() for a in (tape.op[:n], tape.arg0[:n], tape.args[:na],
-                                    tape.fp[:n], tape.v1[:n], tape.size[:n]))
+                                    tape.fp[:n], tape.v1[:n], tape.size[:n], tape.ip0[:n],
+                                    tape.ip[:ni], tape.voff[:n], tape.vals[:nv]))
     names = node_names(out.grad_fn)
     value_bits = bits(out._data)
+    views = (sorted(tape.aliases), len(getattr(y, "_views", ())),
+             getattr(out, "_vw", (None, None))[1])
     (out.sum() if out.ndim else out).backward()
     grad = bits(x.grad._data)
-    return value_bits, out.requires_grad, names, [r.tobytes() for r in recs], grad
+    return (value_bits, out.requires_grad, names, [r.tobytes() for r in recs], views,
+            out.is_leaf, grad)
 
 
-def same_both_ways(f, value, dtype=None):
-    fast = run(f, value, dtype)
-    slow = run(f, value, dtype, via_general=True)
+def same_both_ways(f, value, dtype=None, leaf=False):
+    fast = run(f, value, dtype, leaf=leaf)
+    slow = run(f, value, dtype, via_general=True, leaf=leaf)
     assert fast == slow
+
+
+def same_error_both_ways(make, value, leaf=False):
+    """``make(y)()`` raises the same exception, with the same message, on both
+    paths, and leaves the tape as it found it (``make`` builds the operands)."""
+    msgs = []
+    for via in (False, True):
+        current()
+        x = tg.tensor(np.asarray(value), requires_grad=True)
+        y = x if leaf else x * 1.0
+        f = make(y)
+        tape = current()
+        before = tape.n, tape.na, tape.ni, tape.nv
+        with pytest.raises(Exception) as e:
+            general(f) if via else f()
+        assert (tape.n, tape.na, tape.ni, tape.nv) == before
+        msgs.append((type(e.value), str(e.value)))
+        del e, f, x, y
+    assert msgs[0] == msgs[1]
 
 
 VALUES = [0.5, [0.5], -1.25, [[2.0]], [0.5, 2.0]]
@@ -271,3 +294,269 @@ def test_complex_operands_still_reach_the_complex_ops():
     y = x * 1.0
     for out in (y * 1j, 1j * y, y + (1 + 2j), (2 - 1j) - y):
         assert type(out).__name__ == "ComplexTensor"
+
+
+# -- integer indexing, stack, small arrays (ops/shape.py: _item_fast, stack_fast;
+# Tape.put) ------------------------------------------------------------------------------
+ITEM_VALUES = [[0.5, 2.0], [1.5], [0.25, -1.0, 3.0, 4.5, 0.125] * 4]
+
+
+@pytest.mark.parametrize("value", ITEM_VALUES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("leaf", [False, True])
+def test_integer_index(value, dtype, leaf):
+    n = len(value)
+    for k in (0, n - 1, -1, -n):
+        same_both_ways(lambda y: y[k], value, dtype, leaf)
+        same_both_ways(lambda y: y[k] * y[0] - y[-1], value, dtype, leaf)
+
+
+def test_integer_index_chains_and_other_keys():
+    # the fast path's int keys into 1-d tensors, next to the keys it leaves to
+    # the general path (2-d values, slices, bools, NumPy ints, lists)
+    same_both_ways(lambda y: y[1:][0] + y[::-1][1], [0.5, 2.0, 3.0])
+    same_both_ways(lambda y: y[0][1] * y[1][0], [[0.5, 2.0], [3.0, 4.0]])
+    same_both_ways(lambda y: y[np.int64(1)] + y[True] + y[[0]][0], [0.5, 2.0])
+    same_both_ways(lambda y: tg.sin(y)[1] + tg.exp(y[0]), [0.5, 2.0])
+
+
+def test_integer_index_errors():
+    for value in ([0.5, 2.0], 0.5):
+        for k in (2, -3):
+            same_error_both_ways(lambda y: lambda: y[k], value)
+            same_error_both_ways(lambda y: lambda: y[k], value, leaf=True)
+
+
+def test_integer_index_no_grad_and_plain_tensors():
+    x = tg.tensor([0.5, 2.0], requires_grad=True)
+    y = x * 1.0
+    n = current().n
+    with tg.no_grad():
+        for t in (x, y):
+            out = t[1]
+            assert out.is_leaf and not out.requires_grad and type(out._data) is np.float64
+    assert current().n == n
+    p = tg.tensor([0.5, 2.0])[0]
+    assert p.is_leaf and not p.requires_grad
+
+
+def test_integer_index_is_a_view():
+    # a recorded write into y[0] reaches y, value and gradient, on both paths
+    def f(y):
+        v = y[0]
+        v += 3.0
+        return y * y
+    same_both_ways(f, [0.5, 2.0])
+    x = tg.tensor([0.5, 2.0], requires_grad=True)
+    y = x * 1.0
+    v = y[1]
+    v *= 2.0
+    assert y.tolist() == [0.5, 4.0]
+    (y * y).sum().backward()
+    assert x.grad.tolist() == [1.0, 16.0]
+
+
+def test_integer_index_of_a_leaf_that_is_read_only():
+    # a leaf's first use records it (read-only while the graph holds it)
+    x = tg.tensor([0.5, 2.0], requires_grad=True)
+    y = x[0] * 2.0
+    assert not x.numpy().flags.writeable
+    y.backward()
+    assert x.grad.tolist() == [2.0, 0.0]
+
+
+def test_integer_index_grows_the_tape():
+    x = tg.tensor([0.5, 2.0, 3.0], requires_grad=True)
+    y = x * 1.0
+    total = y[0]
+    for i in range(5000):  # past the first capacities of records and parameters
+        total = total + y[i % 3] * x[(i + 1) % 3]
+    total.backward()
+    want = np.array([0.5, 2.0, 3.0])
+    g = np.zeros(3)
+    g[0] += 1.0
+    for i in range(5000):
+        g[i % 3] += want[(i + 1) % 3]
+        g[(i + 1) % 3] += want[i % 3]
+    np.testing.assert_allclose(x.grad.numpy(), g, rtol=1e-12)
+
+
+STACKS = [
+    (0.5, lambda y: np.stack([y * 2.0, y, tg.sin(y)])),
+    (0.5, lambda y: tg.stack([y * 2.0, y + 1.0])),
+    (0.5, lambda y: np.stack((y * 2.0,))),
+    (0.5, lambda y: tg.stack([y * 2.0, y], axis=-1)),
+    ([0.5, 2.0], lambda y: np.stack([y[0] * y[1], y[1] - y[0]])),
+    ([0.5, 2.0], lambda y: np.stack([y, y * 3.0, y])),
+    ([0.5, 2.0], lambda y: tg.stack([y, y * 3.0], 1)),
+    ([0.5, 2.0], lambda y: tg.stack([y, y * 3.0], axis=-1)),
+    ([[0.5, 2.0], [1.0, 3.0]], lambda y: tg.stack([y, -y], axis=1)),
+    ([[0.5, 2.0], [1.0, 3.0]], lambda y: tg.stack([y.T, -y], axis=2)),
+    (list(range(12)), lambda y: np.stack([y, y * 2.0])),          # past the arena's SMALL
+    (list(range(12)), lambda y: np.stack([y[i] for i in range(12)] * 2)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(STACKS)))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_stack(case, dtype):
+    value, f = STACKS[case]
+    same_both_ways(f, value, dtype)
+
+
+def test_stack_that_takes_the_general_path():
+    # leaves, constants, mixed shapes or dtypes, keywords: the general path on both
+    same_both_ways(lambda y: np.stack([y, y * 2.0]), 0.5, leaf=True)
+    same_both_ways(lambda y: np.stack([y * 2.0, np.float64(1.0)]), 0.5)
+    same_both_ways(lambda y: np.stack([y * 2.0, tg.tensor(1.0)]), 0.5)
+    same_both_ways(lambda y: np.stack([y * 2.0, tg.astype(y, np.float32) * 1.0]), 0.5)
+    same_both_ways(lambda y: np.stack([y * 2.0, y], axis=0, dtype=np.float32), 0.5)
+    same_both_ways(lambda y: np.stack([y[0] * 1.0, y[1] * 1.0], axis=0), [0.5, 2.0])
+
+
+def test_stack_errors():
+    def operands(y):
+        return [y, y * 2.0, y[0] * 2.0]
+
+    def making(f):
+        return lambda y: (lambda ops: lambda: f(*ops))(operands(y))
+    for f in (lambda a, b, c: np.stack([a, b], axis=2),
+              lambda a, b, c: tg.stack([a, b], axis=-3),
+              lambda a, b, c: np.stack([a, c]),
+              lambda a, b, c: tg.stack((c, a)),
+              lambda a, b, c: tg.stack([]),
+              lambda a, b, c: np.stack(iter([a, b]))):
+        same_error_both_ways(making(f), [0.5, 2.0])
+
+
+def test_stack_no_grad():
+    x = tg.tensor([0.5, 2.0], requires_grad=True)
+    y = x * 1.0
+    n = current().n
+    with tg.no_grad():
+        out = np.stack([y, y * 2.0])
+    assert out.is_leaf and not out.requires_grad and current().n == n
+    assert out.tolist() == [[0.5, 2.0], [1.0, 4.0]]
+
+
+def test_stack_result_is_writable_and_its_own():
+    x = tg.tensor([0.5, 2.0], requires_grad=True)
+    y = x * 1.0
+    s = np.stack([y[0], y[1]])
+    assert s._data.flags.writeable and not np.shares_memory(s._data, y._data)
+    s[0] = s[1] * 3.0      # a recorded write into the stacked result
+    s.sum().backward()
+    assert x.grad.tolist() == [0.0, 4.0]
+
+
+SMALL_ARRAYS = [[0.5, 2.0], [[0.5, 2.0], [1.5, -1.0]], [0.25] * 16, [0.25] * 17]
+
+
+@pytest.mark.parametrize("value", SMALL_ARRAYS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_small_arrays(value, dtype):
+    with np.errstate(all="ignore"):
+        same_both_ways(lambda y: (y + 0.5 * y) * y - tg.sin(y) / (1.0 + y), value, dtype)
+        same_both_ways(lambda y: 2.0 ** (y * y) - tg.tanh(3.0 - y), value, dtype)
+
+
+def _rk4(th, steps=6, dt=0.05):
+    # a loop over tiny arrays in plain NumPy style: every fast path above
+    def rhs(u):
+        x, y = u[0], u[1]
+        a, b, c, d = th[0], th[1], th[2], th[3]
+        return np.stack([a * x - b * x * y, c * x * y - d * y])
+    u = np.stack([th[0] * 0 + 1.0, th[0] * 0 + 0.5])
+    total = 0.0
+    for i in range(steps):
+        k1 = rhs(u)
+        k2 = rhs(u + 0.5 * dt * k1)
+        k3 = rhs(u + 0.5 * dt * k2)
+        k4 = rhs(u + dt * k3)
+        u = u + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        total = total + ((u - np.array([1.0, 0.5 + 0.1 * i])) ** 2).sum()
+    return total
+
+
+def test_rk4_loop_both_ways():
+    th0 = np.array([1.1, 0.4, 0.1, 0.4])
+    got = [run(_rk4, th0, leaf=True, via_general=via) for via in (False, True)]
+    assert got[0] == got[1]
+
+
+def test_rk4_loop_traced_replays_against_central_differences():
+    ft = tg.trace(_rk4, np.array([1.1, 0.4, 0.1, 0.4]))
+    for th in (np.array([0.9, 0.5, 0.2, 0.3]), np.array([1.3, 0.2, 0.15, 0.6])):
+        v, g = ft.value_and_grad(th)
+        assert float(v) == float(_rk4(th))   # the plain NumPy forward
+        fd = np.zeros(4)
+        for j in range(4):
+            e = np.zeros(4)
+            e[j] = 1e-6
+            fd[j] = (_rk4(th + e) - _rk4(th - e)) / 2e-6
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-9)
+        x = tg.tensor(th, requires_grad=True)
+        _rk4(x).backward()    # eager, on the fast paths
+        np.testing.assert_allclose(x.grad.numpy(), g, rtol=1e-13, atol=1e-15)
+
+
+ARRAY_OPERANDS = [np.array([0.75, -1.5]), np.array([[0.5, 2.0], [1.0, 4.0]]).T,
+                  np.array([0.5, 3.0], np.float32), np.arange(16.0), np.arange(17.0)]
+
+
+@pytest.mark.parametrize("c", range(len(ARRAY_OPERANDS)))
+@pytest.mark.parametrize("op", BINARY + FUNCS, ids=lambda o: o.__name__)
+def test_tensor_with_an_array(op, c):
+    c = ARRAY_OPERANDS[c]
+    value = np.linspace(0.25, 2.0, c.size).reshape(c.shape)
+    with np.errstate(all="ignore"):
+        same_both_ways(lambda y: op(y, c), value)
+        same_both_ways(lambda y: op(c, y), value)
+
+
+def test_tensor_with_an_array_that_takes_the_general_path():
+    for c in (np.array([1, 2]), np.array([0.5]), np.array(0.5), np.array([[0.5, 2.0]]),
+              np.array([True, False])):
+        with np.errstate(all="ignore"):
+            same_both_ways(lambda y: y - c, [0.5, 2.0])
+            same_both_ways(lambda y: c * y, [0.5, 2.0])
+    same_both_ways(lambda y: y * np.array([0.5, 2.0]), [0.5, 2.0], leaf=True)
+
+
+def test_tensor_with_an_array_notes_writes_into_the_array():
+    # the array is copied into the tape; a later tapegrad write into it is noted
+    c = tg.tensor([0.5, 2.0])
+    x = tg.tensor([1.0, 3.0], requires_grad=True)
+    y = x * 1.0
+    z = y * c.numpy()
+    c[0] = 7.0
+    with pytest.raises(RuntimeError):
+        (z * z).sum().backward()
+
+
+def test_tensor_with_an_array_errors():
+    same_error_both_ways(lambda y: lambda: y - np.array([1.0, 2.0, 3.0]), [0.5, 2.0])
+    same_error_both_ways(lambda y: lambda: np.array([1.0, 2.0, 3.0]) * y, [0.5, 2.0])
+    same_error_both_ways(lambda y: lambda: y - np.array([0.5, 2.0], dtype=object), [0.5, 2.0])
+
+
+UFUNC_CALLS = [lambda y: np.sin(y), lambda y: np.exp(np.tanh(y)), lambda y: np.add(y, y),
+               lambda y: np.multiply(2.0, y), lambda y: np.subtract(np.array([1.0, 2.0]), y),
+               lambda y: np.maximum(y, 1), lambda y: np.hypot(y, y * 2.0),
+               lambda y: np.arctan2(y, np.array([1.0, -1.0], np.float32))]
+
+
+@pytest.mark.parametrize("f", range(len(UFUNC_CALLS)))
+def test_numpy_ufunc_calls(f):
+    same_both_ways(UFUNC_CALLS[f], [0.5, 2.0])
+
+
+def test_numpy_ufunc_calls_that_take_the_general_path():
+    y = tg.tensor([0.5, 2.0], requires_grad=True) * 1.0
+    assert type(np.multiply(y, 1j)).__name__ == "ComplexTensor"
+    assert type(np.add(np.array([1j, 2.0]), y)).__name__ == "ComplexTensor"
+    assert np.sin(y, dtype=np.float32).dtype == np.float32
+    assert np.isnan(y).tolist() == [False, False]
+    with pytest.raises(TypeError, match="out="):
+        np.sin(y, out=np.zeros(2))
+    assert np.add.reduce(y).item() == 2.5

@@ -10,6 +10,7 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
+from ..kernels._views import SMALL as _SMALL
 from ..kernels.special_arrays import values_into
 from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current
 from ..tensor import Tensor, _node, _plain, _result
@@ -18,6 +19,7 @@ from .registry import register
 _SCALARS = (numbers.Real, np.floating, np.integer)
 _SUB_CODE = C.code(C.K_NARY, C.SUB)
 _F64 = np.float64  # 0-d results of float64 ops: NumPy scalars of this type
+_ND = np.ndarray
 
 
 # -- unary -------------------------------------------------------------------
@@ -58,7 +60,7 @@ def _def_unary(name, sub, fn, doc_name=None, example=0.5, doc_module="numpy"):
                         if type(data) is _F64 or not data.ndim:
                             tape.v1[r] = data  # size is 1 by default
                         else:
-                            tape._value(r, data, (d,))
+                            tape.put(r, data, (d,))
                         tape.n = r + 1
                     except BaseException:
                         tape.abandon(r, na)
@@ -310,7 +312,7 @@ def _binary_op(code, fn, left, negate, slow):
                         if type(data) is _F64 or not data.ndim:
                             tape.v1[r] = data  # size is 1 by default
                         else:
-                            tape._value(r, data, (ad, bd))
+                            tape.put(r, data, (ad, bd))
                         tape.n = r + 1
                     except BaseException:
                         tape.abandon(r, na)
@@ -342,7 +344,7 @@ def _binary_op(code, fn, left, negate, slow):
                         if type(data) is _F64 or not data.ndim:
                             tape.v1[r] = data  # size is 1 by default
                         else:
-                            tape._value(r, data, (ad,))
+                            tape.put(r, data, (ad,))
                         tape.n = r + 1
                     except BaseException:
                         tape.abandon(r, na)
@@ -353,8 +355,78 @@ def _binary_op(code, fn, left, negate, slow):
                     t._tok = tok
                     t._rec = r
                     return t
+            elif tb is _ND:
+                out = _with_array(code, fn, a, b, False)
+                if out is not None:
+                    return out
+        elif type(a) is _ND and type(b) is Tensor:
+            out = _with_array(code, fn, b, a, True)
+            if out is not None:
+                return out
         return slow(a, b)
     return op
+
+
+_CONST = C.code(C.K_NONE, C.CONST)
+
+
+def _with_array(code, fn, t, c, swapped):
+    """``t op c`` (``c op t`` if ``swapped``) for a non-leaf ``t`` of the live
+    epoch and a float ndarray ``c`` of its shape and of 2 to SMALL elements:
+    the CONST record of c (Tape.constant's) and the op's record, written as
+    ``_binary`` writes them, or None where the general path must run."""
+    td = t._data
+    try:
+        tape = _tls.tape
+    except AttributeError:
+        return None
+    if (t._tok is not tape.tok or type(tape) is not _Tape or type(td) is not _ND
+            or c.dtype.kind != "f" or td.shape != c.shape):
+        return None
+    m = td.size
+    nv = tape.nv
+    if not 1 < m <= _SMALL or tape.n + 2 > tape.room or nv + 2 * m > len(tape.vals):
+        return None
+    data = fn(c, td) if swapped else fn(td, c)
+    r = tape.n
+    na = tape.na
+    try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+        tape.op[r] = _CONST
+        tape.arg0[r] = na
+        tape.size[r] = m
+        tape.vals[nv:nv + m] = c.ravel()
+        tape.voff[r] = nv
+        tape.nv = nv + m
+        tape.n = r + 1
+    except BaseException:
+        tape.abandon(r, na)
+        raise
+    tape.n_none += 1
+    tape.consts.append((c, r))  # copied: a tapegrad write into c later is noted
+    rc = r
+    r += 1
+    nv += m
+    try:
+        tape.op[r] = code
+        tape.arg0[r] = na
+        args = tape.args
+        args[na] = rc if swapped else t._rec
+        args[na + 1] = t._rec if swapped else rc
+        tape.na = na + 2
+        tape.size[r] = m
+        tape.vals[nv:nv + m] = data if data.ndim == 1 else data.ravel()
+        tape.voff[r] = nv
+        tape.nv = nv + m
+        tape.n = r + 1
+    except BaseException:
+        tape.abandon(r, na)
+        raise
+    out = Tensor()
+    out._data = data
+    out._requires_grad = True
+    out._tok = tape.tok
+    out._rec = r
+    return out
 
 
 def _reflected_op(fn, right, slow):
@@ -384,7 +456,7 @@ def _reflected_op(fn, right, slow):
                     if type(data) is _F64 or not data.ndim:
                         tape.v1[r] = data  # size is 1 by default
                     else:
-                        tape._value(r, data, (d,))
+                        tape.put(r, data, (d,))
                     tape.n = r + 1
                 except BaseException:
                     tape.abandon(r, na)

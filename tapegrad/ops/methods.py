@@ -409,7 +409,21 @@ Tensor.T = property(lambda self: S.transpose(self))
 
 
 # -- NumPy protocol ---------------------------------------------------------------
+def _real(x):
+    """Whether x is an operand no complex op claims (a Tensor, a Python float or
+    int, a real ndarray): the cheap half of ``not Z.is_complex(x)``."""
+    t = type(x)
+    return t is Tensor or t is float or t is int or (t is np.ndarray and x.dtype.kind in "fiub")
+
+
 def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    # np.sin(t), np.add(a, t), array - t: a plain call of a differentiable ufunc
+    # on real operands is the op itself (what the checks below come to)
+    if not kwargs and method == "__call__":
+        fn = UFUNCS.get(ufunc)
+        if fn is not None and (_real(inputs[0]) if len(inputs) == 1 else
+                               len(inputs) == 2 and _real(inputs[0]) and _real(inputs[1])):
+            return fn(*inputs)
     out = kwargs.pop("out", None)
     if out is not None:
         raise TypeError(
@@ -458,7 +472,15 @@ def _has_complex(args, kwargs):
     return bool(kwargs) and any(map(is_complex, kwargs.values()))
 
 
+_NP_STACK = np.stack
+
+
 def _array_function(self, func, types, args, kwargs):
+    if func is _NP_STACK and len(args) == 1 and not kwargs:
+        # np.stack of tensors alone (never complex ones): its fast path first
+        out = S.stack_fast(args[0])
+        if out is not None:
+            return out
     if Z.ComplexTensor in types:
         return NotImplemented  # NumPy asks ComplexTensor's handler next
     # a real tensor with a complex array or number (np.dot(t, c), np.einsum(...,

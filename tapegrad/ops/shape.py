@@ -8,10 +8,11 @@ record which input and position each output element comes from.
 """
 import numpy as np
 
-from ..views import is_basic, note_view
+from ..views import is_basic, note_view, track as track_view
 
 from ..kernels import codes as C
-from ..tape import current
+from ..kernels._views import SMALL as _SMALL
+from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current
 from ..tensor import Tensor, _node, _plain, _result
 from .elementwise import _operand
 from .registry import register
@@ -292,11 +293,65 @@ def getitem(a, key):
 
     Repeated indices accumulate in the gradient (scatter-add).
     """
+    # fast path: an int key into a 1-d tensor that requires grad, written as
+    # the general path writes it (an Index record of the map [1, i], the
+    # result a view of a) without building the map from a grid.  A leaf
+    # fetches the tape through current() (which may reset it) before its
+    # record id is read; a non-leaf of the live epoch proves the tape cannot
+    # be reset.  Only a plain Tape is written here (a TraceTape's record
+    # hooks must see every record); reserve() refuses under no_grad.
+    if type(key) is int and type(a) is Tensor and a._requires_grad:
+        d = a._data
+        if type(d) is _ND and d.ndim == 1:
+            n = len(d)
+            tok = a._tok
+            if tok is None:
+                tape = current()
+            else:
+                try:
+                    tape = _tls.tape
+                except AttributeError:
+                    tape = NO_TAPE
+            if ((tok is None or tok is tape.tok) and -n <= key < n and type(tape) is _Tape
+                    and (tape.n + 2 <= tape.room and tape.ni + 2 <= len(tape.ip)
+                         or tape.reserve(2, 2))):
+                p = a._rec if tok is not None else _node(tape, a)
+                data = d[key]
+                r = tape.n
+                na = tape.na
+                ni = tape.ni
+                try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+                    tape.op[r] = _INDEX
+                    tape.arg0[r] = na
+                    tape.args[na] = p
+                    tape.na = na + 1
+                    tape.ip0[r] = ni
+                    ip = tape.ip
+                    ip[ni] = 1
+                    ip[ni + 1] = key + n if key < 0 else key
+                    tape.ni = ni + 2
+                    tape.v1[r] = data  # size is 1 by default
+                    tape.n = r + 1
+                except BaseException:
+                    tape.abandon(r, na)
+                    raise
+                t = Tensor()
+                t._data = data
+                t._requires_grad = True
+                t._tok = tape.tok
+                t._rec = r
+                t._vw = (a, key)  # what note_view does for a base that requires grad
+                tape.aliases.add(r)
+                track_view(a, t)
+                return t
     key = _index_key(key)
     out = _gather(_INDEX, lambda d: d[key], a)
     if isinstance(a, Tensor) and isinstance(out, Tensor) and is_basic(key):
         note_view(a, out, key)
     return out
+
+
+_ND = np.ndarray
 
 
 def _multi(code, x, pieces_of):
@@ -380,4 +435,117 @@ def concatenate(arrays, axis=0):
 
 def stack(arrays, axis=0):
     """``numpy.stack`` of tensors and arrays."""
-    return _join(_STACK, np.stack, arrays, axis)
+    out = stack_fast(arrays, axis)
+    if out is None:
+        out = _join(_STACK, np.stack, arrays, axis)
+    return out
+
+
+#: (inputs, input shape, axis) -> a Stack record's integer parameters, as
+#: _join builds them (read-only: every record of that layout copies them)
+_STACK_PARAMS = {}
+_SCALAR_TYPES = (np.float64, np.float32)
+
+
+def _stack_params(k, shape, axis):
+    key = (k, shape, axis)
+    p = _STACK_PARAMS.get(key)
+    if p is None:
+        n = int(np.prod(shape))
+        src = np.stack([np.full(shape, j, np.int64) for j in range(k)], axis=axis)
+        pos = np.stack([np.arange(n).reshape(shape)] * k, axis=axis)
+        m = src.size
+        p = np.empty(2 * m + 1, np.int64)
+        p[0] = m
+        p[1:m + 1] = src.ravel()
+        p[m + 1:] = pos.ravel()
+        p.flags.writeable = False
+        if len(_STACK_PARAMS) >= 256:
+            _STACK_PARAMS.clear()
+        _STACK_PARAMS[key] = p
+    return p
+
+
+def stack_fast(arrays, axis=0):
+    """``stack(arrays, axis)`` of non-leaf tensors of the live epoch whose
+    values are all of one shape and dtype (NumPy scalars or arrays), written
+    as the general path writes it (one Stack record, its map from a cache of
+    the layouts seen), or None where the general path must run.
+
+    The forward along axis 0 is ``np.array`` of the values, which gives what
+    ``np.stack`` gives for equal shapes and dtypes without its Python-level
+    expansion of every input.  A plain Tape only, as for every fast path.
+    """
+    ta = type(arrays)
+    if (ta is not list and ta is not tuple) or type(axis) is not int or not arrays:
+        return None
+    tape = _tls.__dict__.get("tape", NO_TAPE)
+    tok = tape.tok
+    first = arrays[0]
+    if type(first) is not Tensor or first._tok is not tok or type(tape) is not _Tape:
+        return None
+    d0 = first._data
+    td = type(d0)
+    if td is _ND:
+        shape, dt = d0.shape, d0.dtype
+    elif td in _SCALAR_TYPES:
+        shape, dt = (), None
+    else:
+        return None
+    k = len(arrays)
+    datas = [d0]
+    recs = [first._rec]
+    for x in arrays[1:] if k > 1 else ():
+        if type(x) is not Tensor or x._tok is not tok:
+            return None
+        d = x._data
+        if type(d) is not td or (dt is not None and (d.shape != shape or d.dtype != dt)):
+            return None
+        datas.append(d)
+        recs.append(x._rec)
+    nd = len(shape)
+    if axis < 0:
+        axis += nd + 1
+    if not 0 <= axis <= nd:
+        return None  # the general path raises NumPy's AxisError
+    p = _stack_params(k, shape, axis)
+    if (tape.n + 1 > tape.room or tape.ni + p.size > len(tape.ip) or k > 2) \
+            and not tape.reserve(1, p.size, k):
+        return None
+    data = np.array(datas) if axis == 0 else np.stack(datas, axis)
+    r = tape.n
+    na = tape.na
+    ni = tape.ni
+    m = data.size
+    try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+        tape.op[r] = _STACK
+        tape.arg0[r] = na
+        if k == 2:
+            tape.args[na] = recs[0]
+            tape.args[na + 1] = recs[1]
+        else:
+            tape.args[na:na + k] = recs
+        tape.na = na + k
+        tape.ip0[r] = ni
+        tape.ip[ni:ni + p.size] = p
+        tape.ni = ni + p.size
+        nv = tape.nv
+        if 1 < m <= _SMALL and nv + m <= len(tape.vals):
+            tape.size[r] = m
+            tape.vals[nv:nv + m] = data.ravel()
+            tape.voff[r] = nv
+            tape.nv = nv + m
+        else:
+            tape._value(r, data)
+        tape.n = r + 1
+    except BaseException:
+        tape.abandon(r, na)
+        raise
+    if k > 2:
+        tape._update_room()
+    t = Tensor()
+    t._data = data
+    t._requires_grad = True
+    t._tok = tok
+    t._rec = r
+    return t
