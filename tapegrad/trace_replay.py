@@ -5,9 +5,12 @@ and keeps its records, their values, a value and adjoint layout, the
 guards and the fused segments.  ``forward`` writes new inputs into the input
 records and recomputes every other record in order in compiled code
 (:mod:`tapegrad.kernels.replay`), host records with NumPy
-(``_HOST_FORWARD``); ``backward`` runs the ordinary reverse sweep on the
-replayed values.  ``arrays(adj)`` gives the tape view the other sweeps read,
-so the transforms run on a replay as on a tape.
+(``_HOST_FORWARD``) but for the small matmuls, which the compiled loops
+compute and differentiate themselves (kernels/small_matmul.py: plain loops,
+so a replayed product agrees with NumPy's BLAS to rounding, not bit for
+bit; ``_plan_matmuls`` picks them); ``backward`` runs the ordinary reverse
+sweep on the replayed values.  ``arrays(adj)`` gives the tape view the
+other sweeps read, so the transforms run on a replay as on a tape.
 
 Fusion: runs of consecutive same-size elementwise records of at least
 ``FUSE_MIN`` elements go forward and reverse block by block (``CHUNK``
@@ -165,6 +168,7 @@ class _Replay(_BatchMethods):
         self.host = dict(tape.host)
         self._check_ops()
         self._allocate()
+        self._plan_matmuls()
         self.v1[:] = tape.v1[:n]
         m = min(tape.nv, self.vals.size)
         self.vals[:m] = tape.vals[:m]
@@ -316,6 +320,7 @@ class _Replay(_BatchMethods):
             setattr(self, name, np.array(t[name], order="C"))  # owned, writeable
         self.host = dict(t["hosts"])
         self._allocate()
+        self._plan_matmuls()
         at = 0
         for r in t["held"]:
             k = int(self.size[r])
@@ -454,7 +459,8 @@ class _Replay(_BatchMethods):
         start, i = 0, 0
         while True:
             stop = segs[i][0] if i < len(segs) else self.n
-            s = RK.replay(self.T, self.faddr, guard, self.goff, self.gvals, start, stop)
+            s = RK.replay(self.T, self.faddr, guard, self.goff, self.gvals, start, stop,
+                          self.mmk)
             if s == -1:
                 if i == len(segs):
                     # guarded NumPy calls: their results must not change
@@ -550,7 +556,7 @@ class _Replay(_BatchMethods):
     def _sweep(self, start, stop):
         """The compiled sweep over records ``start .. stop+1``, host VJPs in Python."""
         while True:
-            s = sweep(self.T, self.freed, start, stop)
+            s = sweep(self.T, self.freed, start, stop, mmk=self.mmk)
             if s == -1:
                 return
             REGISTRY[int(self.op[s])].host_vjp(self, self.adj, s)

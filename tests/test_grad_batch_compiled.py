@@ -1,7 +1,8 @@
 """``ft.grad_batch`` through the batched compiled kernel (kernels/batch.py):
 every row equals ``ft.grad`` of that row exactly; traces with host records
-keep the threaded path; rows whose guard fails go through ``grad``.  With
-``batch.MATMUL`` set, matmuls too run in the kernel, within 1e-12 of
+keep the threaded path; rows whose guard fails go through ``grad``.  Small
+matmuls (kernels/small_matmul.py) run in the kernel as in every replay, bit
+for bit; with ``batch.MATMUL`` set, larger ones too, within 1e-12 of
 ``ft.grad``."""
 import numpy as np
 import pytest
@@ -41,6 +42,7 @@ _C = np.linspace(-1.0, 1.0, 40)
 _M = np.arange(6.0).reshape(3, 2) / 7.0
 _A = np.random.default_rng(7).normal(size=(256, 16))
 _Y = np.sign(_A @ np.random.default_rng(8).normal(size=16))
+_B = np.random.default_rng(9).normal(size=(80, 64)) / 8.0   # 5120 multiply-adds: not small
 
 CASES = {
     # name: (function, example inputs, whether the compiled path covers it)
@@ -55,9 +57,9 @@ CASES = {
                    (np.ones(3), np.ones(3)), True),
     "rk4": (_rk4, (np.array([1.1, 0.4, 0.1, 0.4]),), True),
     "guard": (_branchy, (np.ones(3),), True),
-    # matmuls: in the batch kernel with BK.MATMUL (plain loops: within
-    # rounding of NumPy's BLAS), else, and batched over a leading axis, the
-    # threaded path
+    # matmuls: the small ones in the batch kernel as in the replay, larger
+    # ones with BK.MATMUL (the same plain loops: within rounding of NumPy's
+    # BLAS), else, and batched over a leading axis, the threaded path
     "matmul": (lambda x: np.tanh(np.ones((3, 4)) @ x).sum(), (np.ones(4),), True),
     "matmul_2d": (lambda x: (np.sin(x.reshape(2, 3) @ x.reshape(3, 2)) * (x[:3] @ _M)).sum()
                   + x[:2] @ x[2:4], (np.ones(6),), True),
@@ -65,9 +67,10 @@ CASES = {
                  (np.ones(16),), True),
     "batched_matmul": (lambda x: (x.reshape(2, 2, 2) @ x.reshape(2, 2, 2)).sum(), (np.ones(8),),
                        False),
+    "large_matmul": (lambda x: np.tanh(_B @ x).sum() + x @ x, (np.ones(64),), True),
 }
 #: traces the kernel covers only with BK.MATMUL (then within rounding of grad)
-ROUNDED = {"matmul", "matmul_2d", "logistic"}
+ROUNDED = {"large_matmul"}
 
 
 @pytest.fixture(params=[False, True], ids=["bitwise", "matmul"])

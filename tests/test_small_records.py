@@ -186,7 +186,7 @@ def test_inline_replay_is_the_families(f):
     ft(x2)
     rep.view(rep.leaf_rec[0])[:] = x1
     s = _general(RK._replay)(rep.T, rep.faddr, np.zeros(rep.n, np.int64), rep.goff, rep.gvals,
-                             0, rep.n, RK.FWD.python_table())
+                             0, rep.n, rep.mmk, RK.FWD.python_table())
     assert s == -1
     for r, w in zip(small, want):
         assert np.array_equal(_bits(rep.view(r)), _bits(w)), r
@@ -203,7 +203,7 @@ def test_inline_sweep_is_the_families(f):
     rep.aptr[:] = rep.aptr0
     rep.reached[:] = False
     rep.adj.add(root, np.ones(1))
-    s = _general(SW._sweep)(rep.T, rep.freed, np.arange(root, -1, -1), root, -1,
+    s = _general(SW._sweep)(rep.T, rep.freed, np.arange(root, -1, -1), root, -1, rep.mmk,
                             VJP.python_table())
     assert s == -1
     assert rep.reached[leaf]

@@ -12,10 +12,11 @@ whose replay or sweep stops for any other reason) is marked in ``status``
 and its gradient is left to the caller.
 
 Only traces whose every record runs in the compiled loops qualify
-(:func:`covers`), and, when :data:`MATMUL` is set, those whose matmuls of
-1-d and 2-d operands the kernel computes itself between the loops' runs
-(plain loops: within rounding of NumPy's BLAS, not bit for bit).  Their
-forward and VJP families must be in the tables before the kernel runs
+(:func:`covers`): no host records but the matmuls the loops compute
+(``mmk``: the trace's small ones, which every replay of it computes so too,
+and, when :data:`MATMUL` is set, every matmul of 1-d and 2-d operands, in
+the same plain loops: within rounding of NumPy's BLAS, not bit for bit).
+Their forward and VJP families must be in the tables before the kernel runs
 (:func:`ensure_families`), since the kernel cannot hand back to Python to
 compile one.
 
@@ -26,8 +27,7 @@ import threading
 
 from . import codes as C
 from ._jit import _options, cached, compile_lock, inline, materialize, notice
-from ._views import OP, ARG0, ARGS  # tape fields
-from ._views import adjoint_span, claim, value
+from ._views import adjoint_span, value
 from .dispatch import VJP, slot
 from .interpret import _setting
 from .replay import CMP_FIRST, FWD, _replay, fwd_slot
@@ -36,12 +36,11 @@ from .sweep import _sweep
 #: ``numba.prange`` once the kernel is compiled (:func:`_dispatcher` sets it)
 prange = range
 
-_CONST = C.code(C.K_NONE, C.CONST)
-
-#: let the batched kernel compute matmuls (in plain loops: within rounding of
+#: let the batched kernel compute the matmuls larger than a replay's small
+#: ones too (kernels/small_matmul.py's plain loops: within rounding of
 #: NumPy's BLAS, so a row's gradient may differ from ``ft.grad``'s in the
-#: last bits); off, a trace with a matmul takes grad_batch's threaded path,
-#: bit for bit
+#: last bits); off, a trace with such a matmul takes grad_batch's threaded
+#: path, bit for bit
 MATMUL = False
 
 #: ``status`` of a row: done, or left to the caller
@@ -54,87 +53,20 @@ _DISPATCHER = []
 
 
 @inline
-def _mm_forward(T, r, m, k, nn):
-    """Matmul record r, ``(m, k) @ (k, nn)`` (a 1-d operand as one row or
-    column), by plain loops."""
-    a0 = T[ARG0][r]
-    a, b, y = value(T, T[ARGS][a0]), value(T, T[ARGS][a0 + 1]), value(T, r)
-    for i in range(m):
-        for j in range(nn):
-            acc = 0.0
-            for l in range(k):
-                acc += a[i * k + l] * b[l * nn + j]
-            y[i * nn + j] = acc
+def _forward(T, faddr, guard, goff, gvals, n, ftable, mmk):
+    """The replay of every record; False when it stops (a failed guard)."""
+    return _replay(T, faddr, guard, goff, gvals, 0, n, mmk, ftable) == -1
 
 
 @inline
-def _mm_vjp(T, r, m, k, nn):
-    """Matmul record r's VJP: ``g @ b.T`` into a's adjoint and ``a.T @ g``
-    into b's (written at the first contribution, added after), none into a
-    constant operand."""
-    a0 = T[ARG0][r]
-    ra, rb = T[ARGS][a0], T[ARGS][a0 + 1]
-    a, b, g = value(T, ra), value(T, rb), adjoint_span(T, r, m * nn)
-    if T[OP][ra] != _CONST:
-        ga = adjoint_span(T, ra, m * k)
-        first = claim(T, ra)
-        for i in range(m):
-            for l in range(k):
-                acc = 0.0
-                for j in range(nn):
-                    acc += g[i * nn + j] * b[l * nn + j]
-                if first:
-                    ga[i * k + l] = acc
-                else:
-                    ga[i * k + l] += acc
-    if T[OP][rb] != _CONST:
-        gb = adjoint_span(T, rb, k * nn)
-        first = claim(T, rb)
-        for l in range(k):
-            for j in range(nn):
-                acc = 0.0
-                for i in range(m):
-                    acc += a[i * k + l] * g[i * nn + j]
-                if first:
-                    gb[l * nn + j] = acc
-                else:
-                    gb[l * nn + j] += acc
-
-
-@inline
-def _forward(T, faddr, guard, goff, gvals, n, ftable, mm):
-    """The replay of every record, matmuls (``mm[r, 0] > 0``) here between
-    the runs of the replay loop; False when it stops anywhere else (a failed
-    guard)."""
-    start = 0
-    while True:
-        s = _replay(T, faddr, guard, goff, gvals, start, n, ftable)
-        if s == -1:
-            return True
-        if s < 0 or mm[s, 0] == 0 or guard[s] != 0:
-            return False
-        _mm_forward(T, s, mm[s, 0], mm[s, 1], mm[s, 2])
-        start = s + 1
-
-
-@inline
-def _backward(T, freed, order, root, vtable, mm):
-    """The reverse sweep from ``root``, matmul VJPs here between its runs;
-    False when it stops anywhere else."""
-    start = root
-    while True:
-        s = _sweep(T, freed, order, start, -1, vtable)
-        if s == -1:
-            return True
-        if s < 0 or mm[s, 0] == 0:
-            return False
-        _mm_vjp(T, s, mm[s, 0], mm[s, 1], mm[s, 2])
-        start = s - 1
+def _backward(T, freed, order, root, vtable, mmk):
+    """The reverse sweep from ``root``; False when it stops."""
+    return _sweep(T, freed, order, root, -1, mmk, vtable) == -1
 
 
 def _grad_rows(op, arg0, size, ip0, args, ip, fp, voff, rix, faddr, guard, goff, gvals,
                V1, VALS, PTRS, APTR, APTR0, REACHED, freed, order, root, leaves, loff,
-               X, G, status, ftable, vtable, mm):
+               X, G, status, ftable, vtable, mmk):
     """Row i of ``G``: the gradient at row i of ``X`` (the inputs' elements
     side by side, leaf k's from ``loff[k]``), or ``status[i] = ROW_LEFT``.
     The 2-d workspaces (``V1`` ... ``REACHED``) hold one copy of the trace's
@@ -154,7 +86,7 @@ def _grad_rows(op, arg0, size, ip0, args, ip, fp, voff, rix, faddr, guard, goff,
                 o = loff[k]
                 for j in range(y.size):
                     y[j] = X[i, o + j]
-            if not _forward(T, faddr, guard, goff, gvals, n, ftable, mm):
+            if not _forward(T, faddr, guard, goff, gvals, n, ftable, mmk):
                 status[i] = ROW_LEFT
                 continue
             for r in range(n):
@@ -162,7 +94,7 @@ def _grad_rows(op, arg0, size, ip0, args, ip, fp, voff, rix, faddr, guard, goff,
                 reached[r] = False
             adjoint_span(T, root, 1)[0] = 1.0
             reached[root] = True
-            if not _backward(T, freed, order, root, vtable, mm):
+            if not _backward(T, freed, order, root, vtable, mmk):
                 status[i] = ROW_LEFT
                 continue
             for k in range(nl):
@@ -193,7 +125,6 @@ def _dispatcher():
             # the dispatchers in place of the recorded kernels
             space["_replay"], space["_sweep"] = replay._replay, sweep._sweep
             space["value"], space["adjoint_span"] = _views.value, _views.adjoint_span
-            space["claim"] = _views.claim
             if not cached("batch._grad_rows"):
                 notice("the batched replay and sweep")
             opts = _options()
@@ -211,16 +142,14 @@ def threads_for(workers):
     return max(1, min(int(workers), most))
 
 
-def covers(op, mm):
+def covers(op, mmk):
     """True when every record of the trace with op codes ``op`` runs in the
-    compiled replay and sweep loops or is a matmul this module computes
-    (``mm[r, 0] > 0``: ``(m, k, n)`` of an ``(m, k) @ (k, n)`` product; no
-    other host records, no unknown kinds), and kernels may be compiled (not
-    ``TAPEGRAD_INTERPRET=force``)."""
+    compiled replay and sweep loops (no host records but the matmuls they
+    compute, ``mmk[r] > 0``; no unknown kinds), and kernels may be compiled
+    (not ``TAPEGRAD_INTERPRET=force``)."""
     kind = op >> C.SHIFT
     host = kind == C.K_HOST
-    return _setting() != "force" and bool(
-        ((~host | (mm[:, 0] > 0)) & (kind <= C.K_USER)).all())
+    return _setting() != "force" and bool(((~host | (mmk > 0)) & (kind <= C.K_USER)).all())
 
 
 def _hot(kind, sub, n):
@@ -228,10 +157,14 @@ def _hot(kind, sub, n):
     return n == 1 and kind <= C.K_NARY and kind != C.K_NONE and sub != C.WHERE
 
 
-def ensure_families(T):
+def ensure_families(T, mmk):
     """Compile (or load) every forward and VJP family the records of tape
-    view ``T`` reach, so that the batched kernel never meets an empty slot."""
+    view ``T`` reach (``mmk``: the matmuls the loops compute), so that the
+    batched kernel never meets an empty slot."""
     op, size = T[0], T[2]
+    if (mmk > 0).any():
+        FWD.ensure(C.K_HOST)
+        VJP.ensure(C.K_HOST)
     for r in range(op.size):
         code = int(op[r])
         kind, sub = code >> C.SHIFT, code & C.MASK

@@ -158,6 +158,7 @@ def slot(T, r, kind, sub):
 from .elementwise_vjp import broadcast_vjp, nary_vjp, scalar_vjp, unary_vjp  # noqa: E402
 from .structural import (concat_vjp, full_sum_vjp, gather_vjp, reduce_vjp,  # noqa: E402
                          scan_vjp, sum_vjp)
+from .small_matmul import mm_vjp  # noqa: E402
 from .user import user_vjp  # noqa: E402
 
 
@@ -216,6 +217,13 @@ def _user(tp, r, sub):
     return 1
 
 
+def _matmul(tp, r, sub):
+    # a small matmul of a trace (the sweep's ``mmk``): sub is its inner
+    # dimension k, not the op's sub code
+    mm_vjp(load_tape(tp), r, sub)
+    return 1
+
+
 #: the VJP families of the sweeps, by slot
 VJP = Families("dispatch", SIG, {
     C.K_UNARY: (_unary, "unary elementwise VJPs"),
@@ -229,5 +237,6 @@ VJP = Families("dispatch", SIG, {
     C.K_CONCAT: (_concat, "concatenation VJPs"),
     C.K_SCAN: (_scan, "cumulative-op VJPs"),
     C.K_USER: (_user, "user-op VJPs"),
+    C.K_HOST: (_matmul, "small traced matmul VJPs"),
 }, slot)
 TABLE, FAMILIES, _ENTRIES = VJP.table, VJP.families, VJP.entries

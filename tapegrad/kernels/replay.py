@@ -23,7 +23,8 @@ from .replay_families import (CMP_FIRST, EQUAL, GREATER, GREATER_EQUAL, LESS,  #
                               gather_fwd, nary_fwd, reduce_fwd, scalar_fwd, scan_fwd,
                               sum_fwd, unary_fwd, user_fwd)
 from .rules import f_binary, f_scalar, f_unary
-from .sweep import TINY, TINY_ELEMENTWISE, arithmetic
+from .small_matmul import mm_forward
+from .sweep import NO_MATMULS, TINY, TINY_ELEMENTWISE, arithmetic
 
 #: guard kinds (``guard[r]``): the value's truth, or the exact value
 G_TRUTH = 1
@@ -171,6 +172,12 @@ def _compare_entry(tp, r, sub, extra):
     return 1
 
 
+def _matmul_entry(tp, r, sub, extra):
+    # a small matmul (the loop's ``mmk``): extra is its inner dimension k
+    mm_forward(load_tape(tp), r, extra)
+    return 1
+
+
 #: forward-family slots: the kinds, and two of their own
 SUM_FWD, COMPARE_FWD = 15, 14
 #: the forward families of the replay loop, by slot
@@ -198,21 +205,24 @@ FWD = Families("replay", SIG_EXTRA, {
     C.K_SCAN: (_scan_entry, "replayed cumulative ops"),
     C.K_USER: (_user_entry, "replayed user ops"),
     COMPARE_FWD: (_compare_entry, "replayed comparisons"),
+    C.K_HOST: (_matmul_entry, "replayed small matmuls"),
 }, fwd_slot)
 
 
-def replay(T, faddr, guard, goff, gvals, start, stop):
+def replay(T, faddr, guard, goff, gvals, start, stop, mmk=NO_MATMULS):
     """Recompute records ``start .. stop-1`` in order.
 
     Returns -1 when done, ``r >= 0`` at a host record r (Python computes it
     and resumes at ``r + 1``), and ``-2 - r`` when record r's guard does not
-    hold (the trace no longer describes what the function does).
+    hold (the trace no longer describes what the function does).  A matmul
+    record r with ``mmk[r] > 0`` (its inner dimension; ``mmk`` may be shorter
+    than the tape) is computed here (kernels/small_matmul.py), not returned.
     """
-    return FWD.run(_replay, (T, faddr, guard, goff, gvals, start, stop, FWD.table), 5)
+    return FWD.run(_replay, (T, faddr, guard, goff, gvals, start, stop, mmk, FWD.table), 5)
 
 
 @kernel
-def _replay(T, faddr, guard, goff, gvals, start, stop, table):
+def _replay(T, faddr, guard, goff, gvals, start, stop, mmk, table):
     """``replay``'s compiled loop; returns ``MISSING - r`` at a record whose
     forward family is not compiled yet (before computing it), ``FAILED - r``
     when its kernel raised."""
@@ -224,12 +234,19 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, table):
         code = op[r]
         kind = code >> C.SHIFT
         sub = code & C.MASK
-        if kind == C.K_HOST or kind > C.K_USER:
+        n = size[r]
+        if kind == C.K_HOST and r < mmk.size and mmk[r] > 0:
+            # a small matmul: the matmul family, its inner dimension for extra
+            f = table[C.K_HOST]
+            if f == 0:
+                return MISSING - r
+            if call_entry_extra(f, T0, r, sub, mmk[r]) != 1:
+                return FAILED - r
+        elif kind == C.K_HOST or kind > C.K_USER:
             # host records: Python computes them; a kind with no kernel goes
             # there too, and Python's host path raises, naming the op
             return r
-        n = size[r]
-        if n == 1 and kind <= C.K_NARY and kind != C.K_NONE \
+        elif n == 1 and kind <= C.K_NARY and kind != C.K_NONE \
                 and not (kind == C.K_NARY and sub == C.WHERE):
             # one-element elementwise record: scalar code's hot path
             a = args[arg0[r]]

@@ -166,7 +166,11 @@ def _tiny_structural(T, r, kind):
         gx[ip[b + 1 + m + k]] += g[k]
 
 
-def sweep(T, freed, start, stop, order=None):
+#: ``mmk`` of a tape whose matmuls all go to Python (eager tapes)
+NO_MATMULS = np.zeros(0, np.int64)
+
+
+def sweep(T, freed, start, stop, order=None, mmk=NO_MATMULS):
     """Run VJPs of reached records ``start, start-1, ..., stop+1``: those of
     ``order`` (record ids, descending: the graph :func:`graph_of` found), or
     every record in that range.
@@ -178,16 +182,20 @@ def sweep(T, freed, start, stop, order=None):
     that record's adjoint is complete (tensor hooks, anomaly checks) without
     the loop testing anything per record.
 
+    A matmul record r with ``mmk[r] > 0`` (its inner dimension: a trace's
+    small matmuls; ``mmk`` may be shorter than the tape) runs here
+    (kernels/small_matmul.py), not in Python.
+
     The VJP families a tape uses are compiled the first time a sweep meets
     them (kernels/dispatch.py); the compiled loop hands back here for that.
     """
     if order is None:
         order = np.arange(start, stop, -1)
-    return VJP.run(_sweep, (T, freed, order, start, stop, TABLE), 3)
+    return VJP.run(_sweep, (T, freed, order, start, stop, mmk, TABLE), 3)
 
 
 @kernel
-def _sweep(T, freed, order, start, stop, table):
+def _sweep(T, freed, order, start, stop, mmk, table):
     """``sweep``'s compiled loop over the records of ``order`` in
     ``(stop, start]``; returns ``MISSING - r`` at a record whose family has no
     entry in ``table`` yet (before touching it), ``FAILED - r`` when its
@@ -223,6 +231,14 @@ def _sweep(T, freed, order, start, stop, table):
         kind = code >> C.SHIFT
         sub = code & C.MASK
         if kind == C.K_HOST or kind > C.K_USER:
+            if kind == C.K_HOST and r < mmk.size and mmk[r] > 0:
+                # a small matmul: the matmul family, its inner dimension for sub
+                f = table[C.K_HOST]
+                if f == 0:
+                    return MISSING - r
+                if call_entry(f, T0, r, mmk[r]) != 1:
+                    return FAILED - r
+                continue
             # Python applies host VJPs; a kind with no kernel goes there too
             # and fails loudly (the registry admits none)
             return r
