@@ -36,6 +36,8 @@ def _caller(shape):
 class TracingTape(Tape):
     """A tape that remembers where each record was made (``tape.where``)."""
 
+    keeps_freed_values = True  # see tape_liveness._Liveness
+
     __slots__ = ()
     check_nan = False
 

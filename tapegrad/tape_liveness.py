@@ -42,6 +42,11 @@ class _Liveness:
 
     __slots__ = ()
 
+    #: whether kept values outlive a backward that freed every record, until
+    #: the reset (a trace's tape: its replay is built from them; anomaly
+    #: mode's: it checks them)
+    keeps_freed_values = False
+
     # -- liveness ----------------------------------------------------------------
     def after_backward(self, reached, T, order=None):
         """Free what a backward without ``retain_graph`` used: the reached op
@@ -72,6 +77,13 @@ class _Liveness:
             for a in self.flipped:
                 _writeable(a)
             self.flipped.clear()
+            if not self.keeps_freed_values:
+                # nothing can read a kept value again (every record is
+                # freed): let them go now, as PyTorch frees a graph's saved
+                # tensors in its backward, not at the next op's reset
+                for k in range(len(self.refs)):
+                    self.refs[k] = None
+                self.ptrs[:self.nptrs] = 0
         elif order is None or bool(np.any(self.rix[order] >= 0)):
             # only the graph's records can have lost their last reader now
             self._release_freed(T)

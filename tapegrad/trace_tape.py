@@ -37,6 +37,8 @@ class TraceTape(Tape):
     compacts, records comparisons, and turns Python reads of traced values
     into guards."""
 
+    keeps_freed_values = True  # see tape_liveness._Liveness
+
     tracing = True
 
     def __init__(self):

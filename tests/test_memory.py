@@ -3,6 +3,7 @@ released and restored, and compaction keeps surviving graphs correct."""
 import tracemalloc
 
 import numpy as np
+import pytest
 
 import tapegrad as tg
 from tapegrad.tape import current
@@ -114,4 +115,28 @@ def test_freed_large_values_are_released():
         assert sum(a is not None for a in tape.refs) < held
         other.backward()             # still correct
         np.testing.assert_allclose(x.grad.numpy(), np.exp(2.0) + 3.0)
+    in_fresh_thread(run)
+
+
+def test_a_backward_that_frees_the_tape_releases_every_kept_value_at_once():
+    """As PyTorch frees a graph's saved tensors in its backward: the values
+    only the tape held are let go before the next op, not at its reset."""
+    def run():
+        x = tg.tensor(np.linspace(0.0, 1.0, 5000), requires_grad=True)
+        y = (tg.exp(x * 2.0) * tg.sin(x)).sum()   # keeps exp(2x) and sin(x)
+        tape = current()
+        assert sum(a is not None for a in tape.refs) >= 2
+        y.backward()
+        assert all(a is None for a in tape.refs)
+        assert not np.any(tape.ptrs[:tape.nptrs])
+        e = np.exp(2 * x.numpy())
+        np.testing.assert_allclose(x.grad.numpy(), 2 * e * np.sin(x.numpy())
+                                   + e * np.cos(x.numpy()), rtol=1e-14)
+        with pytest.raises(RuntimeError, match="second time"):
+            y.backward()
+        z = (tg.exp(x) * x).sum()                 # the next graph is whole
+        z.backward()
+        np.testing.assert_allclose(x.grad.numpy(), 2 * e * np.sin(x.numpy())
+                                   + e * np.cos(x.numpy())
+                                   + np.exp(x.numpy()) * (1 + x.numpy()), rtol=1e-14)
     in_fresh_thread(run)
