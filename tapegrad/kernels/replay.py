@@ -24,7 +24,7 @@ from .replay_families import (CMP_FIRST, EQUAL, GREATER, GREATER_EQUAL, LESS,  #
                               sum_fwd, unary_fwd, user_fwd)
 from .rules import f_binary, f_scalar, f_unary
 from .small_matmul import mm_forward
-from .sweep import NO_MATMULS, TINY, TINY_ELEMENTWISE, arithmetic
+from .sweep import NO_MATMULS, TINY, arithmetic
 
 #: guard kinds (``guard[r]``): the value's truth, or the exact value
 G_TRUTH = 1
@@ -44,10 +44,15 @@ def _guard_holds(T, r, kind, expect):
     return True
 
 
-# Tiny records (sweep.py: ``TINY``, ``TINY_ELEMENTWISE``, ``arithmetic``) are
-# recomputed inline in the loop, without the call through ``FWD.table``: in
-# loops over tiny arrays (an RK4 step on a 2-vector) that call, not the
-# arithmetic, was most of each record's cost.
+# Tiny records (sweep.py: ``TINY``, ``arithmetic``) are recomputed inline in
+# the loop, without the call through ``FWD.table``: in loops over tiny arrays
+# (an RK4 step on a 2-vector, a 6-state ODE) that call, not the arithmetic,
+# was most of each record's cost.
+#: the replay computes ``arithmetic`` records of at most this many elements
+#: inline: the structural records' bound (``TINY``).  The sweep's own bound
+#: (sweep.py: ``TINY_ELEMENTWISE``) is lower, so that eager programs of three
+#: elements still reach its family kernels.
+TINY_ELEMENTWISE = TINY
 @inline
 def _f_arithmetic(kind, sub, a, b, c):
     """An ``arithmetic`` op at one element, each rule called with a constant
