@@ -185,6 +185,24 @@ def advance(shape, strides, cnt, pos):
 
 
 @inline
+def advance_row(shape, strides, cnt, pos):
+    """``advance`` by a whole row of the last axis, from a row's start (a
+    loop that walks the last axis itself steps the rest with this)."""
+    d = shape.size - 2
+    k = pos.size
+    while d >= 0:
+        cnt[d] += 1
+        for j in range(k):
+            pos[j] += strides[j, d]
+        if cnt[d] < shape[d]:
+            return
+        for j in range(k):
+            pos[j] -= strides[j, d] * shape[d]
+        cnt[d] = 0
+        d -= 1
+
+
+@inline
 def _borrow(a):
     return carray(_voidptr(a.ctypes.data), (a.size,), a.dtype)
 

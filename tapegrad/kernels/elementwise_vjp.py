@@ -16,7 +16,7 @@ from . import codes as C
 from ._jit import inline, inner
 from .interpret import ARRAY_MIN, array_form, python_copy
 from ._views import OP, IP0, IP  # tape fields
-from ._views import (adjoint, advance, alias, claim, claim_zeroed, fparam, odometer,
+from ._views import (adjoint, advance, advance_row, alias, claim, claim_zeroed, fparam, odometer,
                      parent, value)
 from .rules import BINARY_TWINS, d_binary, d_scalar, d_unary
 from .special_arrays import derivative as special_derivative
@@ -391,11 +391,39 @@ def broadcast_vjp(T, r, sub):
         _broadcast_flat(sub, g, xa, xb, y, ga, gb, ca, cb)
         return
     shape, strides, cnt, pos = odometer(ip, b, nd, 2)
-    for i in range(n):
-        ia, ib = pos[0], pos[1]
+    inner = shape[nd - 1]
+    sa, sb = strides[0, nd - 1], strides[1, nd - 1]
+    for i in range(0, n, max(inner, 1)):
+        _broadcast_rows(sub, g, xa, xb, y, ga, gb, ca, cb, i, inner, pos[0], pos[1], sa, sb)
+        advance_row(shape, strides, cnt, pos)
+
+
+@inline
+def _broadcast_row(sub, g, xa, xb, y, ga, gb, ca, cb, i0, inner, ia, ib, sa, sb):
+    """One row of the last axis of a broadcasting VJP: element ``i0 + j``
+    reads operand elements ``ia + j*sa`` and ``ib + j*sb`` (stride 0: a
+    broadcast axis, whose adjoint accumulates in element order)."""
+    for j in range(inner):
+        i = i0 + j
         da, db = d_binary(sub, xa[ia], xb[ib], y[i])
         if not ca:
             ga[ia] += g[i] * da
         if not cb:
             gb[ib] += g[i] * db
-        advance(shape, strides, cnt, pos)
+        ia += sa
+        ib += sb
+
+
+@inline
+def _broadcast_rows(sub, g, xa, xb, y, ga, gb, ca, cb, i0, inner, ia, ib, sa, sb):
+    # the common subs with a constant sub: their derivative folds into the loop
+    if sub == C.ADD:
+        _broadcast_row(C.ADD, g, xa, xb, y, ga, gb, ca, cb, i0, inner, ia, ib, sa, sb)
+    elif sub == C.SUB:
+        _broadcast_row(C.SUB, g, xa, xb, y, ga, gb, ca, cb, i0, inner, ia, ib, sa, sb)
+    elif sub == C.MUL:
+        _broadcast_row(C.MUL, g, xa, xb, y, ga, gb, ca, cb, i0, inner, ia, ib, sa, sb)
+    elif sub == C.DIV:
+        _broadcast_row(C.DIV, g, xa, xb, y, ga, gb, ca, cb, i0, inner, ia, ib, sa, sb)
+    else:
+        _broadcast_row(sub, g, xa, xb, y, ga, gb, ca, cb, i0, inner, ia, ib, sa, sb)

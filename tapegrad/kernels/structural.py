@@ -88,23 +88,48 @@ def _softmax_vjp(T, r, xr, g, gx, ip, b, nd, n, sub):
         rows = rows_of(om)
     acc = np.zeros(rows)
     y = value(T, r)
-    a, q, c = 0, 0, 0
-    for i in range(n):
-        j = om[i] if R == 0 else a * Cn + c
-        acc[j] += g[i] * y[i] if sub == C.SOFTMAX else g[i]
-        if R != 0:
-            a, q, c = _step(a, q, c, R, Cn)
     first = claim(T, xr)
-    a, q, c = 0, 0, 0
-    for i in range(n):
-        j = om[i] if R == 0 else a * Cn + c
-        if sub == C.SOFTMAX:
-            d = y[i] * (g[i] - acc[j])
-        else:
-            d = g[i] - math.exp(y[i]) * acc[j]
-        gx[i] = d + (0.0 if first else gx[i])
-        if R != 0:
-            a, q, c = _step(a, q, c, R, Cn)
+    if R == 0:
+        for i in range(n):
+            acc[om[i]] += g[i] * y[i] if sub == C.SOFTMAX else g[i]
+        for i in range(n):
+            gx[i] = _softmax_d(sub, g[i], y[i], acc[om[i]]) + (0.0 if first else gx[i])
+        return
+    # input element (a, q, c) belongs to row a * Cn + c: nested loops, in the
+    # same element order (the sums are the same), no branch per element
+    if Cn == 1:  # the last axes reduced: the innermost loop runs along them
+        for a in range(A):
+            t = acc[a]
+            for q in range(R):
+                i = a * R + q
+                t += g[i] * y[i] if sub == C.SOFTMAX else g[i]
+            acc[a] = t
+        for a in range(A):
+            t = acc[a]
+            for q in range(R):
+                i = a * R + q
+                gx[i] = _softmax_d(sub, g[i], y[i], t) + (0.0 if first else gx[i])
+        return
+    i = 0
+    for a in range(A):
+        for q in range(R):
+            for c in range(Cn):
+                acc[a * Cn + c] += g[i + c] * y[i + c] if sub == C.SOFTMAX else g[i + c]
+            i += Cn
+    i = 0
+    for a in range(A):
+        for q in range(R):
+            for c in range(Cn):
+                gx[i + c] = _softmax_d(sub, g[i + c], y[i + c], acc[a * Cn + c]) \
+                    + (0.0 if first else gx[i + c])
+            i += Cn
+
+
+@inline
+def _softmax_d(sub, g, y, acc):
+    if sub == C.SOFTMAX:
+        return y * (g - acc)
+    return g - math.exp(y) * acc
 
 
 @inner
@@ -155,12 +180,24 @@ def sum_vjp(T, r, sub):
     om = _out_map(ip, b, nd, n, m) if R == 0 else np.zeros(0, np.int64)
     scale = 1.0 if sub == C.SUM else (m / n if n > 0 else 0.0)
     first = claim(T, xr)  # every element is written: assign the first time
-    a, q, c = 0, 0, 0
-    for i in range(n):
-        j = (om[i] if m > 1 else 0) if R == 0 else a * Cn + c
-        gx[i] = g[j] * scale + (0.0 if first else gx[i])
-        if R != 0:
-            a, q, c = _step(a, q, c, R, Cn)
+    if R == 0:
+        for i in range(n):
+            gx[i] = g[om[i] if m > 1 else 0] * scale + (0.0 if first else gx[i])
+        return
+    # input element (a, q, c) takes output (a, c): loops with no branch per
+    # element, so that the innermost one vectorises
+    if Cn == 1:  # the last axes reduced: the innermost loop runs along them
+        for a in range(A):
+            v = g[a] * scale
+            for q in range(R):
+                gx[a * R + q] = v + (0.0 if first else gx[a * R + q])
+        return
+    i = 0
+    for a in range(A):
+        for q in range(R):
+            for c in range(Cn):
+                gx[i + c] = g[a * Cn + c] * scale + (0.0 if first else gx[i + c])
+            i += Cn
 
 
 @array_form(sum_vjp)

@@ -10,7 +10,7 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
-from ..tape import current
+from ..tape import Tape, current
 from ..tensor import Tensor, _node, _plain, _result
 from .elementwise import _bstrides
 from .registry import register
@@ -122,8 +122,56 @@ mean = _def_reduce("Mean", C.MEAN, np.mean, "mean")
 prod = _def_reduce("Prod", C.PROD, np.prod, "prod")
 max = _def_reduce("Max", C.MAX, np.max, "max")  # noqa: A001
 min = _def_reduce("Min", C.MIN, np.min, "min")  # noqa: A001
-logsumexp = _def_reduce("Logsumexp", C.LOGSUMEXP, _logsumexp, "logsumexp")
+_logsumexp_record = _def_reduce("Logsumexp", C.LOGSUMEXP, _logsumexp, "logsumexp")
 amax, amin = max, min
+
+#: from this many elements on, a differentiated logsumexp is recorded as its
+#: parts: the one record's VJP computes ``exp`` again per element in compiled
+#: code (libm's scalar exp, about five times NumPy's vectorised one here);
+#: the parts' VJPs reuse the ``exp(a - m)`` the forward computed
+COMPOSITE_LOGSUMEXP_MIN = 4096
+
+
+def logsumexp(a, axis=None, keepdims=False, where=None, initial=None):
+    if (isinstance(a, Tensor) and a._requires_grad and where is None and initial is None
+            and np.size(a._data) >= COMPOSITE_LOGSUMEXP_MIN and current().enabled):
+        return _logsumexp_parts(a, axis, keepdims)
+    return _logsumexp_record(a, axis=axis, keepdims=keepdims, where=where, initial=initial)
+
+
+_EXP = C.code(C.K_UNARY, C.EXP)
+
+
+def _exp_in_place(d):
+    return np.exp(d, out=d)
+
+
+def _logsumexp_parts(a, axis, keepdims):
+    """``log(sum(exp(a - m))) + m`` with the maxima ``m`` a constant: the same
+    operations, in the same order, as the one-record forward (equal values),
+    recorded as an exp, a sum and a log."""
+    from . import elementwise as E
+    from .shape import reshape
+    xd = a._data
+    axes = normalize_axis(axis, np.ndim(xd), "logsumexp")
+    m = np.max(xd, axis=axes, keepdims=True)
+    if not np.isfinite(m).all():  # rows of -inf (or inf, nan) shift by 0
+        m = np.where(np.isfinite(m), m, 0)
+    d = E.subtract(a, m)
+    if type(current()) is Tape:
+        # exp into d's memory, as the one-record forward does (a fresh 8 MB
+        # array costs its page faults): nothing reads d's value -- the
+        # subtraction's VJP does not, and a plain tape keeps no value no VJP
+        # reads (a trace's tape keeps every value: there d stays)
+        e = E._unary(_EXP, _exp_in_place, d)
+    else:
+        e = E.exp(d)
+    s = sum(e, axis=axes, keepdims=True)
+    with np.errstate(divide="ignore"):
+        out = E.add(E.log(s), m)
+    if keepdims:
+        return out
+    return reshape(out, tuple(n for d, n in enumerate(np.shape(xd)) if d not in axes))
 
 sum.__doc__ = """Sum over ``axis`` (int, tuple or None), as ``numpy.sum``.
 
@@ -141,6 +189,11 @@ max.__doc__ = ("Maximum over ``axis``, as ``numpy.max``; tied maxima share the "
 min.__doc__ = ("Minimum over ``axis``, as ``numpy.min``; tied minima share the "
                "gradient equally.")
 logsumexp.__doc__ = """``log(sum(exp(a)))`` over ``axis``, computed stably (as scipy.special.logsumexp).
+
+Differentiated inputs of :data:`COMPOSITE_LOGSUMEXP_MIN` elements or more
+record the exp, sum and log it is made of (``grad_fn`` is the last one's),
+so that the backward reuses the forward's exponentials; smaller ones record
+one ``Logsumexp`` record.  The values are the same either way.
 
 Examples
 --------
