@@ -116,3 +116,78 @@ class TestReductions:
         g[0, 2] += 1.0   # max
         g[0, 1] += 1.0   # min
         close(x.grad, g, rtol=1e-11)
+
+
+# -- logsumexp of large inputs: recorded as its parts ------------------------------
+from tapegrad.ops import reductions as _R  # noqa: E402
+
+
+def _lse_both(X, axis, keepdims, seed_shape_rng):
+    """logsumexp through its parts (X is large) and through the one record."""
+    outs = []
+    for limit in (_R.COMPOSITE_LOGSUMEXP_MIN, 10**12):
+        old = _R.COMPOSITE_LOGSUMEXP_MIN
+        _R.COMPOSITE_LOGSUMEXP_MIN = limit
+        try:
+            x = tg.tensor(X, requires_grad=True)
+            y = tg.logsumexp(x, axis=axis, keepdims=keepdims)
+        finally:
+            _R.COMPOSITE_LOGSUMEXP_MIN = old
+        outs.append((x, y))
+    g = seed_shape_rng.standard_normal(outs[0][1].shape)
+    for x, y in outs:
+        (y * g).sum().backward()
+    return outs, g
+
+
+@pytest.mark.parametrize("shape,axis,keepdims", [
+    ((80, 60), 1, False), ((80, 60), 0, True), ((80, 60), None, False),
+    ((16, 20, 15), (0, 2), False), ((16, 20, 15), -1, True), ((5000,), 0, False)])
+def test_large_logsumexp_matches_the_one_record_form(shape, axis, keepdims):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal(shape) * 3.0
+    ((xa, ya), (xb, yb)), seed = _lse_both(X, axis, keepdims, rng)
+    assert ya.grad_fn is not None and "Logsumexp" not in type(ya.grad_fn).__name__
+    np.testing.assert_array_equal(ya.numpy(), yb.numpy())
+    assert ya.shape == yb.shape
+    np.testing.assert_allclose(xa.grad.numpy(), xb.grad.numpy(), rtol=1e-13, atol=1e-16)
+    # the softmax of each group, weighted by the seed: against NumPy directly
+    ax = tuple(range(X.ndim)) if axis is None else axis
+    p = np.exp(X - np.max(X, axis=ax, keepdims=True))
+    p /= p.sum(axis=ax, keepdims=True)
+    seed = np.reshape(seed, np.shape(np.sum(X, axis=ax, keepdims=True)))
+    np.testing.assert_allclose(xa.grad.numpy(), seed * p, rtol=1e-12, atol=1e-15)
+
+
+def test_large_logsumexp_with_infinite_rows_matches_the_one_record_form():
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((100, 50))
+    X[3] = -np.inf          # an all -inf row: -inf, a NaN gradient
+    X[7, 5] = np.inf        # +inf: inf, a NaN gradient
+    X[9, :10] = -np.inf     # some -inf: their gradient is 0
+    with np.errstate(all="ignore"):
+        ((xa, ya), (xb, yb)), _ = _lse_both(X, 1, False, rng)
+    np.testing.assert_array_equal(ya.numpy(), yb.numpy())
+    np.testing.assert_array_equal(np.isnan(xa.grad.numpy()), np.isnan(xb.grad.numpy()))
+    ok = ~np.isnan(xb.grad.numpy())
+    np.testing.assert_allclose(xa.grad.numpy()[ok], xb.grad.numpy()[ok], rtol=1e-13,
+                               atol=1e-16)
+    assert np.all(xa.grad.numpy()[9, :10] == 0.0)
+
+
+def test_large_logsumexp_second_order_trace_and_no_grad():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((64, 70))
+    v = rng.standard_normal(X.shape)
+    f = lambda x: (tg.logsumexp(x, axis=1) ** 2).sum()  # noqa: E731
+    h = 1e-5
+    fd = (np.asarray(tg.grad(f)(X + h * v)) - np.asarray(tg.grad(f)(X - h * v))) / (2 * h)
+    (hv,) = tg.hvp(f, (X,), (v,))[1]     # (value, (hvp,)) per argument
+    np.testing.assert_allclose(np.asarray(hv), fd, rtol=1e-6, atol=1e-8)
+    traced = tg.trace(f, X)
+    import tapegrad.functional as ft
+    X2 = X + 0.25
+    np.testing.assert_allclose(ft.grad(traced)(X2), tg.grad(f)(X2), rtol=1e-13, atol=1e-15)
+    with tg.no_grad():
+        y = tg.logsumexp(tg.tensor(X, requires_grad=True), axis=1)
+    assert y.grad_fn is None
