@@ -59,7 +59,8 @@ class Tape(_Liveness, _Writes):
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
-                 "ptrs", "nptrs", "graph", "__weakref__")
+                 "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
+                 "w_v1", "w_fp", "w_size", "w_voff", "__weakref__")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -68,6 +69,7 @@ class Tape(_Liveness, _Writes):
 
     def __init__(self, capacity=1024):
         self._enabled = True       # grad mode of this thread
+        self.wstale = True         # the w_ memoryviews are built by _update_room
         self._alloc(capacity)
         self.args = np.zeros(4 * capacity, _INT)
         self.ip = np.zeros(4 * capacity, _INT)
@@ -135,6 +137,7 @@ class Tape(_Liveness, _Writes):
         # len(self.op), so a KeyboardInterrupt between these statements leaves
         # arrays at least as long as op that hold every record (growing in
         # place, an interrupt after _alloc lost records or overran size).
+        self._unpublish()
         cap = 2 * len(self.op)
         grown = {}
         for k in ("arg0", "size", "ip0", "fp", "v1", "rix", "freed", "voff", "op"):
@@ -147,6 +150,7 @@ class Tape(_Liveness, _Writes):
         self._update_room()
 
     def _grow_args(self, need):
+        self._unpublish()
         self.args = self._grown(self.args, need)
         self._update_room()
 
@@ -180,6 +184,8 @@ class Tape(_Liveness, _Writes):
         """``room``: records the hot paths may append (with up to 2 parents each)
         before they must check capacities again; -1 while grad mode is off, so
         the hot paths need one comparison for both."""
+        if self.wstale:
+            self._writers()
         if self._enabled:
             self.room = min(len(self.op) - 2, self.n + (len(self.args) - self.na) // 2)
         else:
@@ -196,7 +202,26 @@ class Tape(_Liveness, _Writes):
         self._update_room()
 
     def _grow_ip(self, need):
+        self._unpublish()
         self.ip = self._grown(self.ip, need)
+        self._update_room()
+
+    # The fast paths write single elements of the record arrays through
+    # memoryviews of them (``w_op`` for ``op``, ...): an item assignment costs
+    # about two thirds of an ndarray's, and an op writes five or more.  They
+    # write only while ``r < room``, and ``room`` is only set (_update_room)
+    # once the views are those of the current arrays, so a growth first takes
+    # room away: a KeyboardInterrupt inside one leaves the fast paths off
+    # (they give way to record/record1, whose _make_room renews both) rather
+    # than writing into an array the tape no longer holds.
+    def _unpublish(self):
+        self.room = -1
+        self.wstale = True
+
+    def _writers(self):
+        for k in _WRITTEN:
+            setattr(self, "w_" + k, memoryview(getattr(self, k)))
+        self.wstale = False
 
     # -- recording -------------------------------------------------------------
     def record(self, op, parents, value, ints=None, const=0.0, inputs=None):
@@ -324,9 +349,9 @@ class Tape(_Liveness, _Writes):
         m = data.size
         nv = self.nv
         if 1 < m <= SMALL and nv + m <= len(self.vals):
-            self.size[r] = m
+            self.w_size[r] = m
             self.vals[nv:nv + m] = data if data.ndim == 1 else data.ravel()
-            self.voff[r] = nv
+            self.w_voff[r] = nv
             self.nv = nv + m
         else:
             self._value(r, data, inputs)
@@ -391,6 +416,8 @@ class Tape(_Liveness, _Writes):
 
 
 _CONST = C.code(C.K_NONE, C.CONST)
+#: the record arrays the fast paths write through memoryviews (Tape._writers)
+_WRITTEN = ("op", "arg0", "args", "ip0", "ip", "v1", "fp", "size", "voff")
 
 
 class _NoTape:

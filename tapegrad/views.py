@@ -48,9 +48,8 @@ def note_view(base, view, key):
 
 def track(base, view):
     """Add ``view`` to the live views of ``base`` (which requires grad)."""
-    try:
-        views = base._views
-    except AttributeError:
+    views = getattr(base, "_views", None)  # unset on most tensors: cheaper than raising
+    if views is None:
         views = base._views = []
     views.append(weakref.ref(view))
     if len(views) > 64 and len(views) & (len(views) - 1) == 0:  # prune now and then

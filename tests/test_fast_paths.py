@@ -560,3 +560,68 @@ def test_numpy_ufunc_calls_that_take_the_general_path():
     with pytest.raises(TypeError, match="out="):
         np.sin(y, out=np.zeros(2))
     assert np.add.reduce(y).item() == 2.5
+
+
+@pytest.mark.parametrize("value", SMALL_ARRAYS + [[[[0.5, 1.5]], [[2.5, -1.0]]]])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_full_sum_method(value, dtype):
+    same_both_ways(lambda y: (y * y).sum(), value, dtype)
+    same_both_ways(lambda y: y.sum() * y.sum(axis=None), value, dtype)
+
+
+def test_sum_method_with_arguments_takes_the_general_path():
+    same_both_ways(lambda y: y.sum(0).sum(), [[0.5, 2.0], [1.5, -1.0]])
+    same_both_ways(lambda y: y.sum(keepdims=True).sum(), [0.5, 2.0])
+    same_both_ways(lambda y: y.sum(where=np.array([True, False])), [0.5, 2.0])
+    same_both_ways(lambda y: y.sum(initial=1.0), [0.5, 2.0])
+    same_both_ways(lambda y: y.sum(), [0.5, 2.0], leaf=True)
+    same_both_ways(lambda y: y.sum(), 0.5)
+    same_error_both_ways(lambda y: lambda: y.sum(axis=2), [0.5, 2.0])
+    with tg.no_grad():
+        s = (tg.tensor([0.5, 2.0], requires_grad=True) * 1.0).sum()
+    assert s.is_leaf and not s.requires_grad and s.item() == 2.5
+
+
+# -- the record arrays' memoryviews (Tape._writers) ----------------------------------
+def _writers_current(tape):
+    from tapegrad.tape import _WRITTEN
+    return all(getattr(tape, "w_" + k).obj is getattr(tape, k) for k in _WRITTEN)
+
+
+def test_writers_follow_growth():
+    x = tg.tensor([0.5, 2.0, 1.5], requires_grad=True)
+    y = x * 1.0
+    tape = current()
+    total = y.sum()
+    for i in range(3000):  # grows records, parents, parameters and the arena
+        total = total + np.stack([y[i % 3], y[0] * 0.5]).sum() + (y * 1.0).sum()
+        assert tape.room < 0 or _writers_current(tape)
+    total.backward()
+    g = np.full(3, 3001.0)
+    g += [1500.0, 0.0, 0.0]          # y[0] * 0.5, 3000 times
+    g += [1000.0, 1000.0, 1000.0]    # y[i % 3]
+    np.testing.assert_array_equal(x.grad.numpy(), g)
+
+
+@pytest.mark.parametrize("grow", ["_grow_records", "_grow_args", "_grow_ip"])
+def test_interrupted_growth_leaves_the_fast_paths_off_until_renewed(grow, monkeypatch):
+    from tapegrad.tape import Tape
+    x = tg.tensor([0.5, 2.0], requires_grad=True)
+    y = x * 1.0
+    tape = current()
+
+    def interrupted(a, need):
+        raise KeyboardInterrupt
+    with monkeypatch.context() as m:
+        m.setattr(Tape, "_grown", staticmethod(interrupted))
+        m.setattr(np, "full", lambda *a, **k: interrupted(None, 0))
+        with pytest.raises(KeyboardInterrupt):
+            getattr(tape, grow)(len(tape.ip) + 1) if grow != "_grow_records" \
+                else tape._grow_records()
+    assert tape.room == -1
+    total = y[0] * 1.0
+    for i in range(2000):
+        total = total + y[i % 2] * y[1] - 1.0
+        assert tape.room < 0 or _writers_current(tape)
+    total.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0 + 1000 * 2.0, 1000 * 0.5 + 1000 * 2 * 2.0])

@@ -53,12 +53,12 @@ def _def_unary(name, sub, fn, doc_name=None, example=0.5, doc_module="numpy"):
                     data = fn(d)
                     na = tape.na
                     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
-                        tape.op[r] = code
-                        tape.arg0[r] = na
-                        tape.args[na] = x._rec
+                        tape.w_op[r] = code
+                        tape.w_arg0[r] = na
+                        tape.w_args[na] = x._rec
                         tape.na = na + 1
                         if type(data) is _F64 or not data.ndim:
-                            tape.v1[r] = data  # size is 1 by default
+                            tape.w_v1[r] = data  # size is 1 by default
                         else:
                             tape.put(r, data, (d,))
                         tape.n = r + 1
@@ -303,14 +303,14 @@ def _binary_op(code, fn, left, negate, slow):
                     data = fn(ad, bd)
                     na = tape.na
                     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
-                        tape.op[r] = code
-                        tape.arg0[r] = na
-                        args = tape.args
+                        tape.w_op[r] = code
+                        tape.w_arg0[r] = na
+                        args = tape.w_args
                         args[na] = a._rec
                         args[na + 1] = b._rec
                         tape.na = na + 2
                         if type(data) is _F64 or not data.ndim:
-                            tape.v1[r] = data  # size is 1 by default
+                            tape.w_v1[r] = data  # size is 1 by default
                         else:
                             tape.put(r, data, (ad, bd))
                         tape.n = r + 1
@@ -335,14 +335,14 @@ def _binary_op(code, fn, left, negate, slow):
                     data = fn(ad, b)
                     na = tape.na
                     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
-                        tape.op[r] = left
-                        tape.arg0[r] = na
-                        tape.args[na] = a._rec
+                        tape.w_op[r] = left
+                        tape.w_arg0[r] = na
+                        tape.w_args[na] = a._rec
                         tape.na = na + 1
                         if b:
-                            tape.fp[r] = -b if negate else b  # x - c records x + (-c)
+                            tape.w_fp[r] = -b if negate else b  # x - c records x + (-c)
                         if type(data) is _F64 or not data.ndim:
-                            tape.v1[r] = data  # size is 1 by default
+                            tape.w_v1[r] = data  # size is 1 by default
                         else:
                             tape.put(r, data, (ad,))
                         tape.n = r + 1
@@ -391,11 +391,11 @@ def _with_array(code, fn, t, c, swapped):
     r = tape.n
     na = tape.na
     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
-        tape.op[r] = _CONST
-        tape.arg0[r] = na
-        tape.size[r] = m
+        tape.w_op[r] = _CONST
+        tape.w_arg0[r] = na
+        tape.w_size[r] = m
         tape.vals[nv:nv + m] = c.ravel()
-        tape.voff[r] = nv
+        tape.w_voff[r] = nv
         tape.nv = nv + m
         tape.n = r + 1
     except BaseException:
@@ -407,15 +407,15 @@ def _with_array(code, fn, t, c, swapped):
     r += 1
     nv += m
     try:
-        tape.op[r] = code
-        tape.arg0[r] = na
-        args = tape.args
+        tape.w_op[r] = code
+        tape.w_arg0[r] = na
+        args = tape.w_args
         args[na] = rc if swapped else t._rec
         args[na + 1] = t._rec if swapped else rc
         tape.na = na + 2
-        tape.size[r] = m
+        tape.w_size[r] = m
         tape.vals[nv:nv + m] = data if data.ndim == 1 else data.ravel()
-        tape.voff[r] = nv
+        tape.w_voff[r] = nv
         tape.nv = nv + m
         tape.n = r + 1
     except BaseException:
@@ -447,14 +447,14 @@ def _reflected_op(fn, right, slow):
                 data = fn(c, d)
                 na = tape.na
                 try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
-                    tape.op[r] = right
-                    tape.arg0[r] = na
-                    tape.args[na] = self._rec
+                    tape.w_op[r] = right
+                    tape.w_arg0[r] = na
+                    tape.w_args[na] = self._rec
                     tape.na = na + 1
                     if c:
-                        tape.fp[r] = c
+                        tape.w_fp[r] = c
                     if type(data) is _F64 or not data.ndim:
-                        tape.v1[r] = data  # size is 1 by default
+                        tape.w_v1[r] = data  # size is 1 by default
                     else:
                         tape.put(r, data, (d,))
                     tape.n = r + 1

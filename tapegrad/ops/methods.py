@@ -5,7 +5,8 @@ that makes plain NumPy code (``np.sin(t)``, ``X @ t``) record unchanged.
 import numpy as np
 
 from ..grad_mode import enable_grad
-from ..tape import _local, current
+from ..kernels._views import SMALL
+from ..tape import NO_TAPE, Tape as _Tape, _local, current
 from ..tensor import Tensor, _owner, _plain, bound
 from . import composite as K
 from . import elementwise as E
@@ -15,6 +16,7 @@ from . import shape as S
 from .. import views as V
 from . import view_writes
 from . import complex_tensor as Z
+from .registry import BY_NAME
 from .numpy_api import (HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, special_ufunc,
                         ufunc_name, unsupported)
 
@@ -390,9 +392,54 @@ def _iter(self):
 
 Tensor.__iter__ = _iter
 
+_SUM = BY_NAME["Sum"].code
+_AXES = tuple(tuple(range(n)) for n in range(8))
+
+
+def _sum(self, axis=None, keepdims=False, where=None, initial=None):
+    """``t.sum(...)``: :func:`tapegrad.sum` of the tensor.
+
+    Fast path: the full sum of a non-leaf of the live epoch with 2 to SMALL
+    elements (``(e * e).sum()`` in a loop), written inline as reductions'
+    ``_reduce`` writes it: one Sum record without parameters, its value
+    ``np.add.reduce`` over every axis (which ``np.sum`` calls for an
+    ndarray).  A plain Tape only, as for every fast path.
+    """
+    if axis is None and keepdims is False and where is None and initial is None \
+            and type(self) is Tensor:
+        d = self._data
+        try:
+            tape = _local.tape
+        except AttributeError:
+            tape = NO_TAPE
+        tok = self._tok
+        r = tape.n
+        if (tok is tape.tok and r < tape.room and type(tape) is _Tape and type(d) is np.ndarray
+                and 1 < d.size <= SMALL and d.ndim < 8):
+            data = np.add.reduce(d, _AXES[d.ndim], None, None, keepdims=False)
+            na = tape.na
+            try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+                tape.w_op[r] = _SUM
+                tape.w_arg0[r] = na
+                tape.w_args[na] = self._rec
+                tape.na = na + 1
+                tape.w_v1[r] = data  # size is 1 by default
+                tape.n = r + 1
+            except BaseException:
+                tape.abandon(r, na)
+                raise
+            t = Tensor()
+            t._data = data
+            t._requires_grad = True
+            t._tok = tok
+            t._rec = r
+            return t
+    return Rd.sum(self, axis, keepdims, where, initial)
+
+
 # NumPy-named methods
 _METHODS = {
-    "sum": Rd.sum, "mean": Rd.mean, "prod": Rd.prod, "max": Rd.max, "min": Rd.min,
+    "sum": _sum, "mean": Rd.mean, "prod": Rd.prod, "max": Rd.max, "min": Rd.min,
     "reshape": S.reshape, "ravel": S.ravel, "flatten": S.ravel,
     "transpose": lambda self, *axes: S.transpose(
         self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)),

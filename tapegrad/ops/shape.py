@@ -321,16 +321,16 @@ def getitem(a, key):
                 na = tape.na
                 ni = tape.ni
                 try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
-                    tape.op[r] = _INDEX
-                    tape.arg0[r] = na
-                    tape.args[na] = p
+                    tape.w_op[r] = _INDEX
+                    tape.w_arg0[r] = na
+                    tape.w_args[na] = p
                     tape.na = na + 1
-                    tape.ip0[r] = ni
-                    ip = tape.ip
+                    tape.w_ip0[r] = ni
+                    ip = tape.w_ip
                     ip[ni] = 1
                     ip[ni + 1] = key + n if key < 0 else key
                     tape.ni = ni + 2
-                    tape.v1[r] = data  # size is 1 by default
+                    tape.w_v1[r] = data  # size is 1 by default
                     tape.n = r + 1
                 except BaseException:
                     tape.abandon(r, na)
@@ -444,7 +444,7 @@ def stack(arrays, axis=0):
 #: (inputs, input shape, axis) -> a Stack record's integer parameters, as
 #: _join builds them (read-only: every record of that layout copies them)
 _STACK_PARAMS = {}
-_SCALAR_TYPES = (np.float64, np.float32)
+_F64, _F32 = np.float64, np.float32
 
 
 def _stack_params(k, shape, axis):
@@ -488,7 +488,7 @@ def stack_fast(arrays, axis=0):
     td = type(d0)
     if td is _ND:
         shape, dt = d0.shape, d0.dtype
-    elif td in _SCALAR_TYPES:
+    elif td is _F64 or td is _F32:
         shape, dt = (), None
     else:
         return None
@@ -518,22 +518,22 @@ def stack_fast(arrays, axis=0):
     ni = tape.ni
     m = data.size
     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
-        tape.op[r] = _STACK
-        tape.arg0[r] = na
+        tape.w_op[r] = _STACK
+        tape.w_arg0[r] = na
         if k == 2:
-            tape.args[na] = recs[0]
-            tape.args[na + 1] = recs[1]
+            tape.w_args[na] = recs[0]
+            tape.w_args[na + 1] = recs[1]
         else:
             tape.args[na:na + k] = recs
         tape.na = na + k
-        tape.ip0[r] = ni
+        tape.w_ip0[r] = ni
         tape.ip[ni:ni + p.size] = p
         tape.ni = ni + p.size
         nv = tape.nv
         if 1 < m <= _SMALL and nv + m <= len(tape.vals):
-            tape.size[r] = m
+            tape.w_size[r] = m
             tape.vals[nv:nv + m] = data.ravel()
-            tape.voff[r] = nv
+            tape.w_voff[r] = nv
             tape.nv = nv + m
         else:
             tape._value(r, data)
