@@ -13,7 +13,9 @@ installed.  Medians of ``--repeat`` runs.
 
 A second workload of another shape (``--only ode6``): a six-state ODE whose
 right-hand side is a matrix-vector product plus an elementwise nonlinearity,
-integrated by RK4 (matmul host records between the small elementwise ones).
+integrated by RK4 (matmul host records between the small elementwise ones,
+which a trace's replay and sweep compute in their compiled loops:
+kernels/small_matmul.py).
 
 Run: ``python benchmarks/small_loops.py [--steps 500] [--repeat 7] [--only rk4,ode6]``.
 """
@@ -208,6 +210,12 @@ def main6(steps, repeat):
     trace_ms = (time.perf_counter() - t0) * 1e3
     traced = _median_ms(lambda: ft.value_and_grad(th0), repeat)
     rows.append((f"tapegrad traced value_and_grad (trace once: {trace_ms:.0f} ms)", traced))
+    (reps,) = ft.cache.values()
+    rep = reps[0]
+    rows.append(("  of which the replay loop (_Replay.forward)",
+                 _median_ms(lambda: (rep.forward([th0]), rep.release()), repeat)))
+    rows.append(("  of value_and_grad, the reverse sweep (_Replay.backward)",
+                 _median_ms(lambda: rep.backward([np.ones(1)]), repeat)))
     _, g_e = vg(th0)
     assert np.allclose(np.asarray(ft.value_and_grad(th0)[1]), g_e, rtol=1e-12, atol=1e-14)
     try:

@@ -178,8 +178,9 @@ def _compare_entry(tp, r, sub, extra):
 
 
 def _matmul_entry(tp, r, sub, extra):
-    # a small matmul (the loop's ``mmk``): extra is its inner dimension k
-    mm_forward(load_tape(tp), r, extra)
+    # a small matmul (the loop's ``mmk``): sub is its inner dimension k, not
+    # the op's sub code
+    mm_forward(load_tape(tp), r, sub)
     return 1
 
 
@@ -239,19 +240,16 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, mmk, table):
         code = op[r]
         kind = code >> C.SHIFT
         sub = code & C.MASK
+        if kind == C.K_HOST or kind > C.K_USER:
+            if kind != C.K_HOST or r >= mmk.size or mmk[r] == 0:
+                # host records: Python computes them; a kind with no kernel
+                # goes there too, and Python's host path raises, naming the op
+                return r
+            # a small matmul: the family of slot K_HOST below, which takes
+            # the inner dimension for the sub code
+            sub = mmk[r]
         n = size[r]
-        if kind == C.K_HOST and r < mmk.size and mmk[r] > 0:
-            # a small matmul: the matmul family, its inner dimension for extra
-            f = table[C.K_HOST]
-            if f == 0:
-                return MISSING - r
-            if call_entry_extra(f, T0, r, sub, mmk[r]) != 1:
-                return FAILED - r
-        elif kind == C.K_HOST or kind > C.K_USER:
-            # host records: Python computes them; a kind with no kernel goes
-            # there too, and Python's host path raises, naming the op
-            return r
-        elif n == 1 and kind <= C.K_NARY and kind != C.K_NONE \
+        if n == 1 and kind <= C.K_NARY and kind != C.K_NONE \
                 and not (kind == C.K_NARY and sub == C.WHERE):
             # one-element elementwise record: scalar code's hot path
             a = args[arg0[r]]

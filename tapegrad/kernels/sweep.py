@@ -231,17 +231,13 @@ def _sweep(T, freed, order, start, stop, mmk, table):
         kind = code >> C.SHIFT
         sub = code & C.MASK
         if kind == C.K_HOST or kind > C.K_USER:
-            if kind == C.K_HOST and r < mmk.size and mmk[r] > 0:
-                # a small matmul: the matmul family, its inner dimension for sub
-                f = table[C.K_HOST]
-                if f == 0:
-                    return MISSING - r
-                if call_entry(f, T0, r, mmk[r]) != 1:
-                    return FAILED - r
-                continue
-            # Python applies host VJPs; a kind with no kernel goes there too
-            # and fails loudly (the registry admits none)
-            return r
+            if kind != C.K_HOST or r >= mmk.size or mmk[r] == 0:
+                # Python applies host VJPs; a kind with no kernel goes there
+                # too and fails loudly (the registry admits none)
+                return r
+            # a small matmul: the family of slot K_HOST below, which takes
+            # the inner dimension for the sub code
+            sub = mmk[r]
         n = size[r]
         if n == 1 and kind <= C.K_NARY and kind != C.K_NONE and sub != C.WHERE:
             # one-element elementwise record: its operands have one element
