@@ -2,7 +2,9 @@
 """Side-by-side timings of tapegrad, hand-written NumPy and other autodiff tools.
 
 Prints a markdown table with one row per measurement and one column per
-implementation, in milliseconds (medians), followed by ratio columns:
+implementation, in milliseconds (medians), followed by ratio columns and,
+for the rows the project has a goal for (:data:`GOALS`), that goal and
+whether this run met it:
 
 * ``tapegrad``  -- this project (skipped, with a note, when not importable);
 * ``numpy``     -- the hand-written forward + VJP of ``handwritten.py``, the
@@ -655,6 +657,35 @@ def measure(impls, fns, args, log):
     return rows, jax_impl
 
 
+#: the project's performance goals for these rows: (numerator, denominator,
+#: the bound and whether the ratio must stay below it); an absolute goal in
+#: ms has no denominator
+GOALS = {
+    "chain fwd+bwd (ms)": ("torch", "tapegrad", 10.0, False),
+    "elementwise fwd+bwd, 1e6 (ms)": ("tapegrad", "numpy", 1.3, True),
+    "MLP fwd+bwd (ms)": ("tapegrad", "numpy", 1.1, True),
+    "import + first gradient, warm cache (ms)": ("tapegrad", None, 500.0, True),
+}
+
+
+def goal_cell(label, vals):
+    """``<ratio> <= / >= <bound>: met|missed`` for a row with a goal."""
+    goal = GOALS.get(label)
+    if goal is None:
+        return ""
+    num, den, bound, below = goal
+    a = vals.get(num)
+    b = 1.0 if den is None else vals.get(den)
+    if a is None or b is None or b == 0:
+        return ""
+    value = a / b
+    met = value <= bound if below else value >= bound
+    what = f"{num} ms" if den is None else f"{num}/{den}"
+    unit = "" if den is None else "x"
+    return (f"{what} {'<=' if below else '>='} {bound:g}{unit}: "
+            f"{'met' if met else 'missed'} ({value:.3g}{unit})")
+
+
 def render(rows, impls, jax_impl):
     names = [i.name for i in impls]
     header = list(names)
@@ -675,8 +706,8 @@ def render(rows, impls, jax_impl):
                        "MLP fwd+bwd (ms)": "mlp"}
 
     out = ["| measurement | " + " | ".join(header + [r[0] for r in ratios])
-           + " |",
-           "|---|" + "---:|" * (len(header) + len(ratios))]
+           + " | goal |",
+           "|---|" + "---:|" * (len(header) + len(ratios)) + "---|"]
     for label, vals in rows.items():
         cells = []
         for col in header:
@@ -687,6 +718,7 @@ def render(rows, impls, jax_impl):
             else:
                 cells.append(fmt_ms(vals[col]))
         cells += [fmt_ratio(vals[a], vals[b]) for _, a, b in ratios]
+        cells.append(goal_cell(label, vals))
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return out
 

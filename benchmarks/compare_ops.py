@@ -2,6 +2,9 @@
 """Side-by-side table of the NumPy-coverage workloads (see ops_workloads.py):
 tapegrad, hand-written NumPy VJPs and PyTorch CPU on one thread, medians in ms.
 
+The last column is the project's goal for the workload's tapegrad/numpy
+ratio (:data:`GOALS`) and whether this run met it.
+
 Run: ``python benchmarks/compare_ops.py [-n REPEAT]``.
 """
 import os
@@ -17,6 +20,10 @@ import numpy as np  # noqa: E402
 
 import ops_workloads as ow  # noqa: E402
 from _timing import median_ms  # noqa: E402
+
+
+#: tapegrad/numpy goals: at most this ratio
+GOALS = {"softmax": 1.5, "solve": 1.2}
 
 
 def main():
@@ -36,15 +43,19 @@ def main():
         if name != "numpy":
             ow.check(fns, data)
     print(f"numpy {np.__version__}, one thread, median of {args.repeat}\n")
-    heads = list(columns) + ["tapegrad/numpy"] + (["torch/tapegrad"] if "torch" in columns else [])
+    heads = list(columns) + ["tapegrad/numpy"] + (["torch/tapegrad"] if "torch" in columns
+                                                    else []) + ["goal"]
     print("| workload (fwd+bwd, ms) | " + " | ".join(heads) + " |")
-    print("|---|" + "---:|" * len(heads))
+    print("|---|" + "---:|" * (len(heads) - 1) + "---|")
     for work in ("softmax", "solve", "einsum"):
         ms = {c: median_ms(f[work], data[work], args.repeat) for c, f in columns.items()}
         cells = [f"{ms[c]:.2f}" for c in columns]
         cells.append(f"{ms['tapegrad'] / ms['numpy']:.2f}x")
         if "torch" in ms:
             cells.append(f"{ms['torch'] / ms['tapegrad']:.2f}x")
+        ratio, bound = ms["tapegrad"] / ms["numpy"], GOALS.get(work)
+        cells.append("" if bound is None else
+                     f"<= {bound}x: {'met' if ratio <= bound else 'missed'}")
         print(f"| {work} | " + " | ".join(cells) + " |")
 
 

@@ -385,6 +385,13 @@ def broadcast_vjp(T, r, sub):
     ga, gb = adjoint(T, ar), adjoint(T, br)
     ma, mb = xa.size, xb.size
     ca, cb = T[OP][ar] == _CONST, T[OP][br] == _CONST
+    # x + c, x - c, c + x with a broadcast constant c (a bias, a shift):
+    # x has the output's shape and receives g unchanged -- it takes g's
+    # memory as its adjoint (see alias) instead of a copy
+    if cb and ma == n and (sub == C.ADD or sub == C.SUB) and alias(T, ar, r):
+        return
+    if ca and mb == n and sub == C.ADD and alias(T, br, r):
+        return
     claim_zeroed(T, ar)
     claim_zeroed(T, br)
     if nd == 0:  # every operand full-size or a single element

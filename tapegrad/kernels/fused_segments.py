@@ -27,7 +27,7 @@ from .replay_families import _binary_into, _scalar_into, _unary_into
 
 #: elements per block of a fused segment: every record's block of values and
 #: adjoints stays in cache while the segment's records run over it
-CHUNK = 256
+CHUNK = 4096
 
 _CONST = C.code(C.K_NONE, C.CONST)
 
