@@ -343,9 +343,9 @@ class Tape(_Liveness, _Writes):
 
     def put(self, r, data, inputs):
         """``_value`` for an array result of an elementwise fast path, whose
-        operands have its size: when it fits the arena it goes there without
-        the look at the operands (none of so few elements is ever kept by
-        reference), else through ``_value``."""
+        operands have its size or one element: when it fits the arena it goes
+        there without the look at the operands (none of at most SMALL
+        elements is kept by reference), else through ``_value``."""
         m = data.size
         nv = self.nv
         if 1 < m <= SMALL and nv + m <= len(self.vals):

@@ -625,3 +625,42 @@ def test_interrupted_growth_leaves_the_fast_paths_off_until_renewed(grow, monkey
         assert tape.room < 0 or _writers_current(tape)
     total.backward()
     np.testing.assert_array_equal(x.grad.numpy(), [1.0 + 1000 * 2.0, 1000 * 0.5 + 1000 * 2 * 2.0])
+
+
+SLICES = [slice(1, None), slice(None, None, -2), slice(-3, -1), slice(4, 1, -1), slice(None),
+          slice(2, 3), slice(-100, 100), slice(1, None, 3), slice(np.int64(1), None)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [2, 6, 20])
+def test_slices(n, dtype):
+    value = np.linspace(0.5, 3.0, n)
+    for k in SLICES:
+        same_both_ways(lambda y: y[k] * 2.0, value, dtype)
+        same_both_ways(lambda y: y[k][::-1] + y[k] * y[k], value, dtype)
+    same_both_ways(lambda y: y[5:1], value, dtype)           # empty: the general path
+    same_both_ways(lambda y: y[1:] * 2.0, value, dtype, leaf=True)
+
+
+def test_slice_errors():
+    for k in (slice(None, None, 0), slice(1.5, None), slice("a", None)):
+        same_error_both_ways(lambda y: lambda: y[k], [0.5, 2.0, 3.0])
+
+
+def test_slice_is_a_read_only_view_written_through():
+    x = tg.tensor([0.5, 2.0, 3.0], requires_grad=True)
+    y = x * 1.0
+    v = y[1:]
+    assert not v._data.flags.writeable and np.shares_memory(v._data, y._data)
+    v[0] = v[1] * 10.0     # a recorded write through the view reaches y
+    assert y.tolist() == [0.5, 30.0, 3.0]
+    (y * y).sum().backward()
+    assert x.grad.tolist() == [1.0, 0.0, 2 * 30.0 * 10.0 + 6.0]
+
+
+def test_scalar_broadcast_both_ways():
+    for value in ([0.5, 2.0], [[0.5, 2.0], [1.0, 3.0]], list(np.linspace(0.1, 2.0, 20))):
+        for op in BINARY + FUNCS:
+            with np.errstate(all="ignore"):
+                same_both_ways(lambda y: op(y.sum() * 1.0, y), value)
+                same_both_ways(lambda y: op(y, y.sum() * 1.0), value)

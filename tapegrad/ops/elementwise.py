@@ -275,8 +275,9 @@ def _binary_op(code, fn, left, negate, slow):
     K_SCALAR code ``left`` for ``tensor op c``, ``negate`` for subtraction),
     and ``slow(a, b)`` for every other case.
 
-    The fast paths serve eager code's hot path: two same-shape non-leaves of
-    this thread's live epoch, or one with a Python float or int.  They write
+    The fast paths serve eager code's hot path: two non-leaves of this
+    thread's live epoch of one shape (or one of them a float64 scalar, which
+    broadcasts without parameters), or one with a Python float or int.  They write
     the record inline (what Tape.record/record1 do, minus the capacity checks
     that ``room`` settles in advance): a method call and the attribute
     look-ups it repeats cost as much as the write itself.  They write on a
@@ -299,7 +300,7 @@ def _binary_op(code, fn, left, negate, slow):
                 tok = a._tok
                 r = tape.n
                 if (tok is tape.tok and tok is b._tok and r < tape.room and type(tape) is _Tape
-                        and ((type(ad) is _F64 and type(bd) is _F64) or ad.shape == bd.shape)):
+                        and (type(ad) is _F64 or type(bd) is _F64 or ad.shape == bd.shape)):
                     data = fn(ad, bd)
                     na = tape.na
                     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon

@@ -315,7 +315,8 @@ def getitem(a, key):
             if ((tok is None or tok is tape.tok) and -n <= key < n and type(tape) is _Tape
                     and (tape.n + 2 <= tape.room and tape.ni + 2 <= len(tape.ip)
                          or tape.reserve(2, 2))):
-                p = a._rec if tok is not None else _node(tape, a)
+                p = (a._rec if tok is not None else
+                     a._lrec if a._ltok is tape.lkey else _node(tape, a))
                 data = d[key]
                 r = tape.n
                 na = tape.na
@@ -344,6 +345,10 @@ def getitem(a, key):
                 tape.aliases.add(r)
                 track_view(a, t)
                 return t
+    if type(key) is slice and type(a) is Tensor:
+        out = _slice_fast(a, key)
+        if out is not None:
+            return out
     key = _index_key(key)
     out = _gather(_INDEX, lambda d: d[key], a)
     if isinstance(a, Tensor) and isinstance(out, Tensor) and is_basic(key):
@@ -352,6 +357,58 @@ def getitem(a, key):
 
 
 _ND = np.ndarray
+
+
+def _slice_fast(a, key):
+    """``a[key]`` for a slice of a non-leaf 1-d tensor of the live epoch, as
+    the general path writes it (an Index record of the map ``[m, i...]``, a
+    read-only view, noted as one), with the map from ``range`` instead of a
+    grid; None where the general path must run (leaves, empty slices, and
+    every tape but a plain one)."""
+    d = a._data
+    try:
+        tape = _tls.tape
+    except AttributeError:
+        return None
+    tok = a._tok
+    if tok is not tape.tok or type(d) is not _ND or d.ndim != 1 or type(tape) is not _Tape:
+        return None
+    try:
+        idx = range(len(d))[key]
+    except (TypeError, ValueError):  # a step of 0, bounds that are no ints: NumPy's errors
+        return None
+    m = len(idx)
+    if not m or (tape.n + 1 > tape.room or tape.ni + m + 1 > len(tape.ip)) \
+            and not tape.reserve(1, m + 1):
+        return None
+    data = d[key]
+    data.flags.writeable = False  # a view: the tape may hold this memory
+    r = tape.n
+    na = tape.na
+    ni = tape.ni
+    try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+        tape.w_op[r] = _INDEX
+        tape.w_arg0[r] = na
+        tape.w_args[na] = a._rec
+        tape.na = na + 1
+        tape.w_ip0[r] = ni
+        tape.w_ip[ni] = m
+        tape.ip[ni + 1:ni + 1 + m] = np.arange(idx.start, idx.stop, idx.step)
+        tape.ni = ni + 1 + m
+        tape._value(r, data)
+        tape.n = r + 1
+    except BaseException:
+        tape.abandon(r, na)
+        raise
+    t = Tensor()
+    t._data = data
+    t._requires_grad = True
+    t._tok = tok
+    t._rec = r
+    t._vw = (a, key)  # what note_view does for a base that requires grad
+    tape.aliases.add(r)
+    track_view(a, t)
+    return t
 
 
 def _multi(code, x, pieces_of):
