@@ -1,7 +1,7 @@
 """The fused reverse sweep over runs of large elementwise records (fused_backward.py).
 
-Random straight-line programs over arrays of 4,096 elements and more (the
-fusion threshold), with the run-breaking records a program meets in
+Random straight-line programs over arrays just above the fusion threshold (the
+``FUSE_MIN`` elements), with the run-breaking records a program meets in
 practice between them: broadcasts, reductions of intermediates, indexing,
 ``where``, constants of full size, leaves used several times, ``x op x``,
 intermediates read again after the run.  Each program's gradients are
@@ -161,8 +161,10 @@ def _check(seed, steps=10):
     for f, p in zip(fused, plain):
         np.testing.assert_array_equal(f, p)
     # central differences of the float64 NumPy program along random directions
+    # (not across maximum's kinks: some of a quarter million pairs lie within
+    # a step of a tie; PyTorch checks maximum below)
     rng = np.random.default_rng(seed + 2)
-    for _ in range(2):
+    for _ in range(0 if any(name == "maximum" for _, name, _ in prog) else 2):
         ds = [rng.standard_normal(N) for _ in xs]
         h = 1e-6
         up = _run(prog, [x + h * d for x, d in zip(xs, ds)], "np")
@@ -236,8 +238,8 @@ def test_an_intermediate_read_after_the_run_and_a_seed_vector():
     uu = t * b
     ga = s1 * (2 * uu * (1 - t * t) * b + 1) + s2 * (1 - t * t) * b
     gb = s1 * 2 * uu * t + s2 * t
-    np.testing.assert_allclose(A.grad.numpy(), ga, rtol=1e-13)
-    np.testing.assert_allclose(B.grad.numpy(), gb, rtol=1e-13)
+    np.testing.assert_allclose(A.grad.numpy(), ga, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(B.grad.numpy(), gb, rtol=1e-13, atol=1e-14)
 
 
 def test_retain_grad_and_hooks_inside_a_run():
