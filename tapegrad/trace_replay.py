@@ -214,6 +214,9 @@ class _Replay(_BatchMethods):
         self.aptr = self.aptr0.copy()
         self.reached = np.zeros(n, np.bool_)
         self.freed = np.zeros(n, np.bool_)
+        # every record, descending: the sweep's order for any span (it starts
+        # at the first entry <= start), allocated once rather than per sweep
+        self.order = np.arange(n - 1, -1, -1, dtype=np.int64)
         self.adj = Adjoints.__new__(Adjoints)
         self.adj.voff, self.adj.off, self.adj.leaf = self.voff, aoff, leaf
         self.adj.A, self.adj.L, self.adj.size = self.A, self.L, self.size
@@ -556,7 +559,7 @@ class _Replay(_BatchMethods):
     def _sweep(self, start, stop):
         """The compiled sweep over records ``start .. stop+1``, host VJPs in Python."""
         while True:
-            s = sweep(self.T, self.freed, start, stop, mmk=self.mmk)
+            s = sweep(self.T, self.freed, start, stop, self.order, self.mmk)
             if s == -1:
                 return
             REGISTRY[int(self.op[s])].host_vjp(self, self.adj, s)
