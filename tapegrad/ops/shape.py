@@ -360,27 +360,32 @@ _ND = np.ndarray
 
 
 def _slice_fast(a, key):
-    """``a[key]`` for a slice of a non-leaf 1-d tensor of the live epoch, as
-    the general path writes it (an Index record of the map ``[m, i...]``, a
-    read-only view, noted as one), with the map from ``range`` instead of a
-    grid; None where the general path must run (leaves, empty slices, and
-    every tape but a plain one)."""
+    """getitem's fast path for a slice of a 1-d tensor (the map from
+    ``range``, the value a read-only view), or None for the general path."""
     d = a._data
-    try:
-        tape = _tls.tape
-    except AttributeError:
+    if type(d) is not _ND or d.ndim != 1 or not a._requires_grad:
         return None
     tok = a._tok
-    if tok is not tape.tok or type(d) is not _ND or d.ndim != 1 or type(tape) is not _Tape:
+    if tok is None:
+        tape = current()
+    else:
+        try:
+            tape = _tls.tape
+        except AttributeError:
+            return None
+        if tok is not tape.tok:
+            return None
+    if type(tape) is not _Tape:
         return None
     try:
         idx = range(len(d))[key]
     except (TypeError, ValueError):  # a step of 0, bounds that are no ints: NumPy's errors
         return None
     m = len(idx)
-    if not m or (tape.n + 1 > tape.room or tape.ni + m + 1 > len(tape.ip)) \
-            and not tape.reserve(1, m + 1):
+    if not m or (tape.n + 2 > tape.room or tape.ni + m + 1 > len(tape.ip)) \
+            and not tape.reserve(2, m + 1):
         return None
+    p = a._rec if tok is not None else a._lrec if a._ltok is tape.lkey else _node(tape, a)
     data = d[key]
     data.flags.writeable = False  # a view: the tape may hold this memory
     r = tape.n
@@ -389,7 +394,7 @@ def _slice_fast(a, key):
     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
         tape.w_op[r] = _INDEX
         tape.w_arg0[r] = na
-        tape.w_args[na] = a._rec
+        tape.w_args[na] = p
         tape.na = na + 1
         tape.w_ip0[r] = ni
         tape.w_ip[ni] = m
@@ -403,7 +408,7 @@ def _slice_fast(a, key):
     t = Tensor()
     t._data = data
     t._requires_grad = True
-    t._tok = tok
+    t._tok = tape.tok
     t._rec = r
     t._vw = (a, key)  # what note_view does for a base that requires grad
     tape.aliases.add(r)
@@ -474,15 +479,22 @@ def _join(code, fn, arrays, axis):
     tape = current()
     if not need or not tape.enabled:
         return _plain(data)
-    src = fn([np.full(np.shape(d), j, np.int64) for j, d in enumerate(datas)], axis=axis)
-    pos = fn([np.arange(np.size(d)).reshape(np.shape(d)) for d in datas], axis=axis)
+    p = _join_params(fn, [np.shape(d) for d in datas], axis)
+    parents = [_operand(tape, x) for x in arrays]
+    return _result(tape, tape.record(code, parents, data, p), data)
+
+
+def _join_params(fn, shapes, axis):
+    """A Cat/Stack record's integer parameters for inputs of ``shapes``:
+    ``[m, the input of each output element..., its place in that input...]``."""
+    src = fn([np.full(s, j, np.int64) for j, s in enumerate(shapes)], axis=axis)
+    pos = fn([np.arange(int(np.prod(s))).reshape(s) for s in shapes], axis=axis)
     m = src.size
     p = np.empty(2 * m + 1, np.int64)
     p[0] = m
     p[1:m + 1] = src.ravel()
     p[m + 1:] = pos.ravel()
-    parents = [_operand(tape, x) for x in arrays]
-    return _result(tape, tape.record(code, parents, data, p), data)
+    return p
 
 
 def concatenate(arrays, axis=0):
@@ -498,8 +510,7 @@ def stack(arrays, axis=0):
     return out
 
 
-#: (inputs, input shape, axis) -> a Stack record's integer parameters, as
-#: _join builds them (read-only: every record of that layout copies them)
+#: (inputs, input shape, axis) -> a Stack record's parameters (read-only)
 _STACK_PARAMS = {}
 _F64, _F32 = np.float64, np.float32
 
@@ -508,14 +519,7 @@ def _stack_params(k, shape, axis):
     key = (k, shape, axis)
     p = _STACK_PARAMS.get(key)
     if p is None:
-        n = int(np.prod(shape))
-        src = np.stack([np.full(shape, j, np.int64) for j in range(k)], axis=axis)
-        pos = np.stack([np.arange(n).reshape(shape)] * k, axis=axis)
-        m = src.size
-        p = np.empty(2 * m + 1, np.int64)
-        p[0] = m
-        p[1:m + 1] = src.ravel()
-        p[m + 1:] = pos.ravel()
+        p = _join_params(np.stack, [shape] * k, axis)
         p.flags.writeable = False
         if len(_STACK_PARAMS) >= 256:
             _STACK_PARAMS.clear()
@@ -524,15 +528,11 @@ def _stack_params(k, shape, axis):
 
 
 def stack_fast(arrays, axis=0):
-    """``stack(arrays, axis)`` of non-leaf tensors of the live epoch whose
-    values are all of one shape and dtype (NumPy scalars or arrays), written
-    as the general path writes it (one Stack record, its map from a cache of
-    the layouts seen), or None where the general path must run.
-
-    The forward along axis 0 is ``np.array`` of the values, which gives what
-    ``np.stack`` gives for equal shapes and dtypes without its Python-level
-    expansion of every input.  A plain Tape only, as for every fast path.
-    """
+    """``stack(arrays, axis)`` of non-leaves of the live epoch with values of
+    one shape and dtype, written as _join writes it (its map cached), or None
+    for the general path.  Along axis 0 the value is ``np.array`` of the
+    values: what ``np.stack`` gives for equal shapes and dtypes, without its
+    Python-level expansion of each.  A plain Tape only."""
     ta = type(arrays)
     if (ta is not list and ta is not tuple) or type(axis) is not int or not arrays:
         return None
