@@ -178,9 +178,8 @@ def _compare_entry(tp, r, sub, extra):
 
 
 def _matmul_entry(tp, r, sub, extra):
-    # a small matmul (the loop's ``mmk``): sub is its inner dimension k, not
-    # the op's sub code
-    mm_forward(load_tape(tp), r, sub)
+    # a small matmul (the loop's ``mmk``): extra is its inner dimension k
+    mm_forward(load_tape(tp), r, extra)
     return 1
 
 
@@ -240,14 +239,12 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, mmk, table):
         code = op[r]
         kind = code >> C.SHIFT
         sub = code & C.MASK
-        if kind == C.K_HOST or kind > C.K_USER:
-            if kind != C.K_HOST or r >= mmk.size or mmk[r] == 0:
-                # host records: Python computes them; a kind with no kernel
-                # goes there too, and Python's host path raises, naming the op
-                return r
-            # a small matmul: the family of slot K_HOST below, which takes
-            # the inner dimension for the sub code
-            sub = mmk[r]
+        if (kind == C.K_HOST or kind > C.K_USER) and (
+                kind != C.K_HOST or r >= mmk.size or mmk[r] == 0):
+            # host records: Python computes them (but for the small matmuls:
+            # the family of slot K_HOST below); a kind with no kernel goes
+            # there too, and Python's host path raises, naming the op
+            return r
         n = size[r]
         if n == 1 and kind <= C.K_NARY and kind != C.K_NONE \
                 and not (kind == C.K_NARY and sub == C.WHERE):
@@ -270,7 +267,9 @@ def _replay(T, faddr, guard, goff, gvals, start, stop, mmk, table):
                 f = table[k]
                 if f == 0:
                     return MISSING - r
-                if call_entry_extra(f, T0, r, sub, faddr[r]) != 1:
+                # extra: a user op's forward, a small matmul's inner dimension
+                extra = mmk[r] if kind == C.K_HOST else faddr[r]
+                if call_entry_extra(f, T0, r, sub, extra) != 1:
                     return FAILED - r
         g = guard[r]
         if g != 0 and not _guard_holds(T, r, g, gvals[goff[r]:]):

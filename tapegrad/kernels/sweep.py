@@ -230,14 +230,12 @@ def _sweep(T, freed, order, start, stop, mmk, table):
         code = op[r]
         kind = code >> C.SHIFT
         sub = code & C.MASK
-        if kind == C.K_HOST or kind > C.K_USER:
-            if kind != C.K_HOST or r >= mmk.size or mmk[r] == 0:
-                # Python applies host VJPs; a kind with no kernel goes there
-                # too and fails loudly (the registry admits none)
-                return r
-            # a small matmul: the family of slot K_HOST below, which takes
-            # the inner dimension for the sub code
-            sub = mmk[r]
+        if (kind == C.K_HOST or kind > C.K_USER) and (
+                kind != C.K_HOST or r >= mmk.size or mmk[r] == 0):
+            # Python applies host VJPs (but for the small matmuls: the family
+            # of slot K_HOST below); a kind with no kernel goes there too and
+            # fails loudly (the registry admits none)
+            return r
         n = size[r]
         if n == 1 and kind <= C.K_NARY and kind != C.K_NONE and sub != C.WHERE:
             # one-element elementwise record: its operands have one element
@@ -268,7 +266,8 @@ def _sweep(T, freed, order, start, stop, mmk, table):
         f = table[slot(T, r, kind, sub)]
         if f == 0:
             return MISSING - r
-        if call_entry(f, T0, r, sub) != 1:
+        # a small matmul's family takes its inner dimension for the sub code
+        if call_entry(f, T0, r, mmk[r] if kind == C.K_HOST else sub) != 1:
             return FAILED - r
     return -1
 
