@@ -4,10 +4,10 @@ gradient (median of ``--repeat`` runs, after warm-up), on three workloads:
 * ``chain``: the 8,000-record scalar chain (benchmarks/workloads.py) over
   1,000 inputs;
 * ``logistic``: the mean logistic loss of examples/dask_gradients.py (256 x
-  16 data, 16 weights) over 20,000 weight vectors: its ``A @ w`` is a host
-  record, so grad_batch takes its threaded path; the compiled rows set
-  kernels/batch.py's ``MATMUL``, which computes it in plain loops (within
-  rounding of NumPy's BLAS: the "vs loop" column);
+  16 data, 16 weights) over 20,000 weight vectors: its ``A @ w`` (4,096
+  multiply-adds) is a small matmul, which every replay computes in the
+  compiled loops (kernels/small_matmul.py), so the batched kernel runs it
+  and agrees with the loop bit for bit;
 * ``rk4``: benchmarks/small_loops.py's RK4 Lotka-Volterra loss (``--steps``
   steps) over ``--rk4-rows`` parameter vectors.
 
@@ -16,7 +16,8 @@ with 1 and 2 workers; for traces whose records all run compiled, the
 batched kernel (kernels/batch.py) with 1 and 2 Numba threads; and for the
 logistic loss, when JAX is installed, ``jax.jit(jax.vmap(jax.grad(loss)))``
 in float64 on all cores (its compile time printed in the row's name).  Every result
-is checked against the loop (bit for bit but for matmuls: 1e-12 relative).
+is checked against the loop (bit for bit; 1e-12 relative for a matmul that
+only kernels/batch.py's ``MATMUL`` brings into the kernel).
 
     python benchmarks/grad_batch.py [--repeat 5] [--only chain,rk4]
 """

@@ -6,7 +6,10 @@ The records it leaves are the function: a replay writes new inputs into the
 input records and recomputes every other record in order in compiled code
 (:mod:`tapegrad.kernels.replay`), and the ordinary reverse sweep then runs on
 the replayed values.  Host records (matmul, solve, ...) are computed by NumPy
-during a replay, as their VJPs are during a sweep.
+during a replay, as their VJPs are during a sweep -- but for small matmuls
+(1-d and 2-d operands, at most ``kernels.small_matmul.SMALL_MATMUL``
+multiply-adds), which the compiled replay and sweep loops compute in plain
+loops (within rounding of NumPy's BLAS, the same in every replay).
 
 Runs of consecutive same-size elementwise records (of at least
 ``FUSE_MIN`` elements) are fused: forward and reverse go over them block by
