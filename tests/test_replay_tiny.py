@@ -1,4 +1,4 @@
-"""The replay loop's inline arithmetic on records of up to ``TINY`` (8)
+"""The replay and sweep loops' inline arithmetic on records of up to ``TINY`` (8)
 elements (kernels/replay.py: ``TINY_ELEMENTWISE``), a 6- and 8-state
 program of every ``arithmetic`` op: same-size and one-element operands,
 ``x op x``, constants on either side.  The compiled replay agrees bit for
@@ -70,3 +70,27 @@ def test_gradient_matches_eager_and_differences(seed):
     h = 1e-5
     fd = np.array([(_program(x + h * e) - _program(x - h * e)) / (2 * h) for e in np.eye(16)])
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-6)
+
+
+def test_inline_sweep_is_the_families():
+    """The sweep's inline arithmetic of up to 8 elements (kernels/sweep.py:
+    ``TINY_ELEMENTWISE``) against the sweep's source with it off, bit for bit."""
+    from tapegrad.kernels import sweep as SW
+    from tapegrad.kernels.dispatch import VJP
+    assert SW.TINY_ELEMENTWISE == 8
+    ft = tg.trace(_program, X0)
+    (reps,) = ft.cache.values()
+    rep = reps[0]
+    x1 = np.random.default_rng(5).normal(size=16) * 0.4
+    g = np.array(ft.grad(x1), copy=True)   # compiled sweep, inline paths on
+    (root,) = rep.roots
+    (leaf,) = rep.leaf_rec
+    rep.aptr[:] = rep.aptr0
+    rep.reached[:] = False
+    rep.adj.add(root, np.ones(1))
+    copy = interpret.python_copy(SW._sweep, dict(interpret.STAND_INS))
+    copy.__globals__["TINY"] = copy.__globals__["TINY_ELEMENTWISE"] = 0
+    s = copy(rep.T, rep.freed, np.arange(root, -1, -1), root, -1, rep.mmk, VJP.python_table())
+    assert s == -1
+    assert rep.reached[leaf]
+    assert np.array_equal(_bits(rep.adj[leaf]), _bits(g))

@@ -49,9 +49,8 @@ def _guard_holds(T, r, kind, expect):
 # (an RK4 step on a 2-vector, a 6-state ODE) that call, not the arithmetic,
 # was most of each record's cost.
 #: the replay computes ``arithmetic`` records of at most this many elements
-#: inline: the structural records' bound (``TINY``).  The sweep's own bound
-#: (sweep.py: ``TINY_ELEMENTWISE``) is lower, so that eager programs of three
-#: elements still reach its family kernels.
+#: inline: the structural records' bound (``TINY``), as the sweep does
+#: (sweep.py: ``TINY_ELEMENTWISE``).
 TINY_ELEMENTWISE = TINY
 @inline
 def _f_arithmetic(kind, sub, a, b, c):

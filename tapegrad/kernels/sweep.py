@@ -32,10 +32,8 @@ def _deposit1(T, v, x):
 #: arithmetic, was most of each record's cost.  At most ``SMALL``: their
 #: values live in the value arena.
 TINY = 8
-#: the same for elementwise records of plain arithmetic (``arithmetic``).
-#: Three elements and more keep to the family kernels: tests/test_interpret.py
-#: checks first-use compilation of the families on a 3-element program.
-TINY_ELEMENTWISE = 2
+#: the same for elementwise records of plain arithmetic (``arithmetic``)
+TINY_ELEMENTWISE = 8
 assert TINY_ELEMENTWISE <= TINY <= SMALL
 _CONST = C.code(C.K_NONE, C.CONST)
 
@@ -107,7 +105,14 @@ def _tiny_elementwise(T, r, kind, sub, n):
     wa, wb, fold = True, kind == C.K_NARY, False
     fa, fb = False, False
     if ma != n or mb != n:
-        # broadcast_vjp: both adjoints zeroed (constants' too), then added to
+        # broadcast_vjp: x + c, x - c, c + x with a one-element constant c
+        # hand x the adjoint (alias); otherwise both adjoints zeroed
+        # (constants' too), then added to
+        if kind == C.K_NARY and op[b] == _CONST and ma == n and (sub == C.ADD or sub == C.SUB) \
+                and alias(T, a, r):
+            return True
+        if kind == C.K_NARY and op[a] == _CONST and mb == n and sub == C.ADD and alias(T, b, r):
+            return True
         claim_zeroed(T, a)
         claim_zeroed(T, b)
         wa, wb = op[a] != _CONST, op[b] != _CONST
