@@ -170,25 +170,19 @@ def odometer(ip, b, nd, k):
 
 @inline
 def advance(shape, strides, cnt, pos):
-    d = shape.size - 1
-    k = pos.size
-    while d >= 0:
-        cnt[d] += 1
-        for j in range(k):
-            pos[j] += strides[j, d]
-        if cnt[d] < shape[d]:
-            return
-        for j in range(k):
-            pos[j] -= strides[j, d] * shape[d]
-        cnt[d] = 0
-        d -= 1
+    _step_from(shape.size - 1, shape, strides, cnt, pos)
 
 
 @inline
 def advance_row(shape, strides, cnt, pos):
     """``advance`` by a whole row of the last axis, from a row's start (a
     loop that walks the last axis itself steps the rest with this)."""
-    d = shape.size - 2
+    _step_from(shape.size - 2, shape, strides, cnt, pos)
+
+
+@inline
+def _step_from(d, shape, strides, cnt, pos):
+    """The odometer's step at axis ``d``, carrying into the axes before it."""
     k = pos.size
     while d >= 0:
         cnt[d] += 1
