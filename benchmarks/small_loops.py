@@ -9,7 +9,9 @@ tapegrad traced (``ft.value_and_grad`` of ``tg.trace``, the replayed
 forward alone, and the replay and reverse-sweep loops on their own), with
 the tape's record count and the traced cost per record; PyTorch eager and
 CasADi (an SX function of the value and gradient, built once) when they are
-installed.  Medians of ``--repeat`` runs.
+installed; HIPS autograd and JAX (eager, and ``jit`` with its compile time)
+when installed, each in a fresh interpreter stopped after ``--cap`` seconds
+(reported as such), their one-call times.  Medians of ``--repeat`` runs.
 
 A second workload of another shape (``--only ode6``): a six-state ODE whose
 right-hand side is a matrix-vector product plus an elementwise nonlinearity,
@@ -17,7 +19,8 @@ integrated by RK4 (matmul host records between the small elementwise ones,
 which a trace's replay and sweep compute in their compiled loops:
 kernels/small_matmul.py).
 
-Run: ``python benchmarks/small_loops.py [--steps 500] [--repeat 7] [--only rk4,ode6]``.
+Run: ``python benchmarks/small_loops.py [--steps 500] [--repeat 7] [--only rk4,ode6]
+[--cap 60]``.
 """
 import argparse
 import os
@@ -116,22 +119,115 @@ def _median_ms(fn, repeat):
     return statistics.median(ts) * 1e3
 
 
+#: what a child interpreter runs for the slow rows: one gradient of a
+#: workload with HIPS autograd or JAX (eager, or jit with its compile time),
+#: printed as ``ms`` lines; the parent enforces the time cap
+_CHILD = """
+import sys, time, json
+import numpy as np
+sys.path.insert(0, {here!r})
+import small_loops as S
+which, how, steps = {which!r}, {how!r}, {steps}
+rng = np.random.default_rng(0 if which == "rk4" else 1)
+obs = rng.uniform(0.5, 1.5, (steps, 2 if which == "rk4" else 6))
+th0 = S.TH0[which]
+def loss(xp):
+    if which == "rk4":
+        return lambda th: S.loss(th, steps, obs, xp=xp)
+    return lambda th: S.loss6(th, steps, obs, xp=xp)
+out = {{}}
+if how == "autograd":
+    import autograd, autograd.numpy as anp
+    f = autograd.value_and_grad(loss(anp))
+    t0 = time.perf_counter(); v, g = f(th0); out["call"] = (time.perf_counter() - t0) * 1e3
+else:
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    if how == "jax":
+        f = jax.value_and_grad(loss(jnp))
+        t0 = time.perf_counter(); v, g = f(jnp.asarray(th0)); g = np.asarray(g)
+        out["call"] = (time.perf_counter() - t0) * 1e3
+    else:
+        t0 = time.perf_counter()
+        f = jax.jit(jax.value_and_grad(loss(jnp))).lower(jnp.asarray(th0)).compile()
+        out["compile"] = (time.perf_counter() - t0) * 1e3
+        f(jnp.asarray(th0))
+        ts = []
+        for _ in range(5):
+            t0 = time.perf_counter(); v, g = f(jnp.asarray(th0)); g = np.asarray(g)
+            ts.append((time.perf_counter() - t0) * 1e3)
+        out["call"] = sorted(ts)[2]
+out["grad"] = [float(x) for x in np.asarray(g)]
+print(json.dumps(out))
+"""
+
+TH0 = {"rk4": np.array([1.1, 0.4, 0.1, 0.4]),
+       "ode6": np.array([0.8, 0.3, -0.2, 0.1, 0.4, -0.3, 0.2])}
+
+
+def slow_rows(which, steps, g_ref, cap):
+    """HIPS autograd and JAX rows (when installed), each in a fresh
+    interpreter that is stopped after ``cap`` seconds: ``(name, ms or None,
+    note)``; the gradients are checked against tapegrad's."""
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+    rows = []
+    for how, label in (("autograd", "HIPS autograd value_and_grad (one call)"),
+                       ("jax", "JAX eager value_and_grad (one call)"),
+                       ("jit", "JAX jit(value_and_grad)")):
+        if importlib.util.find_spec("autograd" if how == "autograd" else "jax") is None:
+            continue
+        if cap <= 0:
+            rows.append((label, None, "skipped (--cap 0)"))
+            continue
+        code = _CHILD.format(here=os.path.dirname(os.path.abspath(__file__)), which=which,
+                             how=how, steps=steps)
+        env = dict(os.environ, OMP_NUM_THREADS="1", XLA_FLAGS="--xla_cpu_multi_thread_eigen=false")
+        try:
+            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                  timeout=cap, env=env)
+        except subprocess.TimeoutExpired:
+            rows.append((label, None, f"skipped: unfinished after the {cap:.0f} s cap"))
+            continue
+        if done.returncode != 0:
+            rows.append((label, None, "failed: " + done.stderr.strip().splitlines()[-1]))
+            continue
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+        assert np.allclose(out["grad"], np.asarray(g_ref), rtol=1e-9, atol=1e-12), how
+        if "compile" in out:
+            label = f"{label} (compile once: {out['compile']:.0f} ms)"
+        rows.append((label, out["call"], ""))
+    return rows
+
+
+def _print_rows(rows):
+    for row in rows:
+        name, ms = row[0], row[1]
+        note = row[2] if len(row) > 2 else ""
+        print(f"  {name:62} {ms:9.2f}" if ms is not None else f"  {name:62} {note}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--only", default="rk4,ode6", help="workloads: rk4, ode6")
+    ap.add_argument("--cap", type=float, default=60.0,
+                    help="seconds each autograd/JAX row may take (0: skip them)")
     a = ap.parse_args(argv)
     if "rk4" in a.only.split(","):
         main_rk4(a)
     if "ode6" in a.only.split(","):
-        main6(a.steps, a.repeat)
+        main6(a.steps, a.repeat, a.cap)
 
 
 def main_rk4(a):
     """The RK4 Lotka-Volterra table."""
     steps = a.steps
-    th0 = np.array([1.1, 0.4, 0.1, 0.4])
+    th0 = TH0["rk4"]
     obs = np.random.default_rng(0).uniform(0.5, 1.5, (steps, 2))
 
     rows = [("plain NumPy loss alone (no gradient)",
@@ -188,16 +284,17 @@ def main_rk4(a):
         rows.append((f"CasADi SX value + gradient (build once: {build_ms:.0f} ms)",
                      _median_ms(lambda: f_ca(th0), a.repeat)))
 
+    rows += slow_rows("rk4", steps, g_e, a.cap)
     print(f"RK4 Lotka-Volterra, {steps} steps, 4 parameters; {records} tape records; "
           f"median of {a.repeat}, ms per gradient")
-    for name, ms in rows:
-        print(f"  {name:62} {ms:9.2f}")
+    _print_rows(rows)
     print(f"  traced value_and_grad per record: {traced / records * 1e6:.0f} ns")
 
 
-def main6(steps, repeat):
-    """The second workload's table: tapegrad eager and traced, PyTorch, CasADi."""
-    th0 = np.array([0.8, 0.3, -0.2, 0.1, 0.4, -0.3, 0.2])
+def main6(steps, repeat, cap=60.0):
+    """The second workload's table: tapegrad eager and traced, PyTorch, CasADi,
+    autograd and JAX."""
+    th0 = TH0["ode6"]
     obs = np.random.default_rng(1).uniform(0.5, 1.5, (steps, 6))
     rows = [("plain NumPy loss alone (no gradient)",
              _median_ms(lambda: loss6(th0, steps, obs), repeat))]
@@ -243,10 +340,10 @@ def main6(steps, repeat):
         assert np.allclose(np.asarray(f_ca(th0)[1]).ravel(), g_e, rtol=1e-10, atol=1e-12)
         rows.append((f"CasADi SX value + gradient (build once: {build_ms:.0f} ms)",
                      _median_ms(lambda: f_ca(th0), repeat)))
+    rows += slow_rows("ode6", steps, g_e, cap)
     print(f"\n6-state ODE with a matrix-vector product, {steps} RK4 steps, 7 parameters; "
           f"{records} tape records; median of {repeat}, ms per gradient")
-    for name, ms in rows:
-        print(f"  {name:62} {ms:9.2f}")
+    _print_rows(rows)
     print(f"  traced value_and_grad per record: {traced / records * 1e6:.0f} ns")
 
 

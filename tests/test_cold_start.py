@@ -24,16 +24,16 @@ _CHILD = textwrap.dedent("""
     import numpy as np, tapegrad as tg
     from tapegrad.kernels import dispatch as D
     from tapegrad.kernels.sweep import _sweep
-    x = tg.tensor(np.linspace(0.1, 0.9, 5), requires_grad=True)
-    (x * x + 2.0).backward(np.ones(5))
-    assert np.allclose(x.grad.numpy(), 2 * np.linspace(0.1, 0.9, 5))
+    x = tg.tensor(np.linspace(0.1, 0.9, 12), requires_grad=True)  # past the inline bound
+    (x * x + 2.0).backward(np.ones(12))
+    assert np.allclose(x.grad.numpy(), 2 * np.linspace(0.1, 0.9, 12))
     s = _sweep.stats
     print("SWEEP", sum(s.cache_hits.values()), sum(s.cache_misses.values()))
     print("ENTRIES", sum(e._cache_hits for e in D._ENTRIES.values()), len(D._ENTRIES))
     print("BROADCAST", int(D.TABLE[D.BROADCAST_SLOT] != 0))
-    y = tg.tensor(np.ones((2, 5)), requires_grad=True)
-    (y * x).backward(np.ones((2, 5)))           # broadcasts: its family now
-    assert np.allclose(y.grad.numpy(), np.linspace(0.1, 0.9, 5))
+    y = tg.tensor(np.ones((2, 12)), requires_grad=True)
+    (y * x).backward(np.ones((2, 12)))          # broadcasts: its family now
+    assert np.allclose(y.grad.numpy(), np.linspace(0.1, 0.9, 12))
     print("BROADCAST_AFTER", int(D.TABLE[D.BROADCAST_SLOT] != 0))
 """)
 
@@ -48,8 +48,8 @@ def _child(env=None):
 
 def test_second_process_loads_the_cache():
     # this process has compiled (or loaded) the sweep and these families
-    x = tg.tensor(np.linspace(0.1, 0.9, 5), requires_grad=True)
-    (x * x + 2.0).backward(np.ones(5))
+    x = tg.tensor(np.linspace(0.1, 0.9, 12), requires_grad=True)
+    (x * x + 2.0).backward(np.ones(12))
     env = dict(os.environ, TAPEGRAD_QUIET="1")
     got, _ = _child(env)
     assert got["SWEEP"][1] == 0 and got["SWEEP"][0] >= 1   # loaded, not compiled
