@@ -77,6 +77,11 @@ def runs(tape, T, start, stop, order):
     """Runs of fusable records among records ``start .. stop+1`` (those of
     ``order`` when given): ``(r0, r1, n, fusable)`` ascending, where
     ``fusable`` marks the records of ``r0 .. r1-1`` the run sweeps."""
+    # the common case first, in one pass over the span (or, for a graph
+    # search's order, over the graph: never over unrelated records)
+    span = tape.size[stop + 1:start + 1] if order is None else tape.size[order]
+    if start - stop < 2 or span.size < 2 or span.max() < FUSE_MIN:
+        return []
     if order is None:
         recs = np.arange(stop + 1, start + 1)
     else:
