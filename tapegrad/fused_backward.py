@@ -80,15 +80,13 @@ def runs(tape, T, start, stop, order):
     # the common case first, in one pass over the span (or, for a graph
     # search's order, over the graph: never over unrelated records)
     span = tape.size[stop + 1:start + 1] if order is None else tape.size[order]
-    if start - stop < 2 or span.size < 2 or span.max() < FUSE_MIN:
+    if span.size < 2 or span.max() < FUSE_MIN:
         return []
     if order is None:
-        recs = np.arange(stop + 1, start + 1)
+        recs, size = np.arange(stop + 1, start + 1), span
     else:
         recs = order[(order > stop) & (order <= start)][::-1]
-    if recs.size < 2:
-        return []
-    size = tape.size[recs]
+        size = tape.size[recs]
     big = size >= FUSE_MIN
     if np.count_nonzero(big) < 2:
         return []

@@ -10,7 +10,7 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
-from ..tape import Tape, current
+from ..tape import current
 from ..tensor import Tensor, _node, _plain, _result
 from .elementwise import _bstrides
 from .registry import register
@@ -134,8 +134,10 @@ COMPOSITE_LOGSUMEXP_MIN = 4096
 
 def logsumexp(a, axis=None, keepdims=False, where=None, initial=None):
     if (isinstance(a, Tensor) and a._requires_grad and where is None and initial is None
-            and np.size(a._data) >= COMPOSITE_LOGSUMEXP_MIN and current().enabled):
-        return _logsumexp_parts(a, axis, keepdims)
+            and np.size(a._data) >= COMPOSITE_LOGSUMEXP_MIN):
+        tape = current()
+        if tape.enabled:
+            return _logsumexp_parts(a, axis, keepdims, in_place=not tape.tracing)
     return _logsumexp_record(a, axis=axis, keepdims=keepdims, where=where, initial=initial)
 
 
@@ -146,7 +148,7 @@ def _exp_in_place(d):
     return np.exp(d, out=d)
 
 
-def _logsumexp_parts(a, axis, keepdims):
+def _logsumexp_parts(a, axis, keepdims, in_place):
     """``log(sum(exp(a - m))) + m`` with the maxima ``m`` a constant: the same
     operations, in the same order, as the one-record forward (equal values),
     recorded as an exp, a sum and a log."""
@@ -158,11 +160,11 @@ def _logsumexp_parts(a, axis, keepdims):
     if not np.isfinite(m).all():  # rows of -inf (or inf, nan) shift by 0
         m = np.where(np.isfinite(m), m, 0)
     d = E.subtract(a, m)
-    if type(current()) is Tape:
+    if in_place:
         # exp into d's memory, as the one-record forward does (a fresh 8 MB
         # array costs its page faults): nothing reads d's value -- the
-        # subtraction's VJP does not, and a plain tape keeps no value no VJP
-        # reads (a trace's tape keeps every value: there d stays)
+        # subtraction's VJP does not, and a tape keeps no value no VJP reads
+        # unless it is tracing (a trace's tape keeps every value: d stays)
         e = E._unary(_EXP, _exp_in_place, d)
     else:
         e = E.exp(d)
