@@ -28,6 +28,18 @@ def _steps():
         (tg.sin(t) * t * 2.0).sum().backward()
 
     yield "fused reverse sweep of large elementwise runs", fused
+
+    def long_tape():
+        # past GRAPH_SEARCH_FROM records a backward searches its root's graph
+        # (graph_of, graph_addresses) instead of laying out the whole tape
+        from tapegrad.autograd import GRAPH_SEARCH_FROM
+        t = tg.tensor(0.5, requires_grad=True)
+        y = t
+        for _ in range(GRAPH_SEARCH_FROM // 2 + 1):
+            y = y * 0.5 + t
+        y.backward()
+
+    yield "graph search of a long tape", long_tape
     yield from dispatch.VJP.warm()
     yield "Jacobians (vector sweep)", lambda: tg.jacobian(lambda v: tg.sin(v) * v)(x)
     yield "Hessians", lambda: tg.hessian(lambda v: (tg.exp(v) * v).sum())(x)
