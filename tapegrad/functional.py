@@ -99,6 +99,10 @@ def value_and_grad(f, argnums=0):
         connected = _connected(args)
         if connected:
             return _nested_value_and_grad(f, args, single, nums, connected)
+        if hasattr(f, "_scalar_value_and_grad"):
+            done = _traced_value_and_grad(f, args, nums)
+            if done is not None:
+                return done[0], (done[1][0] if single else done[1])
         leaves, out, pairs = _call_complex(f, args, nums, "value_and_grad")
         if type(out) is ComplexTensor:
             raise TypeError(
@@ -119,6 +123,37 @@ def value_and_grad(f, argnums=0):
         return value, (grads[0] if single else grads)
     value_and_grad_f.__name__ = f"value_and_grad({getattr(f, '__name__', 'f')})"
     return value_and_grad_f
+
+
+def _traced_value_and_grad(f, args, nums):
+    """``value_and_grad`` of a traced function (``tg.trace``) at plain real
+    arguments whose differentiated ones are all trace inputs (float arrays
+    and numbers): the trace's own replay and reverse sweep, without
+    recording the call on the tape as an op and sweeping that (which costs a
+    second forward replay and copies of every gradient).  The same values
+    and gradients as the general path (tests/test_traced_transforms.py);
+    None where that path must run: tensors or complex numbers among the
+    arguments, a differentiated argument the trace treats as static (an int),
+    or a function that does not return one element."""
+    inputs = []
+    for i, a in enumerate(args):
+        if isinstance(a, (Tensor, ComplexTensor)) or is_complex(a):
+            return None
+        if isinstance(a, (float, np.floating)) or (
+                isinstance(a, np.ndarray) and a.dtype.kind == "f"):
+            inputs.append(i)
+    if any(n not in inputs for n in nums):
+        return None
+    done = f._scalar_value_and_grad(args)
+    if done is None:
+        return None
+    value, gs = done
+    grads = []
+    for n in nums:
+        like = np.asarray(args[n])
+        g = np.asarray(gs[inputs.index(n)]).reshape(like.shape)
+        grads.append(_cast(g[()] if g.ndim == 0 else g, like))  # 0-d: a NumPy scalar, as there
+    return float(np.asarray(value).reshape(())), tuple(grads)
 
 
 def _nested_value_and_grad(f, args, single, nums, connected):

@@ -135,6 +135,22 @@ class TracedFunction(_TangentMethods):
             finally:
                 rep.release()
 
+    def _scalar_value_and_grad(self, args):
+        """``(value, [gradient per input])`` for ``tg.grad`` and
+        ``tg.value_and_grad`` of this function at plain arrays (one replay
+        and its reverse sweep, as :meth:`value_and_grad`), or None when the
+        function does not return one element: the transform's general path
+        then raises its own error."""
+        with _LOCK:
+            rep, xs = self._run(args)
+            try:
+                value = rep.value()
+                if rep.multi or np.size(value) != 1:
+                    return None
+                return value, rep.backward([np.ones(1)])
+            finally:
+                rep.release()
+
     @staticmethod
     def _unpack(g):
         return g[0] if len(g) == 1 else tuple(g)
