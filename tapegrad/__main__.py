@@ -42,6 +42,16 @@ def _steps():
     yield "graph search of a long tape", long_tape
     yield from dispatch.VJP.warm()
     yield "Jacobians (vector sweep)", lambda: tg.jacobian(lambda v: tg.sin(v) * v)(x)
+
+    def jacobian_products():
+        # a matrix product meets a block of mostly-zero adjoint vectors
+        # (kernels/blocks.py); a traced call is a host op without a batched
+        # VJP, swept one vector at a time (kernels/vector.py: touched)
+        m = np.linspace(-1.0, 1.0, 36).reshape(6, 6)
+        tg.jacobian(lambda v: tg.tanh(m @ v) * v)(x)
+        tg.jacobian(tg.trace(lambda v: tg.sin(v) * v, x))(x)
+
+    yield "Jacobians through matrix products and traced calls", jacobian_products
     yield "Hessians", lambda: tg.hessian(lambda v: (tg.exp(v) * v).sum())(x)
     yield "forward mode", lambda: tg.jvp(lambda v: tg.sin(v) * v, (x,), (x,))
 

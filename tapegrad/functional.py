@@ -135,14 +135,8 @@ def _traced_value_and_grad(f, args, nums):
     None where that path must run: tensors or complex numbers among the
     arguments, a differentiated argument the trace treats as static (an int),
     or a function that does not return one element."""
-    inputs = []
-    for i, a in enumerate(args):
-        if isinstance(a, (Tensor, ComplexTensor)) or is_complex(a):
-            return None
-        if isinstance(a, (float, np.floating)) or (
-                isinstance(a, np.ndarray) and a.dtype.kind == "f"):
-            inputs.append(i)
-    if any(n not in inputs for n in nums):
+    inputs = _trace_inputs(args, nums)
+    if inputs is None:
         return None
     done = f._scalar_value_and_grad(args)
     if done is None:
@@ -154,6 +148,23 @@ def _traced_value_and_grad(f, args, nums):
         g = np.asarray(gs[inputs.index(n)]).reshape(like.shape)
         grads.append(_cast(g[()] if g.ndim == 0 else g, like))  # 0-d: a NumPy scalar, as there
     return float(np.asarray(value).reshape(())), tuple(grads)
+
+
+def _trace_inputs(args, nums):
+    """The positions of a traced function's inputs among plain real
+    arguments (float arrays and numbers; the rest is static), or None when a
+    transform must take its general path: a tensor or a complex number among
+    the arguments, or an argument to differentiate that is not an input."""
+    inputs = []
+    for i, a in enumerate(args):
+        if isinstance(a, (Tensor, ComplexTensor)) or is_complex(a):
+            return None
+        if isinstance(a, (float, np.floating)) or (
+                isinstance(a, np.ndarray) and a.dtype.kind == "f"):
+            inputs.append(i)
+    if any(n not in inputs for n in nums):
+        return None
+    return inputs
 
 
 def _nested_value_and_grad(f, args, single, nums, connected):
@@ -436,6 +447,13 @@ def jacobian(f, argnums=0, *, mode="auto"):
 
     def jacobian_f(*args):
         single, nums = _argnums(argnums, len(args), "jacobian")
+        if mode != "forward" and hasattr(f, "_vector") and not _connected(args):
+            inputs = _trace_inputs(args, nums)
+            if inputs is not None:
+                done = f._one_jacobian(args)
+                if done is not None:
+                    res = tuple(done[inputs.index(n)] for n in nums)
+                    return res[0] if single else res
         leaves, out, pairs = _call_complex(f, args, nums, "jacobian")
         if type(out) is ComplexTensor:
             raise TypeError(

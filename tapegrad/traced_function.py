@@ -248,17 +248,7 @@ class TracedFunction(_TangentMethods):
         array([[2., 0.],
                [0., 4.]])
         """
-        def seeds(rep):
-            sizes = [math.prod(s) for s in rep.out_shapes]
-            p, at, out = sum(sizes), 0, []
-            for m in sizes:
-                s = np.zeros((p, m))
-                s[at + np.arange(m), np.arange(m)] = 1.0
-                out.append(s)
-                at += m
-            return out, p
-
-        _, rep, gs = self._vector(args, seeds)
+        _, rep, gs = self._vector(args, _unit_seeds)
         res, at = [], 0
         for shape in rep.out_shapes:
             m = math.prod(shape)
@@ -267,6 +257,19 @@ class TracedFunction(_TangentMethods):
                 for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)]))
             at += m
         return tuple(res) if rep.multi else res[0]
+
+    def _one_jacobian(self, args):
+        """For ``tg.jacobian`` of this function at plain arrays: one Jacobian
+        per input, as :meth:`jacobian` computes them (a vector reverse sweep
+        over the replay, where the traced call recorded as an op on the tape
+        would be swept once per output element); None for a function that
+        returns a tuple (``tg.jacobian``'s general path then raises)."""
+        _, rep, gs = self._vector(args, _unit_seeds)
+        if rep.multi:
+            return None
+        shape = rep.out_shapes[0]
+        return [g.reshape(shape + tuple(s)).astype(d, copy=False)
+                for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)]
 
     def _vector(self, args, seeds):
         """``(value, replay, grads)`` for the p cotangents ``seeds(replay)``
@@ -454,6 +457,19 @@ class TracedFunction(_TangentMethods):
 
     def __repr__(self):
         return f"<tapegrad traced function {self.__name__}, {self.n_traces} trace(s)>"
+
+
+def _unit_seeds(rep):
+    """The cotangents of a Jacobian: a unit vector per element of every
+    output, ``(per output a (p, size) array, p)``."""
+    sizes = [math.prod(s) for s in rep.out_shapes]
+    p, at, out = sum(sizes), 0, []
+    for m in sizes:
+        s = np.zeros((p, m))
+        s[at + np.arange(m), np.arange(m)] = 1.0
+        out.append(s)
+        at += m
+    return out, p
 
 
 class LoadedFunction(TracedFunction):

@@ -148,3 +148,57 @@ def test_a_loaded_function(tmp_path):
     assert v == v0
     for a, b in zip(g, g0):
         np.testing.assert_array_equal(a, b)
+
+
+M = RNG.uniform(-1, 1, (5, 6))
+
+
+def _g(x, y):
+    return np.tanh(M @ x) * y[:5] + np.sin(x[:5])
+
+
+@pytest.mark.parametrize("argnums", [0, 1, (0, 1), (1, 0)])
+def test_jacobian_same_as_the_general_path_and_the_eager_function(argnums):
+    ft = tg.trace(_g, A, B)
+    J = tg.jacobian(ft, argnums=argnums)(A, B)
+    J0 = tg.jacobian(lambda *xs: ft(*xs), argnums=argnums)(A, B)
+    Je = tg.jacobian(_g, argnums=argnums)(A, B)
+    assert isinstance(J, tuple) == isinstance(argnums, tuple)
+    Js, J0s, Jes = ((x,) if not isinstance(argnums, tuple) else x for x in (J, J0, Je))
+    nums = argnums if isinstance(argnums, tuple) else (argnums,)
+    for n, a, b, e in zip(nums, Js, J0s, Jes):
+        assert a.dtype == b.dtype and a.shape == b.shape == (5, 6)
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(a, e, rtol=1e-13, atol=1e-15)
+        for i in range(6):  # a column by central differences
+            h = np.zeros(6)
+            h[i] = 1e-6
+            xs_up, xs_dn = [A, B], [A, B]
+            xs_up[n], xs_dn[n] = (A, B)[n] + h, (A, B)[n] - h
+            np.testing.assert_allclose(a[:, i], (_g(*xs_up) - _g(*xs_dn)) / 2e-6,
+                                       rtol=1e-6, atol=1e-8)
+
+
+def test_jacobian_float32_scalars_and_at_other_inputs():
+    ft = tg.trace(lambda x, s: np.sin(x) * s, A.astype(np.float32), 2.0)
+    for x in (A, A + 1.0):
+        x32 = x.astype(np.float32)
+        J = tg.jacobian(ft, argnums=(0, 1))(x32, 2.0)
+        J0 = tg.jacobian(lambda *xs: ft(*xs), argnums=(0, 1))(x32, 2.0)
+        for a, b in zip(J, J0):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-6)
+        np.testing.assert_allclose(np.diag(J[0]), 2.0 * np.cos(x32), rtol=1e-6)
+    assert J[0].dtype == np.float32 and J[1].shape == (6,)
+
+
+def test_jacobian_of_a_tuple_output_raises_as_the_general_path():
+    ft = tg.trace(lambda x: (x * 2.0, x.sum()), A)
+    with pytest.raises(TypeError) as fast:
+        tg.jacobian(ft)(A)
+    with pytest.raises(TypeError) as general:
+        tg.jacobian(lambda x: ft(x))(A)
+    assert str(fast.value) == str(general.value)
+    # forward mode keeps the general path (a traced call has no forward rule)
+    with pytest.raises(NotImplementedError):
+        tg.jacobian(tg.trace(lambda x: x * 2.0, A), mode="forward")(A)
