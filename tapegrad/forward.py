@@ -15,7 +15,8 @@ import numpy as np
 
 from .autograd import Adjoints
 from .ops.complex_tensor import ComplexTensor
-from .transform_base import _argnums, _call, _call_complex, _root_span, _scratch, _value
+from .transform_base import (_argnums, _call, _call_complex, _connected, _root_span, _scratch,
+                             _trace_inputs, _value)
 from .kernels._views import SMALL
 from .kernels.tangents import fwd_layout, sweep_fwd
 from .kernels.sweep import layout
@@ -221,6 +222,12 @@ def jvp(f, primals, tangents, batched=None):
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents; give "
                          "one tangent per primal")
+    if hasattr(f, "_tangents") and not _connected(primals):
+        # a traced function at plain arrays: its own tangent sweep over the
+        # replay (the call recorded as an op has no forward rule)
+        inputs = _trace_inputs(primals, range(len(primals)))
+        if inputs is not None and len(inputs) == len(primals):
+            return f.jvp(primals, tangents, batched=batched)
     leaves, out, pairs = _call_complex(f, primals, tuple(range(len(primals))), "jvp")
     ts, p, batch = _check_tangents(leaves, _leaf_tangents(tangents, pairs), batched)
     seeds = [t.reshape(p, -1) for t in ts]

@@ -21,7 +21,8 @@ from .ops.complex_tensor import ComplexTensor, is_complex
 # backward_to are part of this module's namespace (tapegrad.functional)
 from .tensor_grads import _Spec, autograd_grad, backward_graph, backward_to, reverse  # noqa: F401
 from .transform_base import (_Slabs, _argnums, _call_complex, _cast, _connected, _pair_up,
-                             _root_span, _run, _value, _vector_bytes, fresh_arenas)
+                             _root_span, _run, _trace_inputs, _value, _vector_bytes,
+                             fresh_arenas)
 
 #: adjoint memory a Jacobian may use at once (p vectors of every record);
 #: larger ones are computed in chunks of rows
@@ -148,23 +149,6 @@ def _traced_value_and_grad(f, args, nums):
         g = np.asarray(gs[inputs.index(n)]).reshape(like.shape)
         grads.append(_cast(g[()] if g.ndim == 0 else g, like))  # 0-d: a NumPy scalar, as there
     return float(np.asarray(value).reshape(())), tuple(grads)
-
-
-def _trace_inputs(args, nums):
-    """The positions of a traced function's inputs among plain real
-    arguments (float arrays and numbers; the rest is static), or None when a
-    transform must take its general path: a tensor or a complex number among
-    the arguments, or an argument to differentiate that is not an input."""
-    inputs = []
-    for i, a in enumerate(args):
-        if isinstance(a, (Tensor, ComplexTensor)) or is_complex(a):
-            return None
-        if isinstance(a, (float, np.floating)) or (
-                isinstance(a, np.ndarray) and a.dtype.kind == "f"):
-            inputs.append(i)
-    if any(n not in inputs for n in nums):
-        return None
-    return inputs
 
 
 def _nested_value_and_grad(f, args, single, nums, connected):

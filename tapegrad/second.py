@@ -39,7 +39,8 @@ import numpy as np
 from . import forward as FW
 from . import sparsity as SP
 from .autograd import _freed_error
-from .transform_base import _Slabs, _argnums, _call, _root_span, _run, _vector_bytes
+from .transform_base import (_Slabs, _argnums, _call, _connected, _root_span, _run,
+                             _trace_inputs, _vector_bytes)
 from .kernels._views import SMALL
 from .kernels.hvp import hvp_layout, sweep_block
 from .second_rules import (  # noqa: F401  (HOST_RULES: part of this module's API)
@@ -259,6 +260,12 @@ def hvp(f, primals, tangents, batched=None):
     if len(primals) != len(tangents):
         raise ValueError(f"hvp: {len(primals)} primals but {len(tangents)} tangents; give "
                          "one tangent per primal")
+    if hasattr(f, "_hessian") and not _connected(primals):
+        # a traced function at plain arrays: its own forward-over-reverse pass
+        # over the replay (the call recorded as an op has no forward rule)
+        inputs = _trace_inputs(primals, range(len(primals)))
+        if inputs is not None and len(inputs) == len(primals):
+            return f.hvp(primals, tangents, batched=batched)
     leaves, out = _scalar_out(f, primals, tuple(range(len(primals))), "hvp")
     ts, p, batch = FW._check_tangents(leaves, tangents, batched)
     flat = [t.reshape(p, -1) for t in ts]
@@ -464,6 +471,14 @@ def hessian(f, argnums=0, *, sparse="auto"):
 
     def hessian_f(*args):
         single, nums = _argnums(argnums, len(args), "hessian")
+        if hasattr(f, "_hessian") and not _connected(args):
+            inputs = _trace_inputs(args, nums)
+            if inputs is not None:  # a traced function at plain arrays: see hvp
+                H, shapes, dtypes = f._hessian(args, False)
+                rows = split_blocks(H, shapes, dtypes)
+                at = [inputs.index(n) for n in nums]
+                res = tuple(tuple(rows[i][j] for j in at) for i in at)
+                return res[0][0] if single else res
         leaves, H = _hessian_flat(f, args, nums, sparse, "hessian", memo.__dict__)
         res = split_blocks(H, [x.shape for x in leaves], [x.dtype for x in leaves])
         return res[0][0] if single else res

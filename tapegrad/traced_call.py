@@ -6,6 +6,9 @@ the trace for the value and records one host record whose VJP is the
 trace's own ``ft.vjp`` at the saved inputs: the gradient is the traced one,
 not a silent zero of a value cut off from the graph.  Forward mode and
 second order through the record raise (a ``tg.Function`` has neither rule).
+The transforms of the traced function itself at plain arrays (``tg.grad(ft)``,
+``tg.jacobian(ft)``, ``tg.hessian(ft)``, ``tg.hvp(ft, ...)``, ``tg.jvp(ft, ...)``)
+record no such call: they run the trace's own passes over its replay.
 
 Examples
 --------

@@ -398,3 +398,20 @@ def _cast(g, like):
 def _value(out):
     v = out.detach().numpy()
     return v[()] if v.ndim == 0 else v.copy()
+
+
+def _trace_inputs(args, nums):
+    """The positions of a traced function's inputs among plain real
+    arguments (float arrays and numbers; the rest is static), or None when a
+    transform must take its general path: a tensor or a complex number among
+    the arguments, or an argument to differentiate that is not an input."""
+    inputs = []
+    for i, a in enumerate(args):
+        if isinstance(a, (Tensor, ComplexTensor)) or is_complex(a):
+            return None
+        if isinstance(a, (float, np.floating)) or (
+                isinstance(a, np.ndarray) and a.dtype.kind == "f"):
+            inputs.append(i)
+    if any(n not in inputs for n in nums):
+        return None
+    return inputs

@@ -202,3 +202,78 @@ def test_jacobian_of_a_tuple_output_raises_as_the_general_path():
     # forward mode keeps the general path (a traced call has no forward rule)
     with pytest.raises(NotImplementedError):
         tg.jacobian(tg.trace(lambda x: x * 2.0, A), mode="forward")(A)
+
+
+def _s(x, y):
+    return (np.tanh(M @ x) * y[:5]).sum() + (np.sin(x) * y).sum()
+
+
+def _grad_fd(x, y, n, h=1e-5):
+    """The Jacobian of the gradient in argument n, by central differences."""
+    cols = []
+    for i in range(6):
+        e = np.zeros(6)
+        e[i] = h
+        up, dn = [x, y], [x, y]
+        up[n], dn[n] = (x, y)[n] + e, (x, y)[n] - e
+        cols.append((np.stack(tg.grad(_s, (0, 1))(*up)) - np.stack(tg.grad(_s, (0, 1))(*dn)))
+                    / (2 * h))
+    return np.stack(cols, axis=-1)  # (2, 6, 6): d grad_k / d arg_n[i]
+
+
+@pytest.mark.parametrize("argnums", [0, 1, (0, 1), (1, 0)])
+def test_hessian_of_a_traced_function(argnums):
+    ft = tg.trace(_s, A, B)
+    H = tg.hessian(ft, argnums=argnums)(A + 0.5, B)
+    He = tg.hessian(_s, argnums=argnums)(A + 0.5, B)
+    if isinstance(argnums, tuple):
+        for i, n in enumerate(argnums):
+            for j, m in enumerate(argnums):
+                assert H[i][j].shape == (6, 6)
+                np.testing.assert_allclose(H[i][j], He[i][j], rtol=1e-12, atol=1e-14)
+                np.testing.assert_allclose(H[i][j], _grad_fd(A + 0.5, B, m)[n],
+                                           rtol=1e-5, atol=1e-7)
+    else:
+        np.testing.assert_allclose(H, He, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(H, _grad_fd(A + 0.5, B, argnums)[argnums],
+                                   rtol=1e-5, atol=1e-7)
+
+
+def test_hvp_and_jvp_of_a_traced_function():
+    ft = tg.trace(_s, A, B)
+    v, w = RNG.normal(size=6), RNG.normal(size=6)
+    g, hv = tg.hvp(ft, (A, B), (v, w))
+    ge, hve = tg.hvp(_s, (A, B), (v, w))
+    for a, e in zip(g + hv, ge + hve):
+        np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-14)
+    # a batch of directions
+    V, W = RNG.normal(size=(3, 6)), RNG.normal(size=(3, 6))
+    _, hv = tg.hvp(ft, (A, B), (V, W))
+    _, hve = tg.hvp(_s, (A, B), (V, W))
+    for a, e in zip(hv, hve):
+        assert a.shape == (3, 6)
+        np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-14)
+    fg = tg.trace(_g, A, B)
+    out, t = tg.jvp(fg, (A, B), (v, w))
+    oute, te = tg.jvp(_g, (A, B), (v, w))
+    np.testing.assert_allclose(out, oute, rtol=1e-14)
+    np.testing.assert_allclose(t, te, rtol=1e-12, atol=1e-14)
+    h = 1e-6
+    np.testing.assert_allclose(t, (_g(A + h * v, B + h * w) - _g(A - h * v, B - h * w)) / (2 * h),
+                               rtol=1e-6, atol=1e-8)
+    _, T = tg.jvp(fg, (A, B), (V, W))
+    _, Te = tg.jvp(_g, (A, B), (V, W))
+    np.testing.assert_allclose(T, Te, rtol=1e-12, atol=1e-14)
+
+
+def test_second_order_errors_keep_their_meaning():
+    ft = tg.trace(lambda x: np.sin(x) * 2.0, A)
+    with pytest.raises(TypeError, match="one number"):
+        tg.hessian(ft)(A)
+    with pytest.raises(TypeError, match="one number"):
+        tg.hvp(ft, (A,), (A,))
+    # a static (integer) primal: the general path, whose traced call has no
+    # forward rule, refuses it rather than returning a partial answer
+    fk = tg.trace(lambda x, k: (x ** k).sum(), A, 2)
+    with pytest.raises((NotImplementedError, TypeError)):
+        tg.hvp(fk, (A, 2), (A, 0))
