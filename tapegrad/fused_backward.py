@@ -5,7 +5,7 @@ A record-by-record sweep takes one pass over memory per record: on
 most of them writing an intermediate adjoint that the next VJP reads back
 once.  Here a run of consecutive same-size elementwise records (with leaves
 and constants between them) is swept block by block instead
-(kernels/fused_segments.py ``seg_backward_stored``, ``CHUNK`` elements at
+(kernels/fused_segments.py ``seg_backward_stored``, ``STORED_CHUNK`` elements at
 a time): the adjoints that only the run's own records write and read live
 in a block scratch that stays in cache, and only the adjoints of the
 records outside the run (leaves, earlier records) and of run records an
@@ -19,11 +19,21 @@ reached then: every record above the run has run its VJP, so a run record
 not reached yet is reached from inside the run alone, and its adjoint can
 live in the block scratch.
 
+Most runs end in a full sum or mean (the loss), whose VJP would broadcast
+one number into a run record's adjoint: that reduction is left out of the
+record-by-record sweep and the run starts from the constant instead
+(``_constant_root``).  Through the records whose partials are constants
+(adds, subtractions, scalings: ``seg_plan_stored``) the adjoints stay
+constants of the plan, computed as the loops would compute each element,
+and are written out only where an array needs them (a leaf's gradient, a
+VJP that reads values).
+
 Fusion needs the compiled kernel; it follows the interpreted tier's rule
 (kernels/interpret.py): with nothing compiled or cached the runs are swept
 record by record, and the time that takes is counted until compiling the
 fused kernel pays (the tier's budget), or at once with ``TAPEGRAD_INTERPRET=0``.
 """
+import ctypes
 import time
 
 import numpy as np
@@ -31,8 +41,8 @@ import numpy as np
 from .kernels import codes as C
 from .kernels import interpret
 from .kernels._jit import cached
-from .kernels._views import PTRS, REACHED, RIX
-from .kernels.fused_segments import CHUNK, seg_backward_stored, seg_plan
+from .kernels._views import APTR, PTRS, REACHED, RIX
+from .kernels.fused_segments import STORED_CHUNK, seg_backward_stored, seg_plan_stored
 from .tape import Tape
 
 #: records with at least this many elements are fused.  Planning a run costs
@@ -132,19 +142,53 @@ def _parents_alive(tape, T, r0, r1, mask):
     return not np.any(T[PTRS][k] == 0)
 
 
-def sweep_run(T, r0, r1, n, mask):
-    """The fused reverse sweep over one run, planned from what is reached now."""
+def sweep_run(T, r0, r1, n, mask, root=-1, g=0.0):
+    """The fused reverse sweep over one run, planned from what is reached now;
+    ``root >= 0``: that record of the run, not reached yet, enters with the
+    constant adjoint ``g`` (see ``_constant_root``)."""
     reached = T[REACHED]
-    if not reached[r0:r1][mask].any():
+    if root < 0 and not reached[r0:r1][mask].any():
         return  # nothing above reaches the run (another graph on the tape)
     internal = mask & ~reached[r0:r1]
     gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
-    reach, write, assign = seg_plan(T, r0, r1, gslot)
-    gs = np.empty((max(int(internal.sum()), 1), CHUNK))
-    seg_backward_stored(T, r0, r1, n, gslot, reach, write, assign, gs)
+    plan = seg_plan_stored(T, r0, r1, gslot, root, g)
+    gs = np.empty((max(int(internal.sum()), 1), STORED_CHUNK))
+    seg_backward_stored(T, r0, r1, n, gslot, *plan, gs)
     # the run's records count as reached, as after the record-by-record
     # sweep (the graph is freed, and checked for stale values, by that mark)
-    reached[r0:r1] |= reach
+    reached[r0:r1] |= plan[0]
+
+
+_FULL = (C.code(C.K_REDUCE, C.SUM), C.code(C.K_REDUCE, C.MEAN))
+
+
+def _reduces_run(tape, r0, r1, start, mask):
+    """Whether record r1, the one after the run, is a sum or mean of every
+    element of a run record (the loss of most programs), whose VJP hands the
+    run a constant adjoint."""
+    return (r1 <= start and int(tape.op[r1]) in _FULL and tape.size[r1] == 1
+            and r0 <= int(tape.args[tape.arg0[r1]]) < r1
+            and mask[int(tape.args[tape.arg0[r1]]) - r0])
+
+
+def _constant_root(tape, T, r1):
+    """``(p, g)``: the reduction r1's operand p and the constant that r1's
+    VJP (kernels/structural.py ``full_sum_vjp``) would write into every
+    element of p's adjoint -- when that VJP would be the first write to it
+    and nothing stops the sweep at r1 -- else ``(-1, 0.0)``, and r1 is left
+    to the record-by-record sweep."""
+    reached = T[REACHED]
+    p = int(tape.args[tape.arg0[r1]])
+    if not reached[r1] or reached[p] or tape.freed[r1]:
+        return -1, 0.0
+    k = T[RIX][p]
+    if k >= 0 and T[PTRS][k] == 0:
+        return -1, 0.0  # a released value: the sweep reports it
+    g = ctypes.c_double.from_address(int(T[APTR][r1])).value
+    if int(tape.op[r1]) == _FULL[1]:
+        n = int(tape.size[p])
+        g = g / n if n > 0 else 0.0
+    return p, g
 
 
 def run(tape, T, start, stop, order, plain):
@@ -157,12 +201,19 @@ def run(tape, T, start, stop, order, plain):
         return
     fuse = _ready()
     for r0, r1, n, mask in reversed(segs):
-        plain(start, r1 - 1)
-        if fuse:
-            sweep_run(T, r0, r1, n, mask)
+        if fuse and _reduces_run(tape, r0, r1, start, mask):
+            plain(start, r1)
+            p, g = _constant_root(tape, T, r1)
+            if p < 0:
+                plain(r1, r1 - 1)
+            sweep_run(T, r0, r1, n, mask, p, g)
         else:
-            t0 = time.perf_counter()
-            plain(r1 - 1, r0 - 1)
-            _Rent.spent += time.perf_counter() - t0
+            plain(start, r1 - 1)
+            if fuse:
+                sweep_run(T, r0, r1, n, mask)
+            else:
+                t0 = time.perf_counter()
+                plain(r1 - 1, r0 - 1)
+                _Rent.spent += time.perf_counter() - t0
         start = r0 - 1
     plain(start, stop)
