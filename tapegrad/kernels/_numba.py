@@ -62,6 +62,32 @@ def voidptr(typingctx, addr):
     return types.voidptr(addr), codegen
 
 
+@intrinsic
+def f64_bits(typingctx, x):
+    """The bits of a float64 as an int64 (a bit cast: no conversion), for
+    kernels/vecmath.py's exponent and mantissa arithmetic, which LLVM can
+    vectorise where a call of ``math.frexp`` could not."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return types.int64(x), codegen
+
+
+@intrinsic
+def bits_f64(typingctx, i):
+    """The float64 whose bits are the int64 ``i`` (the inverse of ``f64_bits``)."""
+    if i != types.int64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(i), codegen
+
+
 def _call_codegen(n_ptrs):
     """Codegen of ``(*addr)(&a_1, .., &a_n, i_1, ..)``: the first ``n_ptrs``
     arguments after the address (tuples) are stored on the caller's stack

@@ -173,6 +173,9 @@ STAND_INS = {
     "call_d3": lambda addr, a, b, y: _c_double_fn(addr, 3)(float(a), float(b), float(y)),
     # an op switch's last branch is NaN compiled (kernels/unhandled.py)
     "unhandled": _nan,
+    # kernels/vecmath.py's vectorisable forms of NumPy's functions
+    "exp_v": np.exp,
+    "log_v": np.log,
 }
 
 _copies = {}

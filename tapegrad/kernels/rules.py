@@ -21,6 +21,7 @@ from .special import (d2_i0e, d2_i1e, d2_log_ndtr, d_i0e, d_i1e, d_log_ndtr, dig
                       f_special, tetragamma, trigamma)
 from ._jit import inline
 from .unhandled import unhandled
+from .vecmath import exp_v, log_v  # vectorised; NumPy's in the interpreted tier
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -61,9 +62,9 @@ def f_unary(sub, x):
     if sub == C.NEG:
         return -x
     if sub == C.EXP:
-        return np.exp(x)
+        return exp_v(x)
     if sub == C.LOG:
-        return np.log(x)
+        return log_v(x)
     if sub == C.LOG1P:
         return np.log1p(x)
     if sub == C.EXPM1:

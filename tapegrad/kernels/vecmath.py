@@ -1,0 +1,122 @@
+"""``exp`` and ``log`` of one float64 in a form LLVM vectorises.
+
+A loop of ``np.exp`` / ``np.log`` compiles to a libm call per element,
+which keeps the loop scalar: 3.6-4.3 ms per 1e6 elements against 0.8 ms for
+NumPy's own vector loops.  These two are written with arithmetic and bit
+casts only (``f64_bits``/``bits_f64``, kernels/_numba.py), so a loop of them
+runs on vector registers: about 1.5 ms per 1e6 elements (``python
+benchmarks/vecmath.py``).  Both are faithfully rounded -- within one unit in
+the last place of the exact value, and the correctly rounded result for
+about 98% of inputs (over 50,000 random inputs the largest error measured
+against 120-bit references was 0.76 ulp); tests/test_vecmath.py checks this
+and every special value (NaN, infinities, zeros, subnormal inputs and
+results, overflow) against NumPy.  Neither contracts into fused multiply-adds (``fastmath`` stays off),
+so every machine computes the same bits.
+
+The interpreted tier (kernels/interpret.py) runs NumPy's ``exp`` and ``log``
+in their place: the two tiers may differ in the last bit, as they do for
+every transcendental function.
+"""
+import numpy as np
+
+from ._jit import deferred, inline
+
+f64_bits = deferred("f64_bits")
+bits_f64 = deferred("bits_f64")
+
+_INV_LN2 = 1.4426950408889634
+# ln 2 split so that k * _LN2_HI is exact for every |k| < 2**21: the reduced
+# argument x - k ln 2 keeps ~85 bits
+_LN2_HI = 0.6931471803691238
+_LN2_LO = 1.9082149292705877e-10
+_EXP_MAX = 709.782712893384     # above: exp overflows to inf
+_EXP_MIN = -745.1332191019412   # below: exp rounds to 0
+_SQRT2 = 1.4142135623730951
+_TWO54 = 18014398509481984.0
+_MANTISSA = 0x000FFFFFFFFFFFFF
+_ONE_BITS = 0x3FF0000000000000
+
+
+@inline
+def exp_v(x):
+    """``exp(x)``: x = k ln 2 + r with |r| <= ln 2 / 2, exp(r) by its Taylor
+    series to r**13 (the rest is below 2**-57 of the result), scaled by 2**k
+    in two factors so that subnormal results round once."""
+    xc = min(max(x, -746.0), 710.0)  # k stays in range; the ends are set below
+    kf = np.floor(xc * _INV_LN2 + 0.5)
+    hi = xc - kf * _LN2_HI
+    lo = kf * _LN2_LO
+    r = hi - lo
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    # 1 + r + r**2 p, r = hi - lo: 1 + hi in two parts (its rounding error
+    # e exactly), so that the sum rounds once, at the end
+    t = 1.0 + hi
+    e = (1.0 - t) + hi
+    y = t + (e + (r * r * p - lo))
+    k = np.int64(kf)
+    k1 = k >> 1
+    y = y * bits_f64((k1 + 1023) << 52) * bits_f64((k - k1 + 1023) << 52)
+    if x > _EXP_MAX:
+        y = np.inf
+    if x < _EXP_MIN:
+        y = 0.0
+    if x != x:
+        y = x
+    return y
+
+
+@inline
+def log_v(x):
+    """``log(x)``: x = 2**k m with m in [sqrt(1/2), sqrt(2)) (from the bits;
+    subnormals are scaled by 2**54 first), and log(m) = log(1 + f) = 2
+    atanh(s) with s = f / (2 + f), |s| < 0.1716: ``f - s (f - R)`` with R the
+    series 2 (s**2/3 + ... + s**22/23), arranged as ``f - (f**2/2 - s (f**2/2
+    + R))`` so that the large terms cancel exactly."""
+    sub = x < 2.2250738585072014e-308
+    xs = x * _TWO54 if sub else x
+    b = f64_bits(xs)
+    k = (b >> 52) - 1023
+    m = bits_f64((b & _MANTISSA) | _ONE_BITS)
+    big = m > _SQRT2
+    m = m * 0.5 if big else m
+    kf = np.float64(k + (1 if big else 0) - (54 if sub else 0))
+    f = m - 1.0  # exact (Sterbenz)
+    s = f / (2.0 + f)
+    z = s * s
+    R = 2.0 / 23.0
+    R = R * z + 2.0 / 21.0
+    R = R * z + 2.0 / 19.0
+    R = R * z + 2.0 / 17.0
+    R = R * z + 2.0 / 15.0
+    R = R * z + 2.0 / 13.0
+    R = R * z + 2.0 / 11.0
+    R = R * z + 2.0 / 9.0
+    R = R * z + 2.0 / 7.0
+    R = R * z + 2.0 / 5.0
+    R = R * z + 2.0 / 3.0
+    R = R * z
+    hfsq = 0.5 * f * f
+    # k ln2_hi + f in two parts (both exact; |k ln2_hi| >= |f| unless k is 0),
+    # so that the sum rounds once, at the end
+    a = kf * _LN2_HI
+    t = a + f
+    e = (a - t) + f
+    y = t + (e - (hfsq - (s * (hfsq + R) + kf * _LN2_LO)))
+    if x == 0.0:
+        y = -np.inf
+    if x < 0.0 or x != x:
+        y = np.nan
+    if x == np.inf:
+        y = np.inf
+    return y
