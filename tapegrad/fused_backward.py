@@ -112,17 +112,21 @@ def runs(tape, T, start, stop, order):
     same[two] &= psize[args[a0[two] + 1]] == size[cand][two]
     fus[cand] &= same & ~tape.freed[recs[cand]]
     passive = (kind == C.K_NONE) & (sub <= _PASSIVE_MAX)
-    out, i, k = [], 0, recs.size
+    # the scan over a few records, on Python lists (an element of a NumPy
+    # array costs a scalar object per look)
+    fl, pl, sl = fus.tolist(), passive.tolist(), size.tolist()
+    out, i, k = [], 0, len(fl)
     while i < k:
-        if not fus[i]:
+        if not fl[i]:
             i += 1
             continue
-        m, e, last = size[i], i + 1, i
-        while e < k and (passive[e] or (fus[e] and size[e] == m)):
-            if fus[e]:
+        m, e, last, count = sl[i], i + 1, i, 1
+        while e < k and (pl[e] or (fl[e] and sl[e] == m)):
+            if fl[e]:
                 last = e
+                count += 1
             e += 1
-        if np.count_nonzero(fus[i:last + 1]) >= 2:
+        if count >= 2:
             r0, r1 = int(recs[i]), int(recs[last]) + 1
             mask = np.zeros(r1 - r0, np.bool_)
             mask[recs[i:last + 1][fus[i:last + 1]] - r0] = True
@@ -136,7 +140,9 @@ def _parents_alive(tape, T, r0, r1, mask):
     """False if a run record reads a value a freed graph released (the
     record-by-record sweep reports that; the run leaves it to it)."""
     recs = np.flatnonzero(mask) + r0
-    ps = np.concatenate([tape.args[tape.arg0[r]:tape.arg0[r + 1]] for r in recs])
+    a0 = tape.arg0[recs]
+    two = tape.arg0[recs + 1] - a0 == 2   # run records have one or two parents
+    ps = np.concatenate((tape.args[a0], tape.args[a0[two] + 1]))
     k = T[RIX][ps]
     k = k[k >= 0]
     return not np.any(T[PTRS][k] == 0)

@@ -227,7 +227,8 @@ def seg_plan_stored(T, r0, r1, gslot, root, g):
     are written into a block only where an array meets them (``prefill``:
     the operand's block holds the constant before a VJP accumulates into
     it) or where a VJP that reads values needs its adjoint as an array
-    (``fillown``); those of the other records are written block by block
+    (``fillown``: its row, which nothing else writes, is filled once); those
+    of the other records are written block by block
     (``cfill``, the value ``cv``).  Each constant is what the loops would
     compute element by element: the same product ``g * d`` and the same
     sum ``v + (0 or the earlier adjoint)``.
@@ -325,6 +326,12 @@ def seg_backward_stored(T, r0, r1, n, gslot, reach, write, assign, linear, fillo
     arg0, args = T[ARG0], T[ARGS]
     gb = gs.ctypes.data
     w = STORED_CHUNK
+    for r in range(r0, r1):
+        # a constant adjoint that a VJP reads as an array: its block row is
+        # written by nothing else (every contribution to it was a constant),
+        # so it is filled once for every block
+        if reach[r - r0] and fillown[r - r0]:
+            _set(_view(_gaddr(T, r, r0, gslot, gb, 0, w), min(w, n)), min(w, n), cval[r - r0])
     for lo in range(0, n, w):
         m = min(w, n - lo)
         for r in range(r1 - 1, r0 - 1, -1):
@@ -338,8 +345,6 @@ def seg_backward_stored(T, r0, r1, n, gslot, reach, write, assign, linear, fillo
                         gx = _view(_gaddr(T, args[a0 + j], r0, gslot, gb, lo, w), m)
                         _fill(gx, m, cv[2 * q + j], assign[2 * q + j])
                 continue
-            if fillown[q]:
-                _set(_view(_gaddr(T, r, r0, gslot, gb, lo, w), m), m, cval[q])
             for j in range(arg0[r + 1] - a0):
                 if prefill[2 * q + j]:
                     p = args[a0 + j]
