@@ -12,10 +12,11 @@ import numpy as np
 from . import codes as C
 from ._jit import deferred, inline, inner
 from ._views import SIZE, IP0, IP, FP  # tape fields
-from ._views import copy_into, advance, odometer, parent, rows_of, value
+from ._views import _at, copy_into, advance, odometer, parent, rows_of, value
 from .structural import _out_map, _runs, _step
 from .rules import f_binary, f_scalar, f_unary
 from .unhandled import unhandled
+from .vecmath import exp_v, log_v
 from .user import call_d2
 
 #: K_NONE subs of comparison records (recorded only while tracing).  Their
@@ -284,6 +285,39 @@ def sum_fwd(T, r, sub):
             y[j] /= cnt
 
 
+@inline
+def _softmax_rows(sub, x, y, A, R):
+    """logsumexp, softmax or log_softmax over the contiguous rows of x (A
+    rows of R elements: the reduced axes are the trailing ones).  The same
+    values as the general loop of ``reduce_fwd`` (each row's maximum, its sum
+    of exponentials in element order), with the exponentials computed once,
+    in a loop of their own that vectorises, before the sequential sum."""
+    e = np.empty(R if sub == C.LOGSUMEXP else 0)
+    for a in range(A):
+        xa = _at(x, a * R, R)
+        mx = -np.inf
+        for q in range(R):
+            if xa[q] > mx:
+                mx = xa[q]
+        if not np.isfinite(mx):
+            mx = 0.0
+        ea = e if sub == C.LOGSUMEXP else _at(y, a * R, R)
+        for q in range(R):
+            ea[q] = exp_v(xa[q] - mx)
+        s = 0.0
+        for q in range(R):
+            s += ea[q]
+        if sub == C.LOGSUMEXP:
+            y[a] = log_v(s) + mx
+        elif sub == C.SOFTMAX:
+            for q in range(R):
+                ea[q] = ea[q] / s
+        else:
+            ls = log_v(s)
+            for q in range(R):
+                ea[q] = xa[q] - mx - ls
+
+
 @inner
 def reduce_fwd(T, r, sub):
     """``ip`` holds ``[nd, in_shape, out_strides]`` (0 on reduced axes)."""
@@ -328,6 +362,9 @@ def reduce_fwd(T, r, sub):
                 y[j] = xi
         return
     # logsumexp, softmax, log_softmax: shifted by each group's finite maximum
+    if R != 0 and Cn == 1:
+        _softmax_rows(sub, x, y, A, R)
+        return
     if R == 0:
         rows = m if sub == C.LOGSUMEXP else rows_of(om)
     else:
@@ -347,20 +384,20 @@ def reduce_fwd(T, r, sub):
     a, q, c = 0, 0, 0
     for i in range(n):
         j = om[i] if R == 0 else a * Cn + c
-        s[j] += np.exp(x[i] - mx[j])
+        s[j] += exp_v(x[i] - mx[j])
         if R != 0:
             a, q, c = _step(a, q, c, R, Cn)
     if sub == C.LOGSUMEXP:
         for j in range(m):
-            y[j] = np.log(s[j]) + mx[j]
+            y[j] = log_v(s[j]) + mx[j]
         return
     a, q, c = 0, 0, 0
     for i in range(n):
         j = om[i] if R == 0 else a * Cn + c
         if sub == C.SOFTMAX:
-            y[i] = np.exp(x[i] - mx[j]) / s[j]
+            y[i] = exp_v(x[i] - mx[j]) / s[j]
         else:
-            y[i] = x[i] - mx[j] - np.log(s[j])
+            y[i] = x[i] - mx[j] - log_v(s[j])
         if R != 0:
             a, q, c = _step(a, q, c, R, Cn)
 
