@@ -208,7 +208,8 @@ def run(tape, T, start, stop, order, plain):
     fuse = _ready()
     for r0, r1, n, mask in reversed(segs):
         if fuse and _reduces_run(tape, r0, r1, start, mask):
-            plain(start, r1)
+            if start > r1:  # records above the reduction (none when it is the root)
+                plain(start, r1)
             p, g = _constant_root(tape, T, r1)
             if p < 0:
                 plain(r1, r1 - 1)
