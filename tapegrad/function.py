@@ -59,21 +59,26 @@ class FunctionCtx:
         return getattr(self, "_saved", ())
 
 
-def _function_vjp(tape, adj, r):
+def _function_vjp(tape, adj, r, p=None):
+    """The VJP of a ``tg.Function`` record: its ``backward``; with ``p`` (a
+    vector sweep's block of p adjoints, ``transform_base._Block``) its
+    ``batched_backward``, whose arguments and gradients have a leading axis
+    of p vectors."""
     cls, ctx, tensor_args, out_shapes, nargs = tape.host[r]
+    lead = () if p is None else (p,)
     if len(out_shapes) == 1 and tape.size[r] == int(np.prod(out_shapes[0])) \
             and tape.op[r + 1 if r + 1 < tape.n else r] != OUTPUT:
-        grads_out = (adj[r].reshape(out_shapes[0]).copy(),)
+        grads_out = (adj[r].reshape(lead + tuple(out_shapes[0])).copy(),)
     else:  # one OUTPUT record per output follows r
-        grads_out = tuple(adj[r + 1 + k].reshape(s).copy() if adj.reached.size > r + 1 + k
-                          and adj.reached[r + 1 + k] else np.zeros(s)
-                          for k, s in enumerate(out_shapes))
+        grads_out = tuple(adj[r + 1 + k].reshape(lead + tuple(s)).copy()
+                          if adj.reached.size > r + 1 + k and adj.reached[r + 1 + k]
+                          else np.zeros(lead + tuple(s)) for k, s in enumerate(out_shapes))
     ctx._record = r   # where the record is now (compaction renumbers records)
     # backward is user code and may record (a nested transform, a loop of
     # ops): holding the tape's token keeps the tape from being compacted or
     # reset under the sweep that called it, whose record ids must stay valid
     held = tape.tok
-    grads = cls.backward(ctx, *grads_out)
+    grads = (cls.backward if p is None else cls.batched_backward)(ctx, *grads_out)
     del held
     if not isinstance(grads, tuple):
         grads = (grads,)
@@ -92,20 +97,32 @@ def _function_vjp(tape, adj, r):
     a0 = tape.arg0[r]
     for j, (position, shape) in enumerate(tensor_args):
         g = grads[position]
-        p = tape.args[a0 + j]
-        if g is None or tape.op[p] == CONST:
+        q = tape.args[a0 + j]
+        if g is None or tape.op[q] == CONST:
             continue
         g = np.asarray(g, dtype=np.float64)
-        if g.shape != shape:
+        if g.shape != lead + tuple(shape):
             raise RuntimeError(
                 f"{cls.__name__}.backward returned a gradient of shape {g.shape} for "
-                f"input {position}, whose shape is {shape}")
-        adds.append((p, g))
-    for p, g in adds:
-        adj.add(p, g)
+                f"input {position}, whose shape is {lead + tuple(shape)}")
+        adds.append((q, g))
+    for q, g in adds:
+        adj.add(q, g)
 
 
-_FUNCTION = register("Function", C.K_HOST, 5, None, host_vjp=_function_vjp)
+def _function_vjp_batched(tape, block, r):
+    """A vector sweep's p adjoints at once, for a ``tg.Function`` whose class
+    defines ``batched_backward``; NotImplemented (the sweep then calls
+    ``backward`` once per vector) for one that does not."""
+    cls = tape.host[r][0]
+    if getattr(cls, "batched_backward", None) is None:
+        return NotImplemented
+    _function_vjp(tape, block, r, block.s.p)
+    return None
+
+
+_FUNCTION = register("Function", C.K_HOST, 5, None, host_vjp=_function_vjp,
+                     batched_vjp=_function_vjp_batched)
 
 
 def first_order_message(cls, how=None):

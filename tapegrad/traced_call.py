@@ -51,6 +51,25 @@ class TracedCall(Function):
         return (None,) + tuple(out)
 
 
+    @staticmethod
+    def batched_backward(ctx, *grads):
+        """``backward`` for p cotangents at once (each with a leading axis p):
+        one vector reverse sweep over the replay, as ``ft.jacobian`` runs
+        (a Jacobian through a traced call costs one sweep, not one per row)."""
+        from .transform_base import fresh_arenas
+        values = ctx.saved_tensors
+        p = grads[0].shape[0]
+        cts = [np.asarray(g, dtype=np.float64).reshape(p, -1) for g in grads]
+        # the vector sweep that called this still holds its adjoints in this
+        # thread's reusable arenas: the replay's sweep takes arenas of its own
+        with fresh_arenas():
+            _, rep, gs = ctx.ft._vector(values, lambda rep: (cts, p))
+        out = [None] * len(values)
+        for pos, g, shape in zip(ctx.positions, gs, rep.in_shapes):
+            out[pos] = g.reshape((p,) + tuple(shape))
+        return (None,) + tuple(out)
+
+
 def call(ft, args):
     """``ft(*args)`` recorded on the graph of the tensors among ``args``."""
     return TracedCall.apply(ft, *args)

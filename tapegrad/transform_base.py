@@ -204,8 +204,9 @@ def _sweep_vectors(tape, adj, T, start, stop, p):
         vjp = d.host_vjp
         if p == 1:
             vjp(tape, adj, s)
-        elif d.batched_vjp is not None:
-            d.batched_vjp(tape, _Block(adj), s)
+        elif d.batched_vjp is not None and \
+                d.batched_vjp(tape, _Block(adj), s) is not NotImplemented:
+            pass  # all p vectors at once (NotImplemented: this record has no such rule)
         else:
             # the same first-write decisions in every slab (see kernels/vector.py)
             nv = touched(T, s, vs)
