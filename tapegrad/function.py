@@ -9,7 +9,11 @@ An optional static ``jvp(ctx, *tangents)`` gives forward mode (``tg.jvp``,
 ``tg.jacfwd``) through the op, as PyTorch's ``Function.jvp``: it receives
 one tangent per input of forward (an array of the input's shape, zeros
 where the input carries none; None for arguments that are not tensors) and
-returns one per output (None for a zero tangent).
+returns one per output (None for a zero tangent).  An optional static
+``batched_backward(ctx, *grads)`` serves the vector sweeps (``tg.jacobian``,
+a batch of cotangents to ``tg.vjp``) with all p cotangents at once: each
+gradient argument and result has a leading axis of p vectors (PyTorch's
+``vmap``-able backward); without it ``backward`` runs once per vector.
 
 Examples
 --------
@@ -37,6 +41,14 @@ tensor([3.0, 12.0])
 ...         return 3 * x ** 2 * t
 >>> tg.jvp(CubeFwd.apply, (np.array([1.0, 2.0]),), (np.array([1.0, 1.0]),))[1]
 array([ 3., 12.])
+>>> class CubeBatched(Cube):
+...     @staticmethod
+...     def batched_backward(ctx, g):      # g: (p, 2), one row per vector
+...         (x,) = ctx.saved_tensors
+...         return 3 * x ** 2 * g
+>>> tg.jacobian(CubeBatched.apply)(np.array([1.0, 2.0]))
+array([[ 3.,  0.],
+       [ 0., 12.]])
 """
 import numpy as np
 
