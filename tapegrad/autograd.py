@@ -396,6 +396,11 @@ def _sweep_records(tape, adj, T, start, stop):
     """The compiled sweep over ``start .. stop+1``, host VJPs where it stops."""
     freed = tape.freed
     while True:
+        arg0 = tape.arg0  # (a host VJP that records may have grown it)
+        if arg0[start + 1] == arg0[stop + 1]:
+            # no record of the span has parents (leaves, constants below the
+            # last host record): no VJP to run, no compiled call
+            return
         s = sweep(T, freed, start, stop, adj.order)
         if s == -1:
             return
