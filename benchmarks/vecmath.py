@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""exp and log over 1e6 float64 elements in compiled loops: tapegrad's
+"""exp, log and tanh over 1e6 float64 elements in compiled loops: tapegrad's
 vectorisable forms (``tapegrad/kernels/vecmath.py``) against a loop of
-``np.exp``/``np.log`` compiled by Numba (a libm call per element) and
+``np.exp``/``np.log``/``np.tanh`` compiled by Numba (a libm call per element) and
 NumPy's own ufunc loops.  Median of ``--repeat`` samples, milliseconds.
 
 Run from anywhere: ``python benchmarks/vecmath.py [--n 1000000] [--repeat 30]``.
@@ -37,7 +37,7 @@ def main(argv=None):
     _jit.materialize()
     from tapegrad.kernels import vecmath
 
-    exp_v, log_v = vecmath.exp_v, vecmath.log_v
+    exp_v, log_v, tanh_v = vecmath.exp_v, vecmath.log_v, vecmath.tanh_v
 
     @numba.njit(error_model="numpy")
     def loop_exp_v(x, y):
@@ -48,6 +48,16 @@ def main(argv=None):
     def loop_log_v(x, y):
         for i in range(x.size):
             y[i] = log_v(x[i])
+
+    @numba.njit(error_model="numpy")
+    def loop_tanh_v(x, y):
+        for i in range(x.size):
+            y[i] = tanh_v(x[i])
+
+    @numba.njit(error_model="numpy")
+    def loop_tanh_libm(x, y):
+        for i in range(x.size):
+            y[i] = np.tanh(x[i])
 
     @numba.njit(error_model="numpy")
     def loop_exp_libm(x, y):
@@ -66,9 +76,11 @@ def main(argv=None):
     rows = [("exp", lambda: loop_exp_v(x, y), lambda: loop_exp_libm(x, y),
              lambda: np.exp(x, out=y)),
             ("log", lambda: loop_log_v(xp, y), lambda: loop_log_libm(xp, y),
-             lambda: np.log(xp, out=y))]
+             lambda: np.log(xp, out=y)),
+            ("tanh", lambda: loop_tanh_v(x, y), lambda: loop_tanh_libm(x, y),
+             lambda: np.tanh(x, out=y))]
     print(f"{a.n:,} float64 elements, ms (median of {a.repeat})")
-    print("| | tapegrad vecmath | Numba loop of np.exp/np.log (libm) | NumPy ufunc |")
+    print("| | tapegrad vecmath | Numba loop of the NumPy function (libm) | NumPy ufunc |")
     print("|---|---:|---:|---:|")
     for name, v, libm, npy in rows:
         print(f"| {name} | {_median_ms(v, a.repeat):.2f} | {_median_ms(libm, a.repeat):.2f} "

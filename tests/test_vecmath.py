@@ -52,7 +52,20 @@ def test_within_one_ulp_of_the_exact_value(fn, xs, ref):
     assert (u > 0.5).mean() < 0.05  # all but a few are the correctly rounded result
 
 
+TANH_X = np.concatenate([RNG.uniform(-1, 1, 1500), RNG.uniform(-25, 25, 800),
+                         RNG.uniform(-1e-3, 1e-3, 300), RNG.uniform(-0.4, 0.4, 800),
+                         np.exp(RNG.uniform(-40, 1, 300))])
+
+
+def test_tanh_within_one_and_a_half_ulp():
+    u = _ulps(_compiled(np.tanh, TANH_X), TANH_X, mpmath.tanh)
+    assert u.max() < 1.5, (u.max(), TANH_X[u.argmax()])
+    assert (u > 0.5).mean() < 0.12
+
+
 @pytest.mark.parametrize("fn, xs", [
+    (np.tanh, [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -1e-300, 5e-324, 20.0, 20.1,
+               -25.0, 0.3465, 0.34657359027997264, 0.3466, -0.3466, 710.0, -1e308]),
     (np.exp, [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 709.78, 709.79, 710.0, 1e308,
               -745.13, -745.14, -746.0, -1e308, -708.4, 5e-324, -5e-324, 1.0, -1.0]),
     (np.log, [0.0, -0.0, -1.0, -np.inf, np.inf, np.nan, 5e-324, 2.2250738585072014e-308,
@@ -95,6 +108,23 @@ def test_log_near_numpy(xs):
         want = np.log(x)
     ok = (got == want) | (np.abs(got - want) <= np.spacing(np.abs(want)))
     assert ok.all()
+
+
+def test_gradients_through_a_tanh_replay():
+    rng = np.random.default_rng(3)
+    W = rng.normal(size=(8, 5))
+    f = lambda x: (np.tanh(W @ x) ** 2).sum() + np.tanh(x * 30.0).sum()  # noqa: E731
+    x0 = rng.normal(size=5)
+    with interpret.mode(0):
+        ft = tg.trace(f, x0)
+        for x in (x0, x0 * 0.01, x0 * 3.0):
+            v, g = ft.value_and_grad(x)
+            ve, ge = tg.value_and_grad(f)(x)
+            assert v == pytest.approx(ve, rel=1e-14)
+            np.testing.assert_allclose(g, ge, rtol=1e-12, atol=1e-13)
+            h = 1e-7
+            fd = np.array([(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(5)])
+            np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6)
 
 
 def test_gradients_through_exp_and_log_replays():

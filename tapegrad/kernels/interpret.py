@@ -176,6 +176,7 @@ STAND_INS = {
     # kernels/vecmath.py's vectorisable forms of NumPy's functions
     "exp_v": np.exp,
     "log_v": np.log,
+    "tanh_v": np.tanh,
 }
 
 _copies = {}

@@ -21,7 +21,7 @@ from .special import (d2_i0e, d2_i1e, d2_log_ndtr, d_i0e, d_i1e, d_log_ndtr, dig
                       f_special, tetragamma, trigamma)
 from ._jit import inline
 from .unhandled import unhandled
-from .vecmath import exp_v, log_v  # vectorised; NumPy's in the interpreted tier
+from .vecmath import exp_v, log_v, tanh_v  # vectorised; NumPy's in the interpreted tier
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -80,7 +80,7 @@ def f_unary(sub, x):
     if sub == C.TAN:
         return np.tan(x)
     if sub == C.TANH:
-        return np.tanh(x)
+        return tanh_v(x)
     if sub == C.SINH:
         return np.sinh(x)
     if sub == C.COSH:

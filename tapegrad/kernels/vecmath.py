@@ -1,4 +1,4 @@
-"""``exp`` and ``log`` of one float64 in a form LLVM vectorises.
+"""``exp``, ``log`` and ``tanh`` of one float64 in a form LLVM vectorises.
 
 A loop of ``np.exp`` / ``np.log`` compiles to a libm call per element,
 which keeps the loop scalar: 3.6-4.3 ms per 1e6 elements against 0.8 ms for
@@ -13,9 +13,13 @@ and every special value (NaN, infinities, zeros, subnormal inputs and
 results, overflow) against NumPy.  Neither contracts into fused multiply-adds (``fastmath`` stays off),
 so every machine computes the same bits.
 
-The interpreted tier (kernels/interpret.py) runs NumPy's ``exp`` and ``log``
-in their place: the two tiers may differ in the last bit, as they do for
-every transcendental function.
+``tanh`` is within 1.5 ulp (1.35 the largest error measured over 50,000
+inputs, 8% of results not the correctly rounded one; libm's loop measured
+2.0 ulp and 31%, at 13.6 ms per 1e6 elements against 2.4 ms).
+
+The interpreted tier (kernels/interpret.py) runs NumPy's ``exp``, ``log`` and
+``tanh`` in their place: the two tiers may differ in the last bit, as they do
+for every transcendental function.
 """
 import numpy as np
 
@@ -119,4 +123,62 @@ def log_v(x):
         y = np.nan
     if x == np.inf:
         y = np.inf
+    return y
+
+
+_HALF_LN2 = 0.34657359027997264
+
+
+@inline
+def tanh_v(x):
+    """``tanh(x)``: below ln 2 / 2 in magnitude its odd Taylor series to x**25
+    (the rest is below 2**-56 of the result); above, ``u / (u + 2)`` with
+    ``u = expm1(2|x|)`` from ``exp_v``'s reduction (k >= 1 there, so 2**k (1 +
+    q) - 1 keeps its low part); 1 beyond 20.  Both branches are computed and
+    one is selected, so that a loop of them vectorises."""
+    a = abs(x)
+    sa = min(a, _HALF_LN2)
+    z = sa * sa
+    q = 1.5918905069328964e-05
+    q = q * z - 3.927832388331683e-05
+    q = q * z + 9.691537956929451e-05
+    q = q * z - 0.00023912911424355248
+    q = q * z + 0.000590027440945586
+    q = q * z - 0.0014558343870513183
+    q = q * z + 0.003592128036572481
+    q = q * z - 0.008863235529902197
+    q = q * z + 0.021869488536155203
+    q = q * z - 0.05396825396825397
+    q = q * z + 0.13333333333333333
+    q = q * z - 0.3333333333333333
+    small = sa + sa * (z * q)
+    xe = 2.0 * min(max(a, _HALF_LN2), 20.0)
+    kf = np.floor(xe * _INV_LN2 + 0.5)
+    hi = xe - kf * _LN2_HI
+    lo = kf * _LN2_LO
+    r = hi - lo
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    t = 1.0 + hi
+    e = (1.0 - t) + hi
+    c = e + (r * r * p - lo)  # exp(r) = t + c
+    sc = bits_f64((np.int64(kf) + 1023) << 52)
+    u = (sc * t - 1.0) + sc * c
+    y = small if a < _HALF_LN2 else u / (u + 2.0)
+    if a > 20.0:
+        y = 1.0
+    if x < 0.0:
+        y = -y
+    if a == 0.0 or x != x:
+        y = x  # keeps -0.0 and NaN
     return y
