@@ -13,6 +13,7 @@ import numpy as np
 from . import codes as C
 from ._jit import inline, inner
 from .interpret import ARRAY_MIN, array_form
+from .vecmath import exp_v  # vectorisable; NumPy's in the interpreted tier
 from ._views import ARG0, SIZE, IP0, IP  # tape fields
 from ._views import (adjoint, adjoint_span, advance, claim, claim_zeroed, odometer, parent,
                      rows_of, value)
@@ -328,7 +329,7 @@ def _reduce_arrays(T, r, sub):
         if sub == C.SOFTMAX:
             d = y * (g - acc[om])
         else:
-            d = g - np.exp(y) * acc[om]
+            d = g - exp_v(y) * acc[om]
         first = claim(T, xr)
         gx[:] = d + (0.0 if first else gx)
         return None
@@ -347,7 +348,7 @@ def _reduce_arrays(T, r, sub):
         zj, rj = zeros[om], rest[om]
         v = np.where(zj == 0, gj * rj / x, np.where((zj == 1) & ~nz, gj * rj, 0.0))
     else:  # LOGSUMEXP
-        v = gj * np.exp(x - yj)
+        v = gj * exp_v(x - yj)
     claim_zeroed(T, xr)
     gx += v
     return None
