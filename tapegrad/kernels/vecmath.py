@@ -42,13 +42,13 @@ _ONE_BITS = 0x3FF0000000000000
 
 
 @inline
-def exp_v(x):
-    """``exp(x)``: x = k ln 2 + r with |r| <= ln 2 / 2, exp(r) by its Taylor
-    series to r**13 (the rest is below 2**-57 of the result), scaled by 2**k
-    in two factors so that subnormal results round once."""
-    xc = min(max(x, -746.0), 710.0)  # k stays in range; the ends are set below
-    kf = np.floor(xc * _INV_LN2 + 0.5)
-    hi = xc - kf * _LN2_HI
+def _exp_reduced(x):
+    """``(k, t, c)`` with exp(x) = 2**k (t + c): x = k ln 2 + r with |r| <= ln 2
+    / 2, exp(r) = 1 + r + r**2 p by its Taylor series to r**13 (the rest is
+    below 2**-57), and 1 + r split as t plus its rounding error (carried in
+    c with r's low part and the series) so that the caller rounds once."""
+    kf = np.floor(x * _INV_LN2 + 0.5)
+    hi = x - kf * _LN2_HI
     lo = kf * _LN2_LO
     r = hi - lo
     p = 1.0 / 6227020800.0
@@ -63,11 +63,19 @@ def exp_v(x):
     p = p * r + 1.0 / 24.0
     p = p * r + 1.0 / 6.0
     p = p * r + 0.5
-    # 1 + r + r**2 p, r = hi - lo: 1 + hi in two parts (its rounding error
-    # e exactly), so that the sum rounds once, at the end
     t = 1.0 + hi
     e = (1.0 - t) + hi
-    y = t + (e + (r * r * p - lo))
+    return kf, t, e + (r * r * p - lo)
+
+
+@inline
+def exp_v(x):
+    """``exp(x)``: x = k ln 2 + r with |r| <= ln 2 / 2, exp(r) by its Taylor
+    series to r**13 (the rest is below 2**-57 of the result), scaled by 2**k
+    in two factors so that subnormal results round once."""
+    xc = min(max(x, -746.0), 710.0)  # k stays in range; the ends are set below
+    kf, t, c = _exp_reduced(xc)
+    y = t + c
     k = np.int64(kf)
     k1 = k >> 1
     y = y * bits_f64((k1 + 1023) << 52) * bits_f64((k - k1 + 1023) << 52)
@@ -153,25 +161,7 @@ def tanh_v(x):
     q = q * z - 0.3333333333333333
     small = sa + sa * (z * q)
     xe = 2.0 * min(max(a, _HALF_LN2), 20.0)
-    kf = np.floor(xe * _INV_LN2 + 0.5)
-    hi = xe - kf * _LN2_HI
-    lo = kf * _LN2_LO
-    r = hi - lo
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    t = 1.0 + hi
-    e = (1.0 - t) + hi
-    c = e + (r * r * p - lo)  # exp(r) = t + c
+    kf, t, c = _exp_reduced(xe)  # exp(xe) = 2**kf (t + c), kf >= 1
     sc = bits_f64((np.int64(kf) + 1023) << 52)
     u = (sc * t - 1.0) + sc * c
     y = small if a < _HALF_LN2 else u / (u + 2.0)
