@@ -166,12 +166,16 @@ def _check(seed, steps=10):
     rng = np.random.default_rng(seed + 2)
     for _ in range(0 if any(name == "maximum" for _, name, _ in prog) else 2):
         ds = [rng.standard_normal(N) for _ in xs]
-        h = 1e-6
-        up = _run(prog, [x + h * d for x, d in zip(xs, ds)], "np")
-        dn = _run(prog, [x - h * d for x, d in zip(xs, ds)], "np")
-        fd = (up - dn) / (2 * h)
         an = sum(float(g @ d) for g, d in zip(fused, ds))
-        assert abs(fd - an) <= 1e-5 * max(1.0, abs(fd)), (seed, fd, an)
+        # a kink of hypot/abs-like ops can lie within a step of one of the
+        # quarter million points: the difference must match at one of two steps
+        errs = []
+        for h in (1e-6, 1e-7):
+            up = _run(prog, [x + h * d for x, d in zip(xs, ds)], "np")
+            dn = _run(prog, [x - h * d for x, d in zip(xs, ds)], "np")
+            fd = (up - dn) / (2 * h)
+            errs.append(abs(fd - an) / max(1.0, abs(fd)))
+        assert min(errs) <= 1e-5, (seed, errs, an)
     if torch is not None:
         ts = [torch.tensor(x, requires_grad=True) for x in xs]
         _run(prog, ts, "torch").backward()
