@@ -131,7 +131,7 @@ def check_stale(tape, reached, upto, inputs=None, graph=None, own=False):
     args = tape.args[:int(arg0[-1])]
     users_of, searched = _readers(tape, arg0, args, upto, graph)
     on_path = None
-    for s, what in _with_views(tape, arg0, args, upto, users_of, searched).items():
+    for s, what in _with_views(tape, arg0, args, upto, users_of, searched, graph).items():
         if s >= upto or searched is not None and not searched[s]:
             continue
         users = users_of(s)
@@ -159,14 +159,23 @@ def check_stale(tape, reached, upto, inputs=None, graph=None, own=False):
                     "write into a copy (x = x.copy() / x * 1.0)")
 
 
-def _with_views(tape, arg0, args, upto, users_of, searched):
+def _with_views(tape, arg0, args, upto, users_of, searched, graph=None):
     """``tape.stale`` and, with the same note, every record below ``upto`` that
     is a view of a stale one (and views of those): a write into a tensor
     reaches the values of the views taken of it, live or not, as in PyTorch.
-    ``users_of`` and ``searched``: see :func:`_readers`."""
+    ``users_of`` and ``searched``: see :func:`_readers`; ``graph``: the
+    records searched, when a graph search gave them."""
     views = view_codes()
-    stale = dict(tape.stale)
-    work = [s for s in stale if s < upto and (searched is None or searched[s])]
+    marked = tape.stale
+    if searched is None:
+        work = [s for s in marked if s < upto]
+    elif graph is not None and len(marked) > len(graph):
+        # graphs kept alive beside this one, marked by every write of a loop,
+        # cost this backward nothing: it looks at its own records
+        work = sorted(s for s in graph.tolist() if s < upto and s in marked)
+    else:
+        work = [s for s in marked if s < upto and searched[s]]
+    stale = {s: marked[s] for s in work}
     while work:
         s = work.pop()
         for c in users_of(s):
@@ -266,9 +275,10 @@ class Adjoints:
             if tape.graph is not None and tape.graph[0] == key:
                 found = tape.graph[1]
             else:
-                # np.zeros: pages the search never touches are never written
-                found = graph_of(tape.op, tape.size, tape.arg0, tape.args, first, upto,
-                                 np.zeros(upto, np.uint8))
+                # the marks the search leaves are exactly the graph's records
+                seen = tape.zeros(np.uint8, upto)
+                found = graph_of(tape.op, tape.size, tape.arg0, tape.args, first, upto, seen)
+                tape.rezero(seen, found[0])
                 tape.graph = (key, found)
             self.order, self.off, self.leaf, inner, outer = found
         if tape.scratch is None or tape.scratch.size < inner:
@@ -282,7 +292,10 @@ class Adjoints:
         else:
             self.aptr = graph_addresses(self.order, self.off, self.leaf, self.L.ctypes.data,
                                         self.A.ctypes.data, upto)
-        self.reached = np.zeros(upto, np.bool_)
+        # with a graph, only its records are ever reached: backward() gives
+        # the marks back to the tape's scratch (Tape.rezero)
+        self.reached = (np.zeros(upto, np.bool_) if self.order is None
+                        else tape.zeros(np.bool_, upto))
 
     def __getitem__(self, r):
         # from the address: the sweep may have let r share a consumer's adjoint
@@ -322,6 +335,9 @@ class Adjoints:
 
 #: tapes up to this many records are laid out whole at backward (see backward)
 GRAPH_SEARCH_FROM = 4096
+#: stale records (Tape.stale) from which a backward searches its graph on any
+#: tape: the in-place check then looks at the graph's records only
+STALE_SEARCH_FROM = 32
 
 
 def backward(t, gradient=None, retain_graph=False):
@@ -351,8 +367,10 @@ def backward(t, gradient=None, retain_graph=False):
     tape.arg0[tape.n] = tape.na  # closes the last record's parents for graph_of
     # a tape of a few thousand records is laid out whole, faster than the
     # graph search; past that, only the root's graph (its cost must not
-    # grow with unrelated graphs that live on the tape)
-    adj = Adjoints(tape, upto, root if upto > GRAPH_SEARCH_FROM else None)
+    # grow with unrelated graphs that live on the tape); and so too when
+    # many records are stale, which the in-place check looks at in the graph
+    search = upto > GRAPH_SEARCH_FROM or len(tape.stale) > STALE_SEARCH_FROM
+    adj = Adjoints(tape, upto, root if search else None)
     T = tape.arrays(adj) + (adj.reached,)
     adj.add(root, seed)
     reached = adj.reached
@@ -382,6 +400,8 @@ def backward(t, gradient=None, retain_graph=False):
         _accumulate(owner, g)
     if not retain_graph:
         tape.after_backward(reached, T, graph)
+    if graph is not None:
+        tape.rezero(reached, graph)
 
 
 def _run(tape, adj, T, start, stop):

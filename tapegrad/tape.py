@@ -32,7 +32,7 @@ from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.optable import READS_INPUTS, READS_OUTPUT
 from .tape_liveness import TOKEN_HOLDERS, _Liveness, _writeable  # noqa: F401 (re-exported)
-from .tape_writes import Stale, _Writes
+from .tape_writes import Flipped, SavedIndex, Stale, _Writes
 
 _INT = np.int64
 _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
@@ -60,7 +60,8 @@ class Tape(_Liveness, _Writes):
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
-                 "w_v1", "w_fp", "w_size", "w_voff", "__weakref__")
+                 "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed",
+                 "__weakref__")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -75,21 +76,25 @@ class Tape(_Liveness, _Writes):
         self.ip = np.zeros(4 * capacity, _INT)
         self.vals = np.zeros(capacity, np.float64)
         self.refs = []             # large values kept for VJPs (rix[r] indexes it)
+        self.ref_rec = {}          # refs index -> the record that kept it (Tape.keep)
+        self.nheld = {}            # id(array) -> how many refs hold it (Tape.keep)
         self.ptrs = np.zeros(64, _INT)  # their addresses (0: released), for the kernels
         self.nptrs = 0             # refs whose address ptrs holds (see arrays)
         self.leaves = {}           # LEAF record -> Tensor
         self.host = {}             # host record -> what its VJP needs
         self.hooks = {}            # record -> its tensor's hooks (tapegrad.hooks)
         self.where = {}            # record -> source line, only in anomaly mode
-        self.flipped = []          # arrays made read-only, to restore
+        self.flipped = Flipped()   # arrays made read-only, to restore
         # record -> what was written in place after it saved it; and when it
         # was marked (see Stale, origin)
         self.stale = Stale(self)
         self.aliases = set()       # basic-index records: views of their parent's memory
         self.consts = []           # (array, CONST record) of small copied operands
+        self.saved = SavedIndex()  # array -> records that saved it, for in-place writes
         self.sums = []             # (array, checksum) of kept values, in anomaly mode
         self.scratch = None        # adjoint arena, reused across backwards
         self.graph = None          # the last graph search's key and result (autograd.Adjoints)
+        self.zeroed = {}           # dtype -> an all-zero scratch array (Tape.zeros)
         self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
         # across epochs, so a tape that regularly grows large is not scanned
         self._new_epoch()
@@ -358,8 +363,11 @@ class Tape(_Liveness, _Writes):
 
     def keep(self, r, value):
         """Keep record r's large value for the sweep."""
-        self.rix[r] = len(self.refs)
-        self.refs.append(self._hold(np.asarray(value)))
+        k = self.rix[r] = len(self.refs)
+        a = self._hold(np.asarray(value))
+        self.refs.append(a)
+        self.ref_rec[k] = r
+        self.nheld[id(a)] = self.nheld.get(id(a), 0) + 1
 
     def _hold(self, value):
         """Keep a large value for the sweep without copying when possible.
@@ -395,6 +403,26 @@ class Tape(_Liveness, _Writes):
         elif given.ndim:  # copied: a tapegrad write into it later is noted (wrote)
             self.consts.append((given, r))
         return r
+
+    # -- scratch marks of a graph search -----------------------------------------------
+    def zeros(self, dtype, n):
+        """``n`` zeros of ``dtype``, taken from the tape's scratch when it is
+        large enough: a fresh zeroed allocation of a long tape's length costs
+        more than the backward of a small graph on it.  Give it back with
+        :meth:`rezero` once only the entries ``marked`` were written."""
+        a = self.zeroed.pop(np.dtype(dtype), None)
+        if a is None or a.size < n:
+            a = np.zeros(max(2 * n, 1024), dtype)  # room for the records to come
+        return a[:n]
+
+    def rezero(self, a, marked):
+        """Clear the entries ``marked`` of an array :meth:`zeros` gave, and keep
+        it for the next call."""
+        a[marked] = 0
+        base = a if a.base is None else a.base
+        old = self.zeroed.get(a.dtype)
+        if old is None or old.size <= base.size:
+            self.zeroed[a.dtype] = base
 
     # -- the view the kernels take ---------------------------------------------------
     def arrays(self, adj):

@@ -25,6 +25,7 @@ import numpy as np
 
 from .kernels import codes as C
 from .kernels._views import SMALL
+from .tape_writes import Flipped, SavedIndex
 
 _INT = np.int64
 _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
@@ -83,16 +84,23 @@ class _Liveness:
                 # tensors in its backward, not at the next op's reset
                 for k in range(len(self.refs)):
                     self.refs[k] = None
+                self.nheld.clear()
                 self.ptrs[:self.nptrs] = 0
         elif order is None or bool(np.any(self.rix[order] >= 0)):
             # only the graph's records can have lost their last reader now
-            self._release_freed(T)
+            self._release_freed(T, order)
 
-    def _release_freed(self, T):
+    def _release_freed(self, T, order=None):
         """Drop large values that no record still differentiable can read, and
         give back the write flag of every array no such record reads: a
         user's buffer is writable again as soon as the last graph that used
-        it has been freed."""
+        it has been freed.
+
+        ``order``: the graph the backward walked.  Only its records can have
+        lost their last reader (a record outside it is read by none of it),
+        so only their values are looked at: the cost is the graph's, not
+        that of every graph kept alive beside it.
+        """
         if not self.refs and not self.flipped:
             return
         from .kernels._views import ARG0, ARGS
@@ -104,22 +112,44 @@ class _Liveness:
         self.arg0[n] = self.na
         T = T[:ARG0] + (self.arg0,) + T[ARG0 + 1:ARGS] + (self.args,) + T[ARGS + 1:]
         keep = consumed(T, n, self.freed)
-        rix = self.rix[:n]
-        for r in np.flatnonzero((rix >= 0) & self.freed[:n] & ~keep):
-            self.refs[rix[r]] = None
-            if rix[r] < self.nptrs:
-                self.ptrs[rix[r]] = 0
+        cand = np.arange(n) if order is None else order[order < n]
+        rix = self.rix[cand]
+        refs, nptrs, nheld = self.refs, self.nptrs, self.nheld
+        if self.flipped:
+            self.saved.catch_up(self)  # the values released below stay findable
+        for r in cand[(rix >= 0) & self.freed[cand] & ~keep[cand]].tolist():
+            k = self.rix[r]
+            a = refs[k]
+            if a is not None:
+                refs[k] = None
+                if k < nptrs:
+                    self.ptrs[k] = 0
+                c = nheld.get(id(a))
+                if c is not None:
+                    if c > 1:
+                        nheld[id(a)] = c - 1
+                    else:
+                        del nheld[id(a)]
         if not self.flipped:
             return
-        needed = {id(a) for a in self.refs if a is not None}
-        needed.update(id(leaf._data) for r, leaf in self.leaves.items() if keep[r])
-        still = []
-        for a in self.flipped:
-            if id(a) in needed:
-                still.append(a)
+        # an array no kept value is may still be a leaf's that a live graph
+        # reads: looked up through the index of saved arrays (newest records
+        # first), or, for an array it has no entry for, among all leaves
+        flipped = self.flipped.arrays
+        leaves = self.leaves
+        every = None
+        for i, a in [(i, a) for i, a in flipped.items() if i not in nheld]:
+            e = self.saved.entry(self, a)
+            if e is not None:
+                needed = any(r in leaves and keep[r] and leaves[r]._data is a
+                             for r in reversed(e.held))
             else:
+                if every is None:
+                    every = {id(leaf._data) for r, leaf in leaves.items() if keep[r]}
+                needed = i in every
+            if not needed:
+                del flipped[i]
                 _writeable(a)
-        self.flipped = still
 
     def compact(self):
         """Drop the records no live tensor or node can reach; renumber the rest.
@@ -185,13 +215,18 @@ class _Liveness:
         rix = np.where(kept_rix >= 0, np.cumsum(kept_rix >= 0) - 1, -1)
         cols = [(name, getattr(self, name)[idx]) for name in ("op", "size", "fp", "v1", "freed")]
         refs = [self.refs[k] for k in kept_rix if k >= 0]
+        ref_rec = dict(enumerate(np.flatnonzero(kept_rix >= 0).tolist()))
+        nheld = {}
+        for k, a in enumerate(refs):
+            if a is not None and k in ref_rec:
+                nheld[id(a)] = nheld.get(id(a), 0) + 1
         kept = {id(a) for a in refs if a is not None}
         host = {int(new_id[r]): v for r, v in self.host.items() if keep[r]}
         hooks = {int(new_id[r]): v for r, v in self.hooks.items() if keep[r]}
         where = {int(new_id[r]): v for r, v in self.where.items() if keep[r]}
         leaves = {int(new_id[r]): leaf for r, leaf in self.leaves.items() if keep[r]}
         kept.update(id(leaf._data) for leaf in leaves.values())
-        flipped = [a for a in self.flipped if id(a) in kept]
+        flipped = Flipped(a for a in self.flipped if id(a) in kept)
         released = [a for a in self.flipped if id(a) not in kept]
         stale = self.stale.renumbered(keep, new_id)
         aliases = {int(new_id[r]) for r in self.aliases if keep[r]}
@@ -219,7 +254,8 @@ class _Liveness:
             self.n, self.na, self.ni, self.nv = m, args.size, 1 + ips.size, vals.size
             self.n_none, self.n_freed = n_none, n_freed
             self._update_room()
-            self.refs = refs
+            self.refs, self.ref_rec, self.nheld = refs, ref_rec, nheld
+            self.saved = SavedIndex()
             self.nptrs = 0
             self.host, self.hooks, self.where, self.stale = host, hooks, where, stale
             self.aliases = aliases
@@ -249,6 +285,9 @@ class _Liveness:
             _writeable(a)
         self.flipped.clear()
         self.refs.clear()
+        self.ref_rec.clear()
+        self.nheld.clear()
+        self.saved.clear()
         self.nptrs = 0
         self.leaves.clear()
         self.host.clear()

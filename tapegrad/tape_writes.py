@@ -65,6 +65,103 @@ class Stale(dict):
         return out
 
 
+class Flipped:
+    """``Tape.flipped``: the arrays the tape made read-only, to be given their
+    write flag back when no graph reads them any more; a set by identity
+    (an array's ``id`` cannot be reused while this holds it)."""
+
+    __slots__ = ("arrays",)
+
+    def __init__(self, arrays=()):
+        self.arrays = {id(a): a for a in arrays}
+
+    def append(self, a):
+        self.arrays[id(a)] = a
+
+    def holds(self, a):
+        return self.arrays.get(id(a)) is a
+
+    def __iter__(self):
+        return iter(list(self.arrays.values()))
+
+    def __len__(self):
+        return len(self.arrays)
+
+    def clear(self):
+        self.arrays.clear()
+
+
+class _Saved:
+    """One array's entry in :class:`SavedIndex`: the records that saved it,
+    as a small copied operand (``consts``) or by reference (``held``: kept
+    values and leaves), and how many of each a write has marked stale."""
+
+    __slots__ = ("ref", "consts", "held", "consts_marked", "held_marked")
+
+    def __init__(self, a):
+        self.ref = weakref.ref(a)   # the index keeps no value alive
+        self.consts, self.held = [], []
+        self.consts_marked = self.held_marked = 0
+
+
+class SavedIndex:
+    """``Tape.saved``: id(array) -> the records that saved that very array.
+
+    Built lazily from what the tape already keeps (``consts``, ``refs`` with
+    ``ref_rec``, ``leaves``), catching up only with what was added since the
+    last look, so recording pays nothing for it and an in-place write pays for
+    the records saved since the previous write.  A compaction or a reset
+    renumbers the records and clears it.
+    """
+
+    __slots__ = ("by_id", "nconsts", "nrefs", "leaf_upto")
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self):
+        self.by_id = {}
+        self.nconsts = self.nrefs = 0
+        self.leaf_upto = -1
+
+    def _add(self, a, r, held):
+        if not isinstance(a, np.ndarray):
+            return
+        e = self.by_id.get(id(a))
+        if e is None or e.ref() is not a:  # new, or an id a dead array had
+            e = self.by_id[id(a)] = _Saved(a)
+        (e.held if held else e.consts).append(r)
+
+    def entry(self, tape, a):
+        """The entry of array ``a`` (None if no record saved it), up to date."""
+        self.catch_up(tape)
+        e = self.by_id.get(id(a))
+        return e if e is not None and e.ref() is a else None
+
+    def catch_up(self, tape):
+        """Index what the tape saved since the last look."""
+        consts, refs, leaves = tape.consts, tape.refs, tape.leaves
+        for k in range(self.nconsts, len(consts)):
+            c, r = consts[k]
+            self._add(c, r, False)
+        self.nconsts = len(consts)
+        rec = tape.ref_rec
+        for k in range(self.nrefs, len(refs)):
+            v = refs[k]
+            if v is not None and k in rec:
+                self._add(v, rec[k], True)
+        self.nrefs = len(refs)
+        new = []
+        for r, leaf in reversed(leaves.items()):  # LEAF records come in order
+            if r <= self.leaf_upto:
+                break
+            new.append((r, leaf))
+        if new:
+            self.leaf_upto = new[0][0]
+            for r, leaf in reversed(new):
+                self._add(leaf._data, r, True)
+
+
 class _Writes:
     """The methods of :class:`~tapegrad.tape.Tape` for in-place writes:
     marking the records that saved a written array stale, and the origin of
@@ -77,23 +174,29 @@ class _Writes:
         (through tapegrad, see ops/methods.py); the records that saved it are
         marked stale, and a backward that needs one of them raises
         (``check_stale``).  Returns whether the tape held it."""
-        small = [r for a, r in self.consts if a is array]
-        for r in small:
-            self.stale[r] = what
-        if not any(a is array for a in self.flipped):
-            return bool(small)
-        # the kept values that are this array, then the records that saved
-        # them, found with array operations (this runs at every in-place
-        # write while graphs live: a loop over records in Python would cost
-        # each write what the tape holds)
-        held = [k for k, a in enumerate(self.refs) if a is array]
-        if held:
-            for r in np.flatnonzero(np.isin(self.rix[:self.n], held)).tolist():
-                self.stale[r] = what
-        for r, leaf in self.leaves.items():
-            if leaf._data is array:
-                self.stale[r] = what
+        # through the index of saved arrays: a write costs what the records
+        # saved since the last write cost, not what the whole tape holds (a
+        # metric kept from every step of a loop would make each step's write
+        # slower than the last)
+        entry = self.saved.entry(self, array)
+        if entry is None:
+            return self.flipped.holds(array)
+        consts = entry.consts
+        self._mark(consts, entry.consts_marked, what)
+        entry.consts_marked = len(consts)
+        if not self.flipped.holds(array):
+            return bool(consts)
+        held = entry.held
+        self._mark(held, entry.held_marked, what)
+        entry.held_marked = len(held)
         return True
+
+    def _mark(self, records, start, what):
+        stale = self.stale
+        for k in range(start, len(records)):
+            r = records[k]
+            if r not in stale:
+                stale[r] = what
 
     # -- writes no graph records ------------------------------------------------------
     def origin(self, r, stop=None):
