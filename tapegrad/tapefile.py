@@ -207,6 +207,14 @@ def _write_atomic(path, write):
             break
         except FileExistsError:
             continue
+        except BaseException:
+            # a signal handled as the open returned (Ctrl-C): the file may have
+            # been made, and then it is this call's (O_EXCL) -- remove it
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)

@@ -514,6 +514,28 @@ def test_interrupted_save_keeps_the_old_file(tmp_path, monkeypatch):
     _same(_results(tg.load(path), shapes), _results(ft, shapes))
 
 
+def test_a_signal_as_the_temporary_file_is_opened_leaves_none(tmp_path, monkeypatch):
+    """Ctrl-C handled the moment the open of the temporary file returns (the
+    file made, its descriptor not yet kept): the file is removed."""
+    from tapegrad import tapefile
+    ft, _ = _traced("mixed")
+    path = tmp_path / "f.npz"
+    ft.save(path)
+    before = path.read_bytes()
+    real = os.open
+
+    def opened_then_interrupted(name, *args):
+        fd = real(name, *args)
+        os.close(fd)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(tapefile.os, "open", opened_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ft.save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert _listing(tmp_path) == ["f.npz"]
+
+
 def test_save_replaces_atomically_and_keeps_the_mode(tmp_path):
     ft, shapes = _traced("broadcast")
     path = tmp_path / "f.npz"
