@@ -29,6 +29,10 @@ from .tape_writes import Flipped, SavedIndex
 
 _INT = np.int64
 _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
+#: parentless records (a leaf's value, a constant operand) that keep a value
+#: for their consumers only: never freed themselves, they let it go once no
+#: consumer can read it, and a later consumer keeps it anew (Tape._value)
+_HOLDERS = (C.code(C.K_NONE, C.LEAF), C.code(C.K_NONE, C.CONST))
 _getrefcount = sys.getrefcount
 
 #: the classes whose instances may hold an epoch token (Tensor, and the
@@ -115,11 +119,23 @@ class _Liveness:
         cand = np.arange(n) if order is None else order[order < n]
         rix = self.rix[cand]
         refs, nptrs, nheld = self.refs, self.nptrs, self.nheld
-        if self.flipped:
+        flipped = self.flipped
+        if flipped:
             self.saved.catch_up(self)  # the values released below stay findable
-        for r in cand[(rix >= 0) & self.freed[cand] & ~keep[cand]].tolist():
+        # the flipped arrays that may have lost their last reader now: the
+        # values released below, the leaves of the graph no live record reads
+        # any more, and arrays flipped since the last look; with no graph,
+        # every one
+        fresh = flipped.take_new()
+        maybe = dict(flipped.arrays) if order is None else {id(a): a for a in fresh}
+        gone = self.freed[cand]
+        if not self.keeps_freed_values:
+            gone = gone | np.isin(self.op[cand], _HOLDERS)
+        for r in cand[(rix >= 0) & gone & ~keep[cand]].tolist():
             k = self.rix[r]
             a = refs[k]
+            if int(self.op[r]) in _HOLDERS:
+                self.rix[r] = -1   # a consumer recorded later keeps the value again
             if a is not None:
                 refs[k] = None
                 if k < nptrs:
@@ -130,15 +146,22 @@ class _Liveness:
                         nheld[id(a)] = c - 1
                     else:
                         del nheld[id(a)]
-        if not self.flipped:
+                        maybe[id(a)] = a
+        if not flipped:
             return
+        leaves = self.leaves
+        if order is not None:
+            for r in cand[~keep[cand]].tolist():
+                leaf = leaves.get(r)
+                if leaf is not None:
+                    maybe[id(leaf._data)] = leaf._data
         # an array no kept value is may still be a leaf's that a live graph
         # reads: looked up through the index of saved arrays (newest records
         # first), or, for an array it has no entry for, among all leaves
-        flipped = self.flipped.arrays
-        leaves = self.leaves
         every = None
-        for i, a in [(i, a) for i, a in flipped.items() if i not in nheld]:
+        for i, a in maybe.items():
+            if i in nheld or not flipped.holds(a):
+                continue
             e = self.saved.entry(self, a)
             if e is not None:
                 needed = any(r in leaves and keep[r] and leaves[r]._data is a
@@ -148,7 +171,7 @@ class _Liveness:
                     every = {id(leaf._data) for r, leaf in leaves.items() if keep[r]}
                 needed = i in every
             if not needed:
-                del flipped[i]
+                del flipped.arrays[i]
                 _writeable(a)
 
     def compact(self):

@@ -70,13 +70,21 @@ class Flipped:
     write flag back when no graph reads them any more; a set by identity
     (an array's ``id`` cannot be reused while this holds it)."""
 
-    __slots__ = ("arrays",)
+    __slots__ = ("arrays", "new")
 
     def __init__(self, arrays=()):
         self.arrays = {id(a): a for a in arrays}
+        self.new = []   # flipped since the last look of a release (take_new)
 
     def append(self, a):
         self.arrays[id(a)] = a
+        self.new.append(a)
+
+    def take_new(self):
+        """The arrays flipped since the last call (a backward's release looks
+        at each once; later only a release of what holds it can free it)."""
+        new, self.new = self.new, []
+        return new
 
     def holds(self, a):
         return self.arrays.get(id(a)) is a
@@ -89,6 +97,7 @@ class Flipped:
 
     def clear(self):
         self.arrays.clear()
+        self.new.clear()
 
 
 class _Saved:

@@ -121,3 +121,93 @@ def test_a_backward_beside_stale_kept_graphs_checks_its_own_records(monkeypatch)
     loss = ((A @ w - b) ** 2).mean()
     loss.backward()
     np.testing.assert_allclose(w.grad.numpy(), (2.0 / 8) * A.T @ (A @ x - b), rtol=1e-13)
+
+
+def test_a_loop_making_a_new_leaf_each_step_releases_arrays_as_graphs_free(monkeypatch):
+    """Functional updates (a new parameter leaf each step) beside kept metrics:
+    each leaf's array is read-only while a live graph saved it, writable once
+    the last such graph is freed; and a backward looks at the arrays its own
+    graph may have released, not at every array the kept graphs hold."""
+    looked = []
+    real = tape_writes.SavedIndex.entry
+
+    def counting(self, tape, a):
+        looked[-1] += 1
+        return real(self, tape, a)
+
+    monkeypatch.setattr(tape_writes.SavedIndex, "entry", counting)
+    rng = np.random.default_rng(3)
+    A, b = rng.normal(size=(24, 20)), rng.normal(size=24)
+    w = tg.tensor(np.zeros(20), requires_grad=True)
+    kept, leaves = [], []
+    for _ in range(300):
+        looked.append(0)
+        loss = ((A @ w - b) ** 2).mean()
+        loss.backward()
+        w = tg.tensor(w.numpy() - 0.01 * w.grad.numpy(), requires_grad=True)
+        kept.append((w * w).sum())          # saves w's array (20 elements: by reference)
+        leaves.append(w)
+    assert max(looked[250:]) <= max(looked[5:20]) + 2
+    old = leaves[100]
+    with pytest.raises(ValueError, match="read-only"):
+        old.numpy()[0] = 1.0                # kept[100] saved it
+    old.grad = None                         # it holds the next step's loss gradient
+    kept[100].backward()                    # frees that graph: nothing reads it now
+    np.testing.assert_allclose(old.grad.numpy(), 2 * old.numpy(), rtol=1e-15)
+    old.numpy()[0] = 1.0
+    assert old.numpy()[0] == 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        leaves[101].numpy()[0] = 1.0        # still saved by kept[101]
+
+
+@pytest.fixture(params=["graph search", "whole tape"])
+def search(request, monkeypatch):
+    from tapegrad import autograd as AG
+    monkeypatch.setattr(AG, "GRAPH_SEARCH_FROM", 0 if request.param == "graph search" else 10**12)
+    return request.param
+
+
+def test_a_batch_buffer_refilled_beside_a_kept_graph(search):
+    """A loop that refills its batch buffer after each backward while some
+    other graph stays alive (a kept metric that does not read the buffer):
+    the buffer is writable again once the graph that read it is freed."""
+    rng = np.random.default_rng(4)
+    buf = np.empty((32, 20))
+    w = tg.tensor(np.zeros(20), requires_grad=True)
+    kept = []
+    for _ in range(6):
+        buf[:] = rng.normal(size=(32, 20))
+        x = w.numpy().copy()
+        loss = ((buf @ w - 1.0) ** 2).mean()
+        loss.backward()
+        np.testing.assert_allclose(w.grad.numpy(), (2.0 / 32) * buf.T @ (buf @ x - 1.0),
+                                   rtol=1e-12)
+        with tg.no_grad():
+            w -= 0.01 * w.grad
+        w.grad = None
+        kept.append((w * 2.0).sum())       # alive, and reads no buffer
+    with pytest.raises(ValueError, match="read-only"):
+        held = (buf @ w).sum()             # a live graph that reads it: protected
+        buf[0, 0] = 1.0
+    assert held.grad_fn is not None
+
+
+def test_a_leaf_value_let_go_is_kept_again_by_a_later_graph(search):
+    """A leaf's large value, let go when the graph that read it was freed
+    (beside a live unrelated graph), is kept anew by the next graph that
+    reads the leaf: that graph's gradient uses the value it saw."""
+    tape = current()
+    _z = tg.tensor(np.ones(3), requires_grad=True)
+    kept = (_z * 2.0).sum()
+    p = tg.tensor(np.linspace(0.1, 0.9, 40), requires_grad=True)
+    (p * p).sum().backward()
+    assert p.numpy().flags.writeable     # nothing live reads it
+    np.testing.assert_allclose(p.grad.numpy(), 2 * p.numpy(), rtol=1e-15)
+    p.grad = None
+    y = (tg.sin(p) * p).sum()            # reads p again: kept again
+    with pytest.raises(ValueError, match="read-only"):
+        p.numpy()[0] = 5.0
+    y.backward()
+    x = p.numpy()
+    np.testing.assert_allclose(p.grad.numpy(), np.cos(x) * x + np.sin(x), rtol=1e-14)
+    assert kept.grad_fn is not None and tape.n > 0
