@@ -33,6 +33,7 @@ _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
 #: for their consumers only: never freed themselves, they let it go once no
 #: consumer can read it, and a later consumer keeps it anew (Tape._value)
 _HOLDERS = (C.code(C.K_NONE, C.LEAF), C.code(C.K_NONE, C.CONST))
+_FUNCTION = C.code(C.K_HOST, 5)  # a tg.Function's record (function.py, graph.py)
 _getrefcount = sys.getrefcount
 
 #: the classes whose instances may hold an epoch token (Tensor, and the
@@ -75,6 +76,9 @@ class _Liveness:
                 np.all(self.freed[:self.n] | (self.op[:self.n] < _FIRST_OP)))
         if self.hooks:  # a freed record's hooks can never fire again
             self.hooks = {r: h for r, h in self.hooks.items() if not self.freed[r]}
+        if self.host and not self.keeps_freed_values:
+            self._drop_host([r for r in self.host if self.freed[r]] if order is None
+                            else mine.tolist())
         if all_freed:
             self.all_freed = True
             # no record that is still differentiable reads a held array: give
@@ -93,6 +97,22 @@ class _Liveness:
         elif order is None or bool(np.any(self.rix[order] >= 0)):
             # only the graph's records can have lost their last reader now
             self._release_freed(T, order)
+
+    def _drop_host(self, records):
+        """What the freed host records among ``records`` kept for their VJPs
+        (a decomposition's factors, a tg.Function's context) goes with them,
+        as their kept values do: graphs kept alive beside them would hold it
+        until the tape resets.  A tg.Function keeps its class, which names its
+        ``grad_fn``."""
+        host, op = self.host, self.op
+        for r in records:
+            h = host.get(r)
+            if h is None:
+                continue
+            if int(op[r]) == _FUNCTION and isinstance(h, tuple) and h:
+                host[r] = (h[0],)
+            else:
+                del host[r]
 
     def _release_freed(self, T, order=None):
         """Drop large values that no record still differentiable can read, and

@@ -211,3 +211,40 @@ def test_a_leaf_value_let_go_is_kept_again_by_a_later_graph(search):
     x = p.numpy()
     np.testing.assert_allclose(p.grad.numpy(), np.cos(x) * x + np.sin(x), rtol=1e-14)
     assert kept.grad_fn is not None and tape.n > 0
+
+
+def test_what_host_records_kept_goes_with_their_graph(search):
+    """A decomposition's factors and a tg.Function's context, kept for their
+    VJPs, are let go when their graph is freed, while an unrelated graph
+    keeps the tape alive; a freed tg.Function's grad_fn keeps its name, and a
+    second backward through it raises PyTorch's error."""
+    class Square(tg.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x * g
+
+    tape = current()
+    _z = tg.tensor(np.ones(3), requires_grad=True)
+    kept = (_z * 2.0).sum()
+    X = tg.tensor(np.random.default_rng(5).normal(size=(6, 4)), requires_grad=True)
+    for _ in range(30):
+        X.grad = None
+        y = Square.apply(X)
+        U, S, Vt = tg.linalg.svd(y, full_matrices=False)
+        also = S.sum() * 2.0
+        S.sum().backward()
+        # the freed records' are gone; a tg.Function's class stays for its name
+        assert all(len(h) == 1 for r, h in tape.host.items() if tape.freed[r])
+    s, v = np.linalg.svd(X.numpy() ** 2, full_matrices=False)[1:]
+    u = np.linalg.svd(X.numpy() ** 2, full_matrices=False)[0]
+    np.testing.assert_allclose(X.grad.numpy(), 2 * X.numpy() * (u @ v), rtol=1e-10)
+    assert y.grad_fn.name() == "SquareBackward"
+    with pytest.raises(RuntimeError, match="second time"):
+        also.backward()
+    assert kept.grad_fn is not None
