@@ -365,11 +365,15 @@ def backward(t, gradient=None, retain_graph=False):
         while upto < tape.n and tape.op[upto] == OUTPUT and tape.args[tape.arg0[upto]] == u:
             upto += 1
     tape.arg0[tape.n] = tape.na  # closes the last record's parents for graph_of
-    # a tape of a few thousand records is laid out whole, faster than the
-    # graph search; past that, only the root's graph (its cost must not
-    # grow with unrelated graphs that live on the tape); and so too when
-    # many records are stale, which the in-place check looks at in the graph
-    search = upto > GRAPH_SEARCH_FROM or len(tape.stale) > STALE_SEARCH_FROM
+    # a fresh tape of a few thousand records is laid out whole, faster than
+    # the graph search; past that, only the root's graph (its cost must not
+    # grow with unrelated graphs that live on the tape); and so too once the
+    # tape holds freed records (graphs backwarded while others stayed alive:
+    # a whole layout would size the adjoint arenas by every record the tape
+    # ever held), or many stale ones, which the in-place check looks at in
+    # the graph
+    search = (upto > GRAPH_SEARCH_FROM or tape.n_freed > 0
+              or len(tape.stale) > STALE_SEARCH_FROM)
     adj = Adjoints(tape, upto, root if search else None)
     T = tape.arrays(adj) + (adj.reached,)
     adj.add(root, seed)

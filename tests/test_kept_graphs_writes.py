@@ -248,3 +248,30 @@ def test_what_host_records_kept_goes_with_their_graph(search):
     with pytest.raises(RuntimeError, match="second time"):
         also.backward()
     assert kept.grad_fn is not None
+
+
+def test_the_adjoint_arena_follows_the_graph_beside_kept_graphs(monkeypatch):
+    """Backwards of large graphs one after the other while a small graph
+    stays alive (the tape never resets): the adjoints a backward lays out are
+    its own graph's, not every record the tape still holds."""
+    from tapegrad import autograd as AG
+    laid = []
+    real = AG.Adjoints.__init__
+
+    def spying(self, tape, upto, first=None):
+        real(self, tape, upto, first)
+        laid.append((upto, None if self.order is None else self.order.size))
+
+    monkeypatch.setattr(AG.Adjoints, "__init__", spying)
+    _z = tg.tensor(np.ones(3), requires_grad=True)
+    kept = (_z * 2.0).sum()
+    x = tg.tensor(np.linspace(0.1, 0.9, 5000), requires_grad=True)
+    for _ in range(20):
+        x.grad = None
+        (tg.exp(x * 0.5) * x).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(),
+                                   np.exp(0.5 * x.numpy()) * (1 + 0.5 * x.numpy()),
+                                   rtol=1e-13)
+    # from the second backward on (the tape holds freed records), the graph
+    assert laid[-1][0] > 60 and all(n is not None and n <= 8 for _, n in laid[1:])
+    assert kept.grad_fn is not None
