@@ -358,6 +358,10 @@ def backward(t, gradient=None, retain_graph=False):
         raise RuntimeError("backward() must run on the thread that recorded the graph")
     if t._tok is not tape.tok or tape.freed[t._rec]:
         raise _freed_error()
+    # held for the whole sweep: host VJPs and hooks are user code that may
+    # record ops, and a compaction (renumbering records) must wait until the
+    # sweep that walks them is over (tape_liveness.compact)
+    held = tape.tok  # noqa: F841
     root = t._rec
     upto = root + 1
     if tape.op[root] == OUTPUT:  # the op's later outputs belong to its VJP's span

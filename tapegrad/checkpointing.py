@@ -33,13 +33,12 @@ Examples
 True
 """
 import math
-import sys
 
 import numpy as np
 
 from .function import Function
 from .grad_mode import enable_grad, no_grad
-from .tape import current
+from .tape import NO_COMPACTION, current
 from .tensor import Tensor, tensor
 
 
@@ -73,7 +72,7 @@ class Checkpoint(Function):
         tape = current()
         # the outer backward is running on this tape: it must not be
         # compacted (renumbered) while the recomputation records on it
-        check_at, tape.check_at = tape.check_at, sys.maxsize
+        check_at, tape.check_at = tape.check_at, NO_COMPACTION
         try:
             with enable_grad():
                 args = _arguments(ctx.saved_tensors, ctx.is_tensor, leaves=True)

@@ -53,6 +53,11 @@ class Tape(_Liveness, _Writes):
 
     #: first tape size at which ``compact`` looks for unreachable records
     CHECK_RECORDS = 4096
+    #: ... or once the values kept by reference reach this many bytes (twice
+    #: what the last look kept): graphs dropped without a backward, beside one
+    #: that keeps the tape alive, would otherwise hold their large values
+    #: until the record count doubled
+    CHECK_BYTES = 64 << 20
 
     # slots: the recording fast paths read a dozen attributes per op
     __slots__ = ("_enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
@@ -60,7 +65,7 @@ class Tape(_Liveness, _Writes):
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
-                 "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed",
+                 "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed", "kept_bytes", "check_bytes",
                  "__weakref__")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
@@ -95,6 +100,8 @@ class Tape(_Liveness, _Writes):
         self.scratch = None        # adjoint arena, reused across backwards
         self.graph = None          # the last graph search's key and result (autograd.Adjoints)
         self.zeroed = {}           # dtype -> an all-zero scratch array (Tape.zeros)
+        self.kept_bytes = 0        # bytes of the values in refs (Tape.keep)
+        self.check_bytes = self.CHECK_BYTES  # kept bytes from which to try compact()
         self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
         # across epochs, so a tape that regularly grows large is not scanned
         self._new_epoch()
@@ -368,6 +375,7 @@ class Tape(_Liveness, _Writes):
         self.refs.append(a)
         self.ref_rec[k] = r
         self.nheld[id(a)] = self.nheld.get(id(a), 0) + 1
+        self.kept_bytes += a.nbytes
 
     def _hold(self, value):
         """Keep a large value for the sweep without copying when possible.
@@ -461,6 +469,11 @@ NO_TAPE = _NoTape()
 _local = threading.local()
 
 
+#: ``check_at`` from which a tape is never compacted (a trace's tape, whose
+#: record ids must stay; a checkpoint's recomputation inside a backward)
+NO_COMPACTION = 1 << 62
+
+
 def current():
     """This thread's tape, created on first use.
 
@@ -477,6 +490,6 @@ def current():
     if t.n:
         if t.all_freed or _getrefcount(t.tok) <= t.base:
             t.reset()
-        elif t.n >= t.check_at:
+        elif t.n >= t.check_at or (t.kept_bytes >= t.check_bytes and t.check_at < NO_COMPACTION):
             t.compact()
     return t

@@ -93,6 +93,7 @@ class _Liveness:
                 for k in range(len(self.refs)):
                     self.refs[k] = None
                 self.nheld.clear()
+                self.kept_bytes = 0
                 self.ptrs[:self.nptrs] = 0
         elif order is None or bool(np.any(self.rix[order] >= 0)):
             # only the graph's records can have lost their last reader now
@@ -158,6 +159,7 @@ class _Liveness:
                 self.rix[r] = -1   # a consumer recorded later keeps the value again
             if a is not None:
                 refs[k] = None
+                self.kept_bytes -= a.nbytes
                 if k < nptrs:
                     self.ptrs[k] = 0
                 c = nheld.get(id(a))
@@ -216,16 +218,31 @@ class _Liveness:
         # gc.freeze(), a running frame's locals), whose records must stay put
         if (len(holders) != _getrefcount(self.tok) - self.base
                 or not all(type(h) in TOKEN_HOLDERS for h in holders)):
-            self.check_at = 2 * n
-            return  # something else holds the token (an op in progress)
+            # an op in progress or a sweep holds it: look again once the tape
+            # has doubled; for kept bytes, at the next op (an op's fallback
+            # path may hold it), then once an eighth more bytes are kept (each
+            # look scans gc's objects: not at every op of a sweep)
+            self.check_at = max(self.check_at, 2 * n)
+            kept = self.kept_bytes
+            if kept >= self.check_bytes:
+                self.check_bytes = (0 if self.check_bytes
+                                    else max(self.CHECK_BYTES, kept + kept // 8))
+            return
         roots = np.array([h._rec for h in holders], dtype=_INT)
         self.arg0[n] = self.na  # closes the last record (the sweep writes it too)
         keep = live_records((self.op, self.arg0, self.size, None, self.args), n, roots)
         idx = np.flatnonzero(keep)
         m = idx.size
         if m > n // 2:
-            self.check_at = 2 * n
-            return
+            # most records live: worth it only if the dead ones hold most of
+            # the kept bytes (large values of graphs dropped without backward)
+            dead = self.rix[:n][~keep & (self.rix[:n] >= 0)].tolist()
+            if 2 * sum(self.refs[k].nbytes for k in dead
+                       if self.refs[k] is not None) < self.kept_bytes:
+                # look again when the tape has doubled, or its kept bytes have
+                self.check_at = max(self.check_at, 2 * n)
+                self.check_bytes = max(self.CHECK_BYTES, 2 * self.kept_bytes)
+                return
         new_id = np.full(n, -1, _INT)
         new_id[idx] = np.arange(m)
         size = self.size[:n]
@@ -263,6 +280,7 @@ class _Liveness:
         for k, a in enumerate(refs):
             if a is not None and k in ref_rec:
                 nheld[id(a)] = nheld.get(id(a), 0) + 1
+        kept_bytes = sum(a.nbytes for a in refs if a is not None)
         kept = {id(a) for a in refs if a is not None}
         host = {int(new_id[r]): v for r, v in self.host.items() if keep[r]}
         hooks = {int(new_id[r]): v for r, v in self.hooks.items() if keep[r]}
@@ -298,6 +316,8 @@ class _Liveness:
             self.n_none, self.n_freed = n_none, n_freed
             self._update_room()
             self.refs, self.ref_rec, self.nheld = refs, ref_rec, nheld
+            self.kept_bytes = kept_bytes
+            self.check_bytes = max(self.CHECK_BYTES, 2 * kept_bytes)
             self.saved = SavedIndex()
             self.nptrs = 0
             self.host, self.hooks, self.where, self.stale = host, hooks, where, stale
@@ -330,6 +350,7 @@ class _Liveness:
         self.refs.clear()
         self.ref_rec.clear()
         self.nheld.clear()
+        self.kept_bytes = 0
         self.saved.clear()
         self.nptrs = 0
         self.leaves.clear()

@@ -21,7 +21,7 @@ from .kernels._views import SMALL
 from .ops.elementwise import broadcast_params
 from .ops import registry as R
 from .ops.registry import REGISTRY, register
-from .tape import Tape
+from .tape import NO_COMPACTION, Tape
 from .tensor import Tensor, _node, _plain
 
 _CMP = {np.less: RK.LESS, np.less_equal: RK.LESS_EQUAL, np.greater: RK.GREATER,
@@ -44,7 +44,7 @@ class TraceTape(Tape):
     def __init__(self):
         super().__init__()
         self.hold = self.tok          # a live holder: the tape never resets
-        self.check_at = 1 << 62       # ... nor compacts (record ids must stay)
+        self.check_at = NO_COMPACTION  # ... nor compacts (record ids must stay)
         self.derived = {}             # id(comparison result) -> (record, array)
         self.guards = {}              # record -> (kind, expected value)
         self.recorded = {}            # id(recorded value) -> (record, value)

@@ -275,3 +275,115 @@ def test_the_adjoint_arena_follows_the_graph_beside_kept_graphs(monkeypatch):
     # from the second backward on (the tape holds freed records), the graph
     assert laid[-1][0] > 60 and all(n is not None and n <= 8 for _, n in laid[1:])
     assert kept.grad_fn is not None
+
+
+def test_graphs_dropped_without_backward_beside_a_kept_one_are_let_go(monkeypatch):
+    """Large results computed, never differentiated and dropped each step,
+    while another graph keeps the tape alive: their kept values are let go
+    by a compaction once the kept bytes grow, not when the record count has
+    doubled (a few records per step would take thousands of steps)."""
+    from tapegrad.tape import Tape
+    monkeypatch.setattr(Tape, "CHECK_BYTES", 1 << 20)
+    tape = current()
+    tape.check_bytes = 1 << 20
+    _z = tg.tensor(np.ones(3), requires_grad=True)
+    kept = (_z * 2.0).sum()
+    X = tg.tensor(np.linspace(0.0, 1.0, 20_000), requires_grad=True)   # 160 kB values
+    most = 0
+    for _ in range(200):
+        m = tg.exp(X * 2.0).sum()          # exp keeps its output for its VJP
+        most = max(most, tape.kept_bytes)
+    assert tape.n < 200 and most <= 3 << 20
+    m.backward()
+    np.testing.assert_allclose(X.grad.numpy(), 2 * np.exp(2 * X.numpy()), rtol=1e-14)
+    kept.backward()
+    np.testing.assert_allclose(_z.grad.numpy(), np.full(3, 2.0))
+
+
+@pytest.mark.parametrize("where", ["function", "hook"])
+def test_no_compaction_inside_a_sweep(monkeypatch, where):
+    """A tg.Function's backward, or a tensor hook, that runs tapegrad ops
+    while the kept bytes are past the threshold: the compaction waits until
+    the sweep is over (it would renumber the records the sweep walks)."""
+    from tapegrad import tape_liveness as TL
+    from tapegrad.tape import Tape
+    monkeypatch.setattr(Tape, "CHECK_BYTES", 1 << 20)
+    tape = current()
+    tape.check_bytes = 1 << 20
+    during = []
+    real = TL._Liveness.compact
+
+    def spying(self):
+        n = self.n
+        real(self)
+        during.append((inside[0], self.n < n))
+
+    monkeypatch.setattr(TL._Liveness, "compact", spying)
+    inside = [False]
+    w = tg.tensor(np.linspace(0.1, 0.9, 20_000), requires_grad=True)
+
+    def record_inside():
+        inside[0] = True
+        with tg.enable_grad():               # (a backward runs under no_grad)
+            for _ in range(20):
+                tg.exp(w * 1.0)              # records and keeps 160 kB each
+        inside[0] = False
+
+    class Scaled(tg.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 3.0
+
+        @staticmethod
+        def backward(ctx, g):
+            record_inside()
+            return g * 3.0
+
+    def scaled(x):
+        if where == "function":
+            return Scaled.apply(x)
+        h = x * 3.0
+        h.register_hook(lambda g: record_inside())
+        return h
+
+    _z = tg.tensor(np.ones(3), requires_grad=True)
+    kept = (_z * 2.0).sum()
+    x = tg.tensor(np.linspace(0.0, 1.0, 20_000), requires_grad=True)
+    for _ in range(3):
+        x.grad = None
+        (tg.sin(scaled(x)) * 1.0).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos(3 * x.numpy()), rtol=1e-13)
+    for _ in range(20):                      # ops after the sweeps compact
+        tg.exp(w * 1.0)
+    assert (True, True) not in during        # looked inside, but renumbered nothing
+    assert (True, False) in during and (False, True) in during
+    assert kept.grad_fn is not None
+
+
+def test_a_hook_that_records_past_the_compaction_point_loses_no_gradient():
+    """A tensor hook that records ops (under enable_grad) while the sweep runs,
+    taking the tape past its record-count compaction point, beside dropped
+    graphs that a compaction would remove: the compaction waits for the
+    sweep, and the gradient reaches the leaf."""
+    _z = tg.tensor(np.ones(3), requires_grad=True)
+    kept = (_z * 2.0).sum()
+    w = tg.tensor(np.array([0.3]), requires_grad=True)
+    for _ in range(1500):
+        (w * 2.0) + 1.0                      # dropped graphs: dead records
+    tape = current()
+
+    def hook(g):
+        with tg.enable_grad():
+            for _ in range(1000):
+                tg.sin(w * 1.0)
+
+    x = tg.tensor(np.array([0.5, 0.7]), requires_grad=True)
+    h = x * 3.0
+    h.register_hook(hook)
+    y = tg.sin(h)
+    for _ in range(300):
+        y = y * 1.0
+    assert tape.n < tape.check_at < tape.n + 2000   # the hook crosses it
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos(3 * x.numpy()), rtol=1e-14)
+    assert kept.grad_fn is not None
