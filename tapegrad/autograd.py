@@ -361,8 +361,13 @@ def backward(t, gradient=None, retain_graph=False):
     # held for the whole sweep: host VJPs and hooks are user code that may
     # record ops, and a compaction (renumbering records) must wait until the
     # sweep that walks them is over (tape_liveness.compact)
-    held = tape.tok  # noqa: F841
-    root = t._rec
+    with tape.walking():
+        _sweep_and_store(tape, t._rec, seed, retain_graph)
+
+
+def _sweep_and_store(tape, root, seed, retain_graph):
+    """``backward``'s sweep from record ``root``, seeded, and the leaves'
+    gradients stored."""
     upto = root + 1
     if tape.op[root] == OUTPUT:  # the op's later outputs belong to its VJP's span
         u = root - 1 - int(tape.ip[tape.ip0[root]])

@@ -279,21 +279,21 @@ def graph_grad(tape, outputs, seeds, inputs, upto):
     from .tensor import tensor
     recs = [input_records(tape, x, upto) for x in inputs]
     flat = sorted({q for rs in recs for q in rs})
-    tok = tape.tok  # held: no compaction renumbers records while the walk records
-    W = Walk(tape, upto, flat)
-    roots = np.array([t._rec for t in outputs if t._tok is tape.tok], np.int64)
-    tape.arg0[tape.n] = tape.na
-    live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto, roots)
-    check(tape, upto, W.dep & live[:upto], roots[roots < upto])
-    seeded = []
-    for t, v in zip(outputs, seeds):
-        if t._tok is tape.tok:
-            seeded.append((int(t._rec), tensor(np.asarray(v, np.float64).reshape(-1))))
-    with enable_grad():
-        for r, s in seeded:
-            W.add(r, s)
-        W.run({}, flat[0] if flat else upto)
-    del tok
+    # the walk records: no compaction may renumber the records it reads
+    with tape.walking():
+        W = Walk(tape, upto, flat)
+        roots = np.array([t._rec for t in outputs if t._tok is tape.tok], np.int64)
+        tape.arg0[tape.n] = tape.na
+        live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto, roots)
+        check(tape, upto, W.dep & live[:upto], roots[roots < upto])
+        seeded = []
+        for t, v in zip(outputs, seeds):
+            if t._tok is tape.tok:
+                seeded.append((int(t._rec), tensor(np.asarray(v, np.float64).reshape(-1))))
+        with enable_grad():
+            for r, s in seeded:
+                W.add(r, s)
+            W.run({}, flat[0] if flat else upto)
     res = []
     for x, rs, in zip(inputs, recs):
         g = None

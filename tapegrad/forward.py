@@ -151,9 +151,13 @@ def push(leaves, seeds, out, p):
     live = [r for r in recs if r is not None]
     if not live:
         return res
-    # held for the walk: a tg.Function's jvp is user code that may record,
-    # and no compaction may renumber the records the walk reads
-    held = tape.tok  # noqa: F841
+    # a tg.Function's jvp is user code that may record: no compaction may
+    # renumber the records the walk reads
+    with tape.walking():
+        return _push(tape, out, recs, live, seeds, upto, res, p)
+
+
+def _push(tape, out, recs, live, seeds, upto, res, p):
     tan = _Tangents(tape, upto, np.array(live, np.int64))
     if not tan.reached[out._rec]:
         return res

@@ -89,9 +89,8 @@ def _function_vjp(tape, adj, r, p=None):
     # backward is user code and may record (a nested transform, a loop of
     # ops): holding the tape's token keeps the tape from being compacted or
     # reset under the sweep that called it, whose record ids must stay valid
-    held = tape.tok
-    grads = (cls.backward if p is None else cls.batched_backward)(ctx, *grads_out)
-    del held
+    with tape.walking():
+        grads = (cls.backward if p is None else cls.batched_backward)(ctx, *grads_out)
     if not isinstance(grads, tuple):
         grads = (grads,)
     # PyTorch's rule: one gradient per input of forward, trailing Nones past

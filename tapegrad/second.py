@@ -200,7 +200,11 @@ def _drive(leaves, out, p, seeds, fill=None):
     tape = current()
     if out._tok is not tape.tok or tape.freed[out._rec]:
         raise _freed_error()
-    held = tape.tok  # noqa: F841 (no compaction under the walks: see forward.push)
+    with tape.walking():  # no compaction under the walks (see forward.push)
+        return _drive_walks(tape, leaves, out, p, seeds, fill)
+
+
+def _drive_walks(tape, leaves, out, p, seeds, fill):
     upto = _root_span(tape, out._rec)
     recs = _recs_below(tape, leaves, upto)
     per_dir = _vector_bytes(tape, upto) * 2  # an adjoint and a tangent per direction

@@ -48,6 +48,28 @@ class Epoch:
         self.tape = tape
 
 
+class Walking:
+    """``with tape.walking():`` -- a walk over the tape's records that runs
+    user code (a ``tg.Function``'s backward or jvp, a hook) which may record
+    ops.  It holds the epoch token meanwhile, so that neither a reset nor a
+    compaction (which renumbers records) happens under the walk, and lets it
+    go on the way out, also on an error whose traceback is kept."""
+
+    __slots__ = ("tok", "tape")
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.tok = None
+
+    def __enter__(self):
+        self.tok = self.tape.tok
+        return self
+
+    def __exit__(self, *exc):
+        self.tok = None
+        return False
+
+
 class Tape(_Liveness, _Writes):
     """Flat record arrays plus the bookkeeping for one thread's graphs."""
 
@@ -376,6 +398,10 @@ class Tape(_Liveness, _Writes):
         self.ref_rec[k] = r
         self.nheld[id(a)] = self.nheld.get(id(a), 0) + 1
         self.kept_bytes += a.nbytes
+
+    def walking(self):
+        """A :class:`Walking` context for a walk that runs user code."""
+        return Walking(self)
 
     def _hold(self, value):
         """Keep a large value for the sweep without copying when possible.

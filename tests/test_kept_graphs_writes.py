@@ -387,3 +387,28 @@ def test_a_hook_that_records_past_the_compaction_point_loses_no_gradient():
     y.sum().backward()
     np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos(3 * x.numpy()), rtol=1e-14)
     assert kept.grad_fn is not None
+
+
+def test_a_kept_traceback_of_a_failed_backward_does_not_stop_compaction():
+    """A hook that raises inside backward, its exception kept (as a notebook
+    keeps the last one): the walk let go of the tape when it failed, so a
+    later compaction still drops the graphs nobody holds."""
+    x = tg.tensor(np.array([0.5, 0.7]), requires_grad=True)
+
+    def failing(g):
+        raise ValueError("hook failed")
+
+    h = x * 3.0
+    handle = h.register_hook(failing)
+    with pytest.raises(ValueError, match="hook failed") as kept_error:
+        tg.sin(h).sum().backward()
+    assert kept_error.value.__traceback__ is not None
+    tape = current()
+    for _ in range(50):
+        (x * 2.0) + 1.0                      # dropped graphs
+    n = tape.n
+    tape.compact()
+    assert tape.n < n - 90
+    handle.remove()                          # the graph kept is whole
+    tg.sin(h).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos(3 * x.numpy()), rtol=1e-14)
