@@ -11,6 +11,10 @@ changes.  A step should cost what its own graph costs:
   drops them (1.0: kept graphs cost nothing).
 * ``KeptGraphs.time_step_with_kept_metrics`` -- one step after 2,000 kept
   metrics.
+* ``DroppedLargeGraphs.track_kept_mb`` -- the most bytes the tape keeps by
+  reference while a loop computes ``exp(X * 2).sum()`` of 10^6 elements and
+  drops it, 60 steps, beside one kept graph: bounded by the kept-bytes
+  compaction (64 MB), not growing by 8 MB a step.
 """
 import statistics
 import time
@@ -59,3 +63,25 @@ class KeptGraphs:
         return statistics.median(kept[1900:]) / statistics.median(dropped[1900:])
 
     track_step_ratio_late.unit = "kept / dropped"
+
+
+class DroppedLargeGraphs:
+    timeout = 120
+
+    def setup(self):
+        self.tg = _tapegrad()
+
+    def track_kept_mb(self):
+        tg = self.tg
+        from tapegrad.tape import current
+        z = tg.tensor(np.ones(3), requires_grad=True)
+        kept = (z * 2.0).sum()  # keeps the tape alive: no reset between steps
+        X = tg.tensor(np.linspace(0.0, 1.0, 10**6), requires_grad=True)
+        most = 0
+        for _ in range(60):
+            tg.exp(X * 2.0).sum()
+            most = max(most, current().kept_bytes)
+        assert kept.grad_fn is not None
+        return most / 1e6
+
+    track_kept_mb.unit = "MB"
