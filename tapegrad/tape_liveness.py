@@ -287,6 +287,11 @@ class _Liveness:
         where = {int(new_id[r]): v for r, v in self.where.items() if keep[r]}
         leaves = {int(new_id[r]): leaf for r, leaf in self.leaves.items() if keep[r]}
         kept.update(id(leaf._data) for leaf in leaves.values())
+        # the leaves whose next use reads their record: not one written in
+        # place since (``_written`` let it go, its record is stale), whose
+        # next use records its new value
+        attached = [(int(new_id[r]), leaf) for r, leaf in self.leaves.items()
+                    if keep[r] and leaf._ltok is self.lkey and leaf._lrec == r]
         flipped = Flipped(a for a in self.flipped if id(a) in kept)
         released = [a for a in self.flipped if id(a) not in kept]
         stale = self.stale.renumbered(keep, new_id)
@@ -324,7 +329,7 @@ class _Liveness:
             self.aliases = aliases
             self.consts, self.sums = consts, sums
             self.lkey = lkey
-            for r, leaf in leaves.items():
+            for r, leaf in attached:
                 leaf._ltok, leaf._lrec = lkey, r
             self.leaves = leaves
             for h, r in zip(holders, recs):

@@ -231,6 +231,7 @@ def _compaction_results(s, tape, again):
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason="signals are delivered to the main thread")
+@pytest.mark.compaction_trigger
 def test_interrupt_at_every_point_of_compaction(monkeypatch):
     """Ctrl-C (a real SIGINT) arriving at each line that Tape.compact and its
     helpers in the tape's modules (tapegrad/tape.py, tape_*.py) execute: before the write-back it interrupts

@@ -1,5 +1,6 @@
 """tg.tape_stats(): the numbers add up and follow the tape."""
 import numpy as np
+import pytest
 
 import tapegrad as tg
 from oracle import in_fresh_thread, leaf
@@ -44,6 +45,7 @@ def test_repr_is_a_table_and_as_dict_is_plain():
     assert type(d) is dict and type(d["by_op"]) is dict and d == dict(st)
 
 
+@pytest.mark.compaction_trigger
 def test_live_counts_what_tensors_reach():
     def f():
         x = leaf([1.0, 2.0])
