@@ -87,8 +87,8 @@ class Tape(_Liveness, _Writes):
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
-                 "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed", "kept_bytes", "check_bytes",
-                 "__weakref__")
+                 "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed",
+                 "kept_bytes", "check_bytes", "__weakref__")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
