@@ -40,7 +40,7 @@ import numpy as np
 
 from .kernels import codes as C
 from .kernels import interpret
-from .kernels._jit import cached
+from .kernels._jit import cached_bytes
 from .kernels._views import APTR, PTRS, REACHED, RIX
 from .kernels.fused_segments import STORED_CHUNK, seg_backward_stored, seg_plan_stored
 from .tape import Tape
@@ -75,9 +75,9 @@ def _ready():
         _Rent.hot = True
         return True
     if _Rent.in_cache is None:
-        _Rent.in_cache = cached(seg_backward_stored.cache_name()) \
-            if hasattr(seg_backward_stored, "cache_name") else False
-    budget = min(setting, interpret.LOAD_BUDGET) if _Rent.in_cache else setting
+        _Rent.in_cache = cached_bytes(seg_backward_stored.cache_name()) \
+            if hasattr(seg_backward_stored, "cache_name") else 0
+    budget = min(setting, interpret.load_price(_Rent.in_cache)) if _Rent.in_cache else setting
     if _Rent.spent >= budget:
         _Rent.hot = True
     return _Rent.hot

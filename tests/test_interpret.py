@@ -222,6 +222,40 @@ def test_a_small_first_gradient_compiles_nothing(tmp_path):
 def test_budget_zero_compiles_at_first_use(tmp_path):
     sweeps, layouts, families, numba = _fresh(_SMALL, tmp_path, budget="0").split()
     assert sweeps == "1" and layouts == "1" and int(families) >= 2 and numba == "True"
+    # the same cache, the default budget: small backwards in a loop run
+    # interpreted until one kernel has cost the first load's price (Numba's
+    # start); after it, a small cached kernel (layout, 50 kB) is loaded once
+    # it has cost its own size's price, not the first load's
+    out = _fresh("""
+        import numpy as np, tapegrad as tg
+        from tapegrad.kernels import interpret
+        from tapegrad.kernels.sweep import _sweep, layout
+        a = tg.tensor(np.linspace(1.0, 3.0, 12), requires_grad=True)
+        v = np.linspace(0.1, 1.0, 12)
+        n = 0
+        while not (_sweep.overloads and layout.overloads) and n < 100000:
+            a.grad = None
+            (3 * a + 2 * a * a + np.log(a)).backward(v)
+            assert np.allclose(a.grad.numpy(), v * (3 + 4 * a.numpy() + 1 / a.numpy()))
+            n += 1
+        st = interpret._states[layout.py_func]
+        print(n, bool(interpret._warm), st.spent, interpret.load_price(st.cached))
+    """, tmp_path)
+    n, warm, spent, price = out.split()
+    assert int(n) < 100000 and warm == "True"
+    assert float(price) < interpret.LOAD_BUDGET / 4
+    assert float(spent) < interpret.LOAD_BUDGET / 2, (spent, price)
+
+
+def test_the_price_of_loading_a_cached_kernel(monkeypatch):
+    monkeypatch.setattr(interpret, "_warm", [])
+    # before any kernel ran compiled, a load pays Numba's start too
+    assert interpret.load_price(10_000) == interpret.load_price(10**9) == interpret.LOAD_BUDGET
+    interpret.loaded()
+    assert interpret._warm == [True]
+    assert interpret.load_price(1) == interpret.LOAD_FLOOR
+    assert interpret.load_price(300_000) == pytest.approx(300_000 * interpret.LOAD_PER_BYTE)
+    assert interpret.load_price(10**9) == interpret.LOAD_BUDGET
 
 
 def test_repeated_small_work_is_compiled_once_it_has_cost_the_budget(tmp_path):

@@ -81,7 +81,7 @@ class Deferred:
         if d is None:
             if self.how == "kernel":
                 from .interpret import run_as_python
-                done, result = run_as_python(self.py_func, lambda: cached(self.cache_name()),
+                done, result = run_as_python(self.py_func, lambda: cached_bytes(self.cache_name()),
                                              self.py_func, args)
                 if done:
                     return result
@@ -185,7 +185,7 @@ def materialize():
             _install_locator()
             _load_numba_np()
         from . import _numba
-        _numba.Tiered.cached, _numba.Tiered.notice = staticmethod(cached), staticmethod(notice)
+        _numba.Tiered.cached, _numba.Tiered.notice = staticmethod(cached_bytes), staticmethod(notice)
         opts = _options()
         for d in _RECORDED:
             d.dispatcher = _numba.dispatcher(d.py_func, d.how, opts)
@@ -249,13 +249,27 @@ _NOTICED = []
 def cached(name):
     """True if this stamp's cache directory holds a compiled ``name``
     (``module.qualname`` as Numba names its index files)."""
+    return cached_bytes(name) > 0
+
+
+def cached_bytes(name):
+    """The bytes of the compiled ``name`` in this stamp's cache directory
+    (its ``.nbc`` files; at least 1 when only its index is there), 0 if it
+    holds none: what loading it costs grows with them (interpret.load_price)."""
     d = cache_dir()
     if d is None:
-        return False
+        return 0
     for root, _dirs, files in os.walk(d):
         if any(f.startswith(name + "-") and f.endswith(".nbi") for f in files):
-            return True
-    return False
+            total = 0
+            for f in files:
+                if f.startswith(name + "-") and f.endswith(".nbc"):
+                    try:
+                        total += os.path.getsize(os.path.join(root, f))
+                    except OSError:  # removed meanwhile (another process's cache cleanup)
+                        pass
+            return max(total, 1)
+    return 0
 
 
 def notice(what):

@@ -221,7 +221,7 @@ class Tiered(CPUDispatcher):
 
     def __call__(self, *args):
         if not self.overloads:
-            from .interpret import run_as_python
+            from .interpret import loaded, run_as_python
             name = cache_name(self.py_func)
             done, result = run_as_python(self.py_func, lambda: Tiered.cached(name), self, args)
             if done:
@@ -230,6 +230,10 @@ class Tiered(CPUDispatcher):
                 # getattr: another thread may have made this a plain
                 # dispatcher (below) since the call began
                 Tiered.notice(getattr(self, "what", None) or "the kernels")
+            self.__class__ = CPUDispatcher
+            result = CPUDispatcher.__call__(self, *args)
+            loaded()  # Numba's start is paid: the next loads cost their size
+            return result
         self.__class__ = CPUDispatcher
         return CPUDispatcher.__call__(self, *args)
 

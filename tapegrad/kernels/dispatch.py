@@ -20,9 +20,9 @@ the exception) and the sweep stops, returning ``FAILED - r``.
 import numpy as np
 
 from . import codes as C
-from ._jit import cached, compile_lock, deferred, entry, inline, notice
+from ._jit import cached, cached_bytes, compile_lock, deferred, entry, inline, notice
 from ._views import OP, ARG0, SIZE, ARGS  # tape fields
-from .interpret import TABLES, python_copy, run_as_python
+from .interpret import TABLES, loaded, python_copy, run_as_python
 
 #: the entries' signatures, by their names in kernels/_numba.py:
 #: ``int32 f(tape*, r, sub)``, with one more integer, and with a context
@@ -93,6 +93,7 @@ class Families:
             if not cached(self.name_of(slot)):
                 notice(what)
             cf = entry(fn, self.sig)
+            loaded()
             self.entries[slot] = cf
             self.table[slot] = cf.address
 
@@ -120,7 +121,7 @@ class Families:
             k = self.slot.py_func(T, r, code >> C.SHIFT, code & C.MASK)
             # not compiled yet: the rest of the loop as Python, with the
             # Python table, while that family is not worth compiling
-            done, s = run_as_python((id(self), k), lambda: cached(self.name_of(k)), kernel, args)
+            done, s = run_as_python((id(self), k), lambda: cached_bytes(self.name_of(k)), kernel, args)
             if not done:
                 self.ensure(k)
                 s = kernel(*args)

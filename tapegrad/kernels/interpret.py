@@ -60,10 +60,19 @@ BUDGET = 1.0
 #: ``force``: always interpret)
 BUDGET_ENV = "TAPEGRAD_INTERPRET"
 
-#: the same, for a kernel the cache holds: loading it costs about this much
-#: (the sweep and two families of a first gradient: 0.25 s here), so tiny
-#: work is still interpreted rather than loaded
+#: the same, for a kernel the cache holds, while none has been loaded or
+#: compiled in this process: the first load pays Numba's own start (about
+#: 0.1 s here, whichever kernel it is), so tiny work is still interpreted
+#: rather than loaded
 LOAD_BUDGET = 0.05
+#: once that is paid, loading a cached kernel costs about this much per byte
+#: of its cache file, and at least ``LOAD_FLOOR`` (measured here, each
+#: after another kernel: 2-3 ms for the 27-49 kB layout kernels, 6 ms for
+#: the 239 kB sweep, 12 ms for the 340 kB fused sweep); renting a small
+#: kernel for the first-load price kept it interpreted, at ten times its
+#: compiled cost per call, for thousands of calls of a training loop
+LOAD_PER_BYTE = 4e-8
+LOAD_FLOOR = 0.002
 
 #: estimated interpreted cost per record a kernel walks and per element it
 #: touches (seconds; measured on the scalar and elementwise sweeps, with room)
@@ -282,6 +291,25 @@ def python_copy(fn, stand_ins=None):
 TABLES = {}
 
 
+#: set once a kernel has been compiled or loaded in this process (then
+#: Numba's start is paid: see ``load_price``)
+_warm = []
+
+
+def loaded():
+    """Note that a kernel has been compiled or loaded in this process."""
+    if not _warm:
+        _warm.append(True)
+
+
+def load_price(nbytes):
+    """Seconds that loading a cached kernel of ``nbytes`` bytes of cache
+    costs now: the first load's price until one is paid, then its size's."""
+    if not _warm:
+        return LOAD_BUDGET
+    return min(LOAD_BUDGET, max(LOAD_FLOOR, nbytes * LOAD_PER_BYTE))
+
+
 class _State:
     __slots__ = ("spent", "cached")
 
@@ -344,8 +372,9 @@ def _tier_args(args):
 
 def run_as_python(key, in_cache, kernel, args):
     """Run ``kernel(*args)`` as Python if what ``key`` has cost so far plus
-    this call's estimate stays within the budget and ``in_cache()`` (asked
-    once per key) is false: ``(True, result)``; else ``(False, None)``."""
+    this call's estimate stays within the budget -- compiling's, or if
+    ``in_cache()`` (asked once per key: the bytes of the kernel's cache
+    files, 0 if none) loading's -- ``(True, result)``; else ``(False, None)``."""
     setting = _setting()
     if setting == 0:
         return False, None
@@ -354,8 +383,8 @@ def run_as_python(key, in_cache, kernel, args):
         st = _states[key] = _State()
     if setting != "force":
         if st.cached is None:
-            st.cached = bool(in_cache())
-        budget = min(setting, LOAD_BUDGET) if st.cached else setting
+            st.cached = int(in_cache())
+        budget = min(setting, load_price(st.cached)) if st.cached else setting
         if st.spent + _work(args, kernel) > budget:
             return False, None
     t0 = time.perf_counter()
