@@ -40,7 +40,7 @@ import numpy as np
 
 from .kernels import codes as C
 from .kernels import interpret
-from .kernels._jit import cached_bytes
+from .kernels._jit import cached_bytes, kernel_cache_name
 from .kernels._views import APTR, PTRS, REACHED, RIX
 from .kernels.fused_segments import STORED_CHUNK, seg_backward_stored, seg_plan_stored
 from .tape import Tape
@@ -75,12 +75,19 @@ def _ready():
         _Rent.hot = True
         return True
     if _Rent.in_cache is None:
-        _Rent.in_cache = cached_bytes(seg_backward_stored.cache_name()) \
-            if hasattr(seg_backward_stored, "cache_name") else 0
+        _Rent.in_cache = _cache_bytes()
     budget = min(setting, interpret.load_price(_Rent.in_cache)) if _Rent.in_cache else setting
     if _Rent.spent >= budget:
         _Rent.hot = True
     return _Rent.hot
+
+
+def _cache_bytes():
+    """The bytes of the fused kernel in the cache (0: not there).  Whatever
+    object the name is bound to now: once Numba is loaded (by another
+    graph's backward) it is the dispatcher, and taking that for "not
+    cached" swept runs unfused until they had cost a compilation's budget."""
+    return cached_bytes(kernel_cache_name(seg_backward_stored))
 
 
 def runs(tape, T, start, stop, order):

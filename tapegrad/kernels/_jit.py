@@ -91,7 +91,7 @@ class Deferred:
 
     def cache_name(self):
         """``module.qualname``, as Numba names the kernel's index file."""
-        return f"{self.__module__.rsplit('.', 1)[-1]}.{self.__qualname__}"
+        return kernel_cache_name(self)
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -244,6 +244,14 @@ def entry(fn, sig):
 #: set to 1 to silence the one-line notice of a first (uncached) compilation
 QUIET_ENV = "TAPEGRAD_QUIET"
 _NOTICED = []
+
+
+def kernel_cache_name(k):
+    """The cache name (``module.qualname``) of kernel ``k``: a ``Deferred``
+    before Numba is loaded, its dispatcher after (``materialize`` puts the
+    dispatchers in the importing modules' names), either way."""
+    fn = k.py_func
+    return f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__qualname__}"
 
 
 def cached(name):
