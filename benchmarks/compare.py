@@ -40,8 +40,9 @@ Rows:
 Method: every implementation's gradients are first checked against the
 hand-written ones (``numpy.allclose``); each in-process measurement is the
 median of ``--repeat`` samples of ``time.perf_counter`` after warm-up calls
-(which also trigger any JIT compilation), with the garbage collector run
-before and disabled during each sample, as ``timeit`` does.  Leaves are
+(which also trigger any JIT compilation), one implementation after the
+other; the garbage collector runs once before a measurement's samples and
+is off during them, as ``timeit`` does.  Leaves are
 created once; their ``.grad`` is reset inside the timed call.  By default the
 BLAS, OpenMP, Numba, PyTorch and XLA thread pools are limited to one thread
 (``--threads``), so that every column runs on one core.
@@ -128,33 +129,30 @@ def import_heavy():
 # Timing
 # --------------------------------------------------------------------------
 
-def _timed(fn, arg=None):
+def median_ms(fn, repeat, warmup, setup=None):
+    """Median wall time of ``fn()`` in ms (of ``fn(setup())``, timing ``fn``
+    only, when ``setup`` is given), after ``warmup`` untimed calls.
+
+    As ``timeit`` does, the garbage collector runs once before the timed
+    calls and is off during them: a collection before every sample walks
+    every object of the loaded libraries and times each call with cold
+    caches.  One implementation's samples run one after another, in the
+    steady state a loop of its own reaches.
+    """
+    for _ in range(warmup):
+        fn() if setup is None else fn(setup())
+    times = []
     gc.collect()
     gc.disable()
     try:
-        t0 = time.perf_counter()
-        fn() if arg is None else fn(arg)
-        return time.perf_counter() - t0
+        for _ in range(repeat):
+            state = None if setup is None else setup()
+            t0 = time.perf_counter()
+            fn() if setup is None else fn(state)
+            times.append(time.perf_counter() - t0)
+            del state
     finally:
         gc.enable()
-
-
-def median_ms(fn, repeat, warmup):
-    """Median wall time of ``fn()`` in milliseconds."""
-    for _ in range(warmup):
-        fn()
-    return statistics.median(_timed(fn) for _ in range(repeat)) * 1e3
-
-
-def median_ms_with_setup(setup, fn, repeat, warmup):
-    """Median of ``fn(setup())`` in ms, timing ``fn`` only."""
-    for _ in range(warmup):
-        fn(setup())
-    times = []
-    for _ in range(repeat):
-        state = setup()
-        times.append(_timed(fn, state))
-        del state
     return statistics.median(times) * 1e3
 
 
@@ -608,7 +606,7 @@ def measure(impls, fns, args, log):
              median_ms(fns[impl.name, "chain"], rep, warm))
         if hasattr(impl, "chain_backward"):
             setup, backward = impl.chain_backward()
-            ms = median_ms_with_setup(setup, backward, rep, warm)
+            ms = median_ms(backward, rep, warm, setup)
             cell("chain backward alone (ms)", impl.name, ms)
             cell(f"chain backward per record (ns, /{wl.CHAIN_RECORDS})",
                  impl.name, ms * 1e6 / wl.CHAIN_RECORDS)
