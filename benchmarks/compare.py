@@ -628,6 +628,12 @@ def measure(impls, fns, args, log):
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (HERE, env.get("PYTHONPATH")) if p)
         env["NUMBA_CACHE_DIR"] = warm_cache
+        # Python's bytecode as an installed package has it (pip compiles it
+        # at install; an editable install writes it on the first import,
+        # here the untimed run): an environment that forbids writing it
+        # would time the compilation of every module's source (130 of
+        # tapegrad's 150 ms of import here) instead
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         if "tapegrad" in names:
             env = wl.subprocess_env(warm_cache, base=env)
         srep = args.subprocess_repeat
