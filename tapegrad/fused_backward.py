@@ -26,7 +26,8 @@ record-by-record sweep and the run starts from the constant instead
 (adds, subtractions, scalings: ``seg_plan_stored``) the adjoints stay
 constants of the plan, computed as the loops would compute each element,
 and are written out only where an array needs them (a leaf's gradient, a
-VJP that reads values).
+VJP that reads values).  For that, one record followed by a full sum or
+mean of it is a run too (``(W * x).sum()``, ``exp(x).mean()``).
 
 Fusion needs the compiled kernel; it follows the interpreted tier's rule
 (kernels/interpret.py): with nothing compiled or cached the runs are swept
@@ -133,7 +134,7 @@ def runs(tape, T, start, stop, order):
                 last = e
                 count += 1
             e += 1
-        if count >= 2:
+        if count >= 2 or _full_reduction_of(tape, int(recs[i])):
             r0, r1 = int(recs[i]), int(recs[last]) + 1
             mask = np.zeros(r1 - r0, np.bool_)
             mask[recs[i:last + 1][fus[i:last + 1]] - r0] = True
@@ -141,6 +142,18 @@ def runs(tape, T, start, stop, order):
                 out.append((r0, r1, int(m), mask))
         i = last + 1
     return out
+
+
+def _full_reduction_of(tape, r):
+    """Whether record r + 1 is a full sum or mean of record r: a run of r
+    alone then starts from that reduction's constant adjoint (``run``,
+    ``_constant_root``) and writes only its operands' adjoints, where the
+    record-by-record sweep first broadcasts the constant into r's adjoint
+    and reads it back (``(W * x).sum()``: one pass over memory instead of
+    three)."""
+    q = r + 1
+    return (q < tape.n and int(tape.op[q]) in _FULL and tape.size[q] == 1
+            and tape.arg0[q + 1] - tape.arg0[q] == 1 and int(tape.args[tape.arg0[q]]) == r)
 
 
 def _parents_alive(tape, T, r0, r1, mask):

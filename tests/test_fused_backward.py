@@ -367,3 +367,74 @@ def test_a_cached_fused_kernel_is_loaded_at_its_price_after_numba_is_loaded(monk
         monkeypatch.setattr(FB._Rent, "spent", interpret.load_price(want))
         assert FB._ready()  # a compilation's budget is 1 s; loading it costs far less
     assert interpret.load_price(want) < 0.1
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("case", [("unary", n) for n in UNARY] + [("scalar", n) for n in SCALAR]
+                         + [("binary", n) for n in BINARY] + [("self", "mul"), ("const", "K")])
+def test_one_record_then_a_full_reduction_is_swept_from_the_constant(case, reduce):
+    """``f(x).sum()`` with one elementwise record: the run of that record
+    alone starts from the sum's constant adjoint; the gradients equal the
+    record-by-record sweep's bit for bit (and a seed other than 1 scales
+    them)."""
+    kind, name = case
+    a, b, _ = _inputs(11)
+    b = b + 2.0  # away from zero: the divisions and hypot
+    K = np.linspace(0.5, 1.5, N)
+
+    def f(x, y):
+        if kind == "unary":
+            return UNARY[name][0](x)
+        if kind == "scalar":
+            return SCALAR[name][0](x)
+        if kind == "binary":
+            return BINARY[name][0](x, y)
+        if kind == "self":
+            return x * x
+        return x * K
+
+    def grads(fused, seed):
+        X, Y = tg.tensor(a, requires_grad=True), tg.tensor(b, requires_grad=True)
+        seen, saved_runs, saved_sweep = [], FB.runs, FB.sweep_run
+        if not fused:
+            FB.runs = lambda *args: []
+        FB.sweep_run = lambda *args: (seen.append(args[1:3]), saved_sweep(*args))[1]
+        try:
+            with interpret.mode(0):
+                y = f(X, Y)
+                assert y.shape == (N,) and y.grad_fn is not None
+                getattr(y, reduce)().backward(seed)
+        finally:
+            FB.runs, FB.sweep_run = saved_runs, saved_sweep
+        gy = None if Y.grad is None else Y.grad.numpy()
+        return X.grad.numpy(), gy, seen
+
+    if kind == "binary" and name == "div_safe":
+        pytest.skip("three records, not one")
+    for seed in (1.0, -2.5):
+        gx, gy, seen = grads(True, seed)
+        px, py, none = grads(False, seed)
+        assert len(seen) == 1 and none == []
+        np.testing.assert_array_equal(gx, px)
+        if gy is not None or py is not None:
+            np.testing.assert_array_equal(gy, py)
+    # the closed form, for two of them
+    if case == ("const", "K"):
+        want = K * (-2.5) / (N if reduce == "mean" else 1)
+        np.testing.assert_allclose(gx, want, rtol=1e-15)
+    if case == ("unary", "sin"):
+        want = np.cos(a) * (-2.5) / (N if reduce == "mean" else 1)
+        np.testing.assert_allclose(gx, want, rtol=1e-14, atol=1e-300)
+
+
+def test_one_record_read_again_is_not_started_from_the_constant():
+    """``y = exp(x)`` summed and also used elsewhere: its adjoint is not the
+    sum's constant alone; the gradient is the sum of both paths."""
+    a, _, _ = _inputs(12)
+    X = tg.tensor(a, requires_grad=True)
+    with interpret.mode(0):
+        y = np.exp(X)
+        (y.sum() + (y * y)[:10].sum()).backward()
+    want = np.exp(a)
+    want[:10] += 2 * np.exp(2 * a[:10])
+    np.testing.assert_allclose(X.grad.numpy(), want, rtol=1e-14)

@@ -163,6 +163,36 @@ class ElementwiseBackward:
         self.y.backward()
 
 
+class OneRecordLossBackward:
+    """The backward of a loss of one elementwise record, ``(W * x).sum()``
+    over 1e6 float64 (a constant ``W``), against NumPy writing its gradient
+    (``W.copy()``): the fused sweep starts that record from the sum's
+    constant, one pass over memory where broadcasting the seed took three."""
+
+    params = ["tapegrad", "numpy"]
+    param_names = ["impl"]
+
+    def setup(self, impl):
+        import numpy as np
+        self.W = np.linspace(0.5, 1.5, 10**6)
+        if impl == "numpy":
+            return
+        self.tg = tg = _tapegrad()
+        self.x = tg.tensor(np.ones(10**6), requires_grad=True)
+        self.y = (self.W * self.x).sum()
+        _warm_up("one-record loss", self._backward)
+
+    def _backward(self):
+        self.x.grad = None
+        self.y.backward(retain_graph=True)
+
+    def time_backward(self, impl):
+        if impl == "numpy":
+            self.W.copy()
+        else:
+            self._backward()
+
+
 # --------------------------------------------------------------------------
 # MLP step
 # --------------------------------------------------------------------------
