@@ -343,3 +343,44 @@ def test_gradients_match_pytorch():
         ((Q * gq).sum() + (R * gr).sum() + (S * gs).sum() + ((U ** 2) * gu).sum()
          + (P * gp).sum()).backward()
         close(t.grad, ta.grad.numpy(), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((16, 5, 5), (16, 5, 1)),   # batched, one column: the outer product, into A's adjoint
+    ((3, 5, 5), (5,)),          # a vector right-hand side
+    ((3, 5, 5), (3, 5, 2)),     # two columns: the GEMM, into A's adjoint
+    ((5, 5), (3, 5, 1)),        # A broadcast over b's batch: summed, then added
+])
+@pytest.mark.parametrize("a_read_later", [False, True])
+def test_solve_gradient_of_a_first_or_added_contribution(a_shape, b_shape, a_read_later):
+    """A's adjoint takes the solve's VJP directly when it is the first
+    contribution of A's shape, and by addition when an op recorded later
+    (so swept earlier) already reached A, or when A was broadcast."""
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal(a_shape) + 4.0 * np.eye(a_shape[-1])
+    B = rng.standard_normal(b_shape)
+
+    def f(a, b):
+        x = np.linalg.solve(a, b)
+        if a_read_later:
+            return x.sum(axis=-1) + (a * a).sum(axis=-1)[..., : x.shape[-2]] if x.ndim > 1 \
+                else x + (a * a).sum(axis=(-1, -2))[..., None]
+        return x
+    check_vjp(f, [A, B], rng)
+    # and against the closed form: dA = -A^-T G X^T, db = A^-T G
+    a, b = leaf(A), leaf(B)
+    x = tg.linalg.solve(a, b)
+    G = rng.standard_normal(x.shape)
+    x.backward(G)
+    X = np.linalg.solve(A, B)
+    vec = B.ndim == 1
+    Gm, Xm = (G[..., None], X[..., None]) if vec else (G, X)
+    gb = np.linalg.solve(np.swapaxes(A, -1, -2), Gm)
+    gA = -gb @ np.swapaxes(Xm, -1, -2)
+    if gA.ndim > A.ndim:
+        gA = gA.sum(axis=tuple(range(gA.ndim - A.ndim)))
+    gb = gb[..., 0] if vec else gb
+    if gb.ndim > B.ndim:  # b broadcast over A's batch
+        gb = gb.sum(axis=tuple(range(gb.ndim - B.ndim)))
+    close(a.grad.numpy(), gA, rtol=1e-12, atol=1e-13)
+    close(b.grad.numpy(), gb, rtol=1e-12, atol=1e-13)

@@ -199,12 +199,20 @@ def _solve_vjp(tape, adj, r):
         adj.add(rb, _unbroadcast(GB[..., 0] if vector else GB, shape_b))
     if tape.op[ra] != CONST:
         Xm = X[..., None] if vector else X
+        # -(GB X^T) as (-GB) X^T: negating the small factor is exact, and the
+        # product goes straight into A's adjoint when it is the first
+        # contribution and of A's shape (no array of A's size made, negated
+        # and copied: two thirds of this VJP's time at 64 x 32 x 32)
+        nGB, Xt = np.negative(GB), _T(Xm)
+        out = (adj.fresh(ra, shape_a)
+               if np.broadcast_shapes(GB.shape[:-2], Xt.shape[:-2]) == tuple(shape_a[:-2])
+               else None)
         if Xm.shape[-1] == 1:  # one right-hand side: an outer product, no GEMM
-            gA = np.multiply(GB, _T(Xm))
-            np.negative(gA, out=gA)
+            gA = np.multiply(nGB, Xt, out=out)
         else:
-            gA = -GB @ _T(Xm)
-        adj.add(ra, _unbroadcast(gA, shape_a))
+            gA = np.matmul(nGB, Xt, out=out)
+        if out is None:
+            adj.add(ra, _unbroadcast(gA, shape_a))
 
 
 def _det_like_vjp(tape, adj, r, times_det):
