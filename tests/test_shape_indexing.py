@@ -5,6 +5,7 @@ closed-form derivatives written out by hand.
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tapegrad as tg
 
@@ -297,6 +298,84 @@ class TestIndexing:
         close(y, [7.0, 7.0, 6.0])
         y.sum().backward()
         close(x.grad, [0.0, 1.0, 2.0])
+
+    @pytest.mark.parametrize("key, name", [
+        ((Ellipsis, None), "Unsqueeze"), ((slice(None), None), "Unsqueeze"),
+        ((None, Ellipsis, None), "Unsqueeze"), ((Ellipsis, 0), "Squeeze"),
+        ((slice(None), slice(None), -1), "Squeeze"), ((slice(None), slice(None, None, 1), 0, None), "Reshape"),
+        (Ellipsis, "Reshape"), ((slice(None), slice(1, None)), "Index"), ((0, Ellipsis), "Index"),
+    ], ids=lambda k: repr(k).replace(" ", ""))
+    def test_keys_that_keep_every_element_are_views(self, key, name):
+        """A key that keeps every element in order (new axes, full slices, 0 or
+        -1 on an axis of length 1) records an identity-VJP view; the others
+        a gather.  Values, gradients and writes through the view are NumPy's."""
+        base = np.arange(6.0).reshape(3, 2, 1) / 5
+        x = leaf(base)
+        y = x[key]
+        ref = base[key]
+        assert y.shape == ref.shape and y.grad_fn.name() == name + "Backward"
+        close(y, ref)
+        seed = np.arange(1.0, ref.size + 1).reshape(ref.shape)
+        (y * seed).sum().backward()
+        expected = np.zeros(base.shape)
+        np.add.at(expected, key, seed)
+        close(x.grad, expected)
+        # a write through the view reaches its base, in value and gradient
+        x2 = leaf(base)
+        z = x2 * 2.0
+        v = z[key]
+        v[(0,) * v.ndim] = 7.0 * x2[0, 0, 0]
+        zref = 2.0 * base
+        zref[key][(0,) * v.ndim] = 7.0 * base[0, 0, 0]
+        close(z, zref)
+        (z * base).sum().backward()
+        j = np.arange(base.size).reshape(base.shape)[key][(0,) * v.ndim]  # the written element
+        g = 2.0 * base
+        g.flat[j] = 0.0
+        g.flat[0] += 7.0 * base.flat[j]
+        close(x2.grad, g)
+
+    @settings(max_examples=300, deadline=None)
+    @given(shape=st.lists(st.integers(0, 4), min_size=0, max_size=4), data=st.data())
+    def test_basic_keys_record_numpys_selection(self, shape, data):
+        """The index map a basic key records (written from per-axis aranges,
+        no grid) is the selection NumPy makes of the element numbers, and the
+        gradient scatters through it."""
+        from tapegrad.ops.shape import _basic_map
+        shape = tuple(shape)
+        items = []
+        for n in shape:
+            kind = data.draw(st.sampled_from(["slice", "int", "none", "full"]))
+            if kind == "int" and n:
+                items.append(data.draw(st.integers(-n, n - 1)))
+            elif kind == "slice":
+                items.append(slice(data.draw(st.none() | st.integers(-5, 5)),
+                                   data.draw(st.none() | st.integers(-5, 5)),
+                                   data.draw(st.none() | st.sampled_from([1, 2, -1, -3]))))
+            elif kind == "none":
+                items += [None, slice(None)]
+            else:
+                items.append(slice(None))
+        cut = data.draw(st.integers(0, len(items)))
+        key = tuple(items[:cut])
+        if data.draw(st.booleans()):
+            key = key + (Ellipsis,) + tuple(items[cut:cut + 1])
+        numbers = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape)
+        try:
+            want = numbers[key]
+        except IndexError:
+            return
+        p = _basic_map(shape, key)
+        assert p is not None and p[0] == want.size
+        np.testing.assert_array_equal(p[1:], want.ravel())
+        x = leaf(numbers / 7.0)
+        y = x[key]
+        close(y, want / 7.0)
+        seed = np.arange(1.0, want.size + 1).reshape(want.shape)
+        (y * seed).sum().backward()
+        expected = np.zeros(shape)
+        np.add.at(expected.reshape(-1), want.ravel(), seed.ravel())
+        close(x.grad if x.grad is not None else np.zeros(shape), expected)
 
     def test_chained_indexing(self):
         x = leaf(IDX_VAL)

@@ -80,14 +80,18 @@ def astype(a, dtype):
 
 
 # -- gathers: output = input elements picked by an index map ------------------------
-def _gather(code, fn, x, index_fn=None):
+_NO_KEY = object()  # _gather's basic= when fn is no basic index
+
+
+def _gather(code, fn, x, index_fn=None, basic=_NO_KEY):
     """Record ``fn(x)``, whose elements are elements of x or zeros.
 
     The index map is ``fn`` applied to a grid of 1-based element numbers,
     minus one: selected elements map to their source, and zeros that ``fn``
     fills in (triu, diag, constant padding) map to -1, which the VJP skips.
     ``index_fn`` replaces ``fn`` for the grid when the selection depends on
-    the values (sort).
+    the values (sort).  ``basic``: the basic index key that ``fn`` applies,
+    whose map :func:`_basic_map` writes without a grid.
     """
     if not isinstance(x, Tensor):
         return fn(x)
@@ -98,12 +102,77 @@ def _gather(code, fn, x, index_fn=None):
     tape = current()
     if not tape.enabled:
         return _plain(data)
-    grid = np.arange(1, np.size(xd) + 1).reshape(np.shape(xd))
-    idx = np.ravel((index_fn or fn)(grid)) - 1
-    p = np.empty(idx.size + 1, np.int64)
-    p[0] = idx.size
-    p[1:] = idx
+    p = None if basic is _NO_KEY else _basic_map(np.shape(xd), basic)
+    if p is None:
+        grid = np.arange(1, np.size(xd) + 1).reshape(np.shape(xd))
+        idx = np.ravel((index_fn or fn)(grid)) - 1
+        p = np.empty(idx.size + 1, np.int64)
+        p[0] = idx.size
+        p[1:] = idx
     return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
+
+
+def _basic_map(shape, key):
+    """The Index record's parameters ``[m, idx...]`` for a basic key (ints,
+    slices, ``None``, one ``...``) of an array of ``shape``, or None for any
+    other key.  A basic key selects ``offset + sum_k i_k * step_k`` (one term
+    per output axis): the map is written in one pass as a sum of per-axis
+    aranges, where the general path builds a grid of the input's size, indexes
+    it and copies the selection three times (measured at 1000 x 1000,
+    ``x[1:, :]``: 2.1 ms against 0.5 ms)."""
+    keys = key if type(key) is tuple else (key,)
+    nd = len(shape)
+    used = 0
+    for k in keys:
+        if k is None or k is Ellipsis:
+            continue
+        if type(k) is slice or (isinstance(k, (int, np.integer))
+                                and not isinstance(k, (bool, np.bool_))):
+            used += 1
+        else:
+            return None
+    if used > nd or sum(k is Ellipsis for k in keys) > 1:
+        return None
+    strides = [1] * nd
+    for d in range(nd - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    offset = 0
+    axes = []  # one arange per output axis
+    d = 0
+    for k in keys:
+        if k is None:
+            axes.append(np.zeros(1, np.int64))
+        elif k is Ellipsis:
+            for _ in range(nd - used):
+                axes.append(np.arange(shape[d], dtype=np.int64) * strides[d])
+                d += 1
+        elif type(k) is slice:
+            axes.append(np.arange(*k.indices(shape[d]), dtype=np.int64) * strides[d])
+            d += 1
+        else:
+            i = int(k)
+            if not -shape[d] <= i < shape[d]:
+                return None  # out of range: NumPy raised already; never reached
+            offset += (i + shape[d] if i < 0 else i) * strides[d]
+            d += 1
+    while d < nd:  # trailing axes the key leaves out
+        axes.append(np.arange(shape[d], dtype=np.int64) * strides[d])
+        d += 1
+    out_shape = tuple(a.size for a in axes)
+    m = 1
+    for n in out_shape:
+        m *= n
+    p = np.empty(m + 1, np.int64)
+    p[0] = m
+    if not axes:
+        p[1] = offset
+        return p
+    # the leading axes' sums first (small), then one pass over the output
+    lead = np.array(offset, np.int64)
+    for a in axes[:-1]:
+        lead = np.add.outer(lead, a)
+    np.add(lead[..., None], axes[-1], out=p[1:].reshape(out_shape))
+    return p
 
 
 _TRANSPOSE = register("Transpose", C.K_GATHER, 0, np.transpose)
@@ -350,13 +419,67 @@ def getitem(a, key):
         if out is not None:
             return out
     key = _index_key(key)
-    out = _gather(_INDEX, lambda d: d[key], a)
-    if isinstance(a, Tensor) and isinstance(out, Tensor) and is_basic(key):
+    if isinstance(a, Tensor):
+        code = _reshape_code(np.shape(a._data), key)
+        if code is not None:  # the elements in their order: an identity-VJP view
+            out = _view(code, lambda d: d[key], a)
+            if isinstance(out, Tensor):
+                note_view(a, out, key)
+            return out
+    basic = is_basic(key)
+    out = _gather(_INDEX, lambda d: d[key], a, basic=key if basic else _NO_KEY)
+    if isinstance(a, Tensor) and isinstance(out, Tensor) and basic:
         note_view(a, out, key)
     return out
 
 
 _ND = np.ndarray
+_FULL = slice(None)
+
+
+def _reshape_code(shape, key):
+    """The identity-VJP view code for ``a[key]`` when it keeps every element
+    of ``a`` in C order -- a key of ``None``, ``...``, full slices and 0 or -1
+    on axes of length 1 (``x[..., None]``, ``x[:, None]``, ``x[..., 0]`` of a
+    trailing axis of 1) -- else None.  Such a key is a reshape: its record
+    needs no index map and its VJP passes the adjoint through, where a
+    gather would build a map the size of the input and scatter through it."""
+    if type(key) is not tuple:
+        if len(shape) == 1 and key is not None and key is not Ellipsis:
+            return None  # x[i] of a 1-d tensor stays an Index record, as getitem's fast path writes it
+        key = (key,)
+    keys = key
+    ell = 0
+    used = 0
+    for k in keys:
+        if k is Ellipsis:
+            ell += 1
+        elif k is not None:
+            used += 1
+    if ell > 1 or used > len(shape):
+        return None  # NumPy's own error (or not a reshape): the general path
+    added = removed = False
+    d = 0
+    for k in keys:
+        if k is None:
+            added = True
+        elif k is Ellipsis:
+            d += len(shape) - used
+        elif type(k) is slice:
+            if k != _FULL and k != slice(None, None, 1):
+                return None
+            d += 1
+        elif (isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+              and shape[d] == 1 and (k == 0 or k == -1)):
+            removed = True
+            d += 1
+        else:
+            return None
+    if added and not removed:
+        return _EXPAND
+    if removed and not added:
+        return _SQUEEZE
+    return _RESHAPE
 
 
 def _slice_fast(a, key):
