@@ -81,6 +81,8 @@ def astype(a, dtype):
 
 # -- gathers: output = input elements picked by an index map ------------------------
 _NO_KEY = object()  # _gather's basic= when fn is no basic index
+_FULL, _FULL1 = slice(None), slice(None, None, 1)
+_NEW, _WHOLE, _PART = range(3)  # kinds of a basic key's output axes (_basic_axes)
 
 
 def _gather(code, fn, x, index_fn=None, basic=_NO_KEY):
@@ -112,66 +114,72 @@ def _gather(code, fn, x, index_fn=None, basic=_NO_KEY):
     return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
 
 
-def _basic_map(shape, key):
-    """The Index record's parameters ``[m, idx...]`` for a basic key (ints,
-    slices, ``None``, one ``...``) of an array of ``shape``, or None for any
-    other key.  A basic key selects ``offset + sum_k i_k * step_k`` (one term
-    per output axis): the map is written in one pass as a sum of per-axis
-    aranges, where the general path builds a grid of the input's size, indexes
-    it and copies the selection three times (measured at 1000 x 1000,
-    ``x[1:, :]``: 2.1 ms against 0.5 ms)."""
+def _basic_axes(shape, key):
+    """A basic key (ints, slices, ``None``, one ``...``) of an array of
+    ``shape`` as ``(offset, axes, squeezed)``: it selects ``offset + sum_k
+    i_k * stride_k`` over its output axes, each ``(range, stride, kind)`` with
+    kind ``_NEW`` (a ``None``), ``_WHOLE`` (a full slice, ``...`` or an axis
+    the key leaves out) or ``_PART`` (any other slice); ``squeezed`` tells
+    whether every int picks from an axis of length 1.  None for any other
+    key, or one NumPy refuses."""
     keys = key if type(key) is tuple else (key,)
     nd = len(shape)
-    used = 0
-    for k in keys:
-        if k is None or k is Ellipsis:
-            continue
-        if type(k) is slice or (isinstance(k, (int, np.integer))
-                                and not isinstance(k, (bool, np.bool_))):
-            used += 1
-        else:
-            return None
-    if used > nd or sum(k is Ellipsis for k in keys) > 1:
+    used = sum(1 for k in keys if k is not None and k is not Ellipsis)
+    if used > nd or sum(1 for k in keys if k is Ellipsis) > 1:
         return None
     strides = [1] * nd
     for d in range(nd - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
-    offset = 0
-    axes = []  # one arange per output axis
-    d = 0
+    offset, axes, squeezed, d = 0, [], True, 0
     for k in keys:
         if k is None:
-            axes.append(np.zeros(1, np.int64))
+            axes.append((range(1), 0, _NEW))
         elif k is Ellipsis:
             for _ in range(nd - used):
-                axes.append(np.arange(shape[d], dtype=np.int64) * strides[d])
+                axes.append((range(shape[d]), strides[d], _WHOLE))
                 d += 1
         elif type(k) is slice:
-            axes.append(np.arange(*k.indices(shape[d]), dtype=np.int64) * strides[d])
+            axes.append((range(*k.indices(shape[d])), strides[d],
+                         _WHOLE if k == _FULL or k == _FULL1 else _PART))
+            d += 1
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
+            if not -shape[d] <= k < shape[d]:
+                return None
+            offset += (int(k) % shape[d]) * strides[d]
+            squeezed = squeezed and shape[d] == 1
             d += 1
         else:
-            i = int(k)
-            if not -shape[d] <= i < shape[d]:
-                return None  # out of range: NumPy raised already; never reached
-            offset += (i + shape[d] if i < 0 else i) * strides[d]
-            d += 1
-    while d < nd:  # trailing axes the key leaves out
-        axes.append(np.arange(shape[d], dtype=np.int64) * strides[d])
+            return None
+    while d < nd:
+        axes.append((range(shape[d]), strides[d], _WHOLE))
         d += 1
-    out_shape = tuple(a.size for a in axes)
-    m = 1
-    for n in out_shape:
-        m *= n
+    return offset, axes, squeezed
+
+
+def _basic_map(shape, key):
+    """The Index record's parameters ``[m, idx...]`` for a basic key, or None
+    for any other key: written from per-axis aranges in one pass over the
+    output, where the general path builds a grid of the input's size, indexes
+    it and copies the selection three times (``x[1:, :]`` at 1000 x 1000:
+    2.1 -> 1.5 ms per index)."""
+    basic = _basic_axes(shape, key)
+    if basic is None:
+        return None
+    offset, axes, _ = basic
+    out_shape = tuple(len(r) for r, _, _ in axes)
+    m = int(np.prod(out_shape, dtype=np.int64))
     p = np.empty(m + 1, np.int64)
     p[0] = m
-    if not axes:
-        p[1] = offset
-        return p
     # the leading axes' sums first (small), then one pass over the output
     lead = np.array(offset, np.int64)
-    for a in axes[:-1]:
-        lead = np.add.outer(lead, a)
-    np.add(lead[..., None], axes[-1], out=p[1:].reshape(out_shape))
+    for r, stride, _ in axes[:-1]:
+        lead = np.add.outer(lead, np.arange(r.start, r.stop, r.step, dtype=np.int64) * stride)
+    if not axes:
+        p[1] = offset
+    else:
+        r, stride, _ = axes[-1]
+        np.add(lead[..., None], np.arange(r.start, r.stop, r.step, dtype=np.int64) * stride,
+               out=p[1:].reshape(out_shape))
     return p
 
 
@@ -434,7 +442,6 @@ def getitem(a, key):
 
 
 _ND = np.ndarray
-_FULL = slice(None)
 
 
 def _reshape_code(shape, key):
@@ -444,37 +451,17 @@ def _reshape_code(shape, key):
     trailing axis of 1) -- else None.  Such a key is a reshape: its record
     needs no index map and its VJP passes the adjoint through, where a
     gather would build a map the size of the input and scatter through it."""
-    if type(key) is not tuple:
-        if len(shape) == 1 and key is not None and key is not Ellipsis:
-            return None  # x[i] of a 1-d tensor stays an Index record, as getitem's fast path writes it
-        key = (key,)
-    keys = key
-    ell = 0
-    used = 0
-    for k in keys:
-        if k is Ellipsis:
-            ell += 1
-        elif k is not None:
-            used += 1
-    if ell > 1 or used > len(shape):
-        return None  # NumPy's own error (or not a reshape): the general path
-    added = removed = False
-    d = 0
-    for k in keys:
-        if k is None:
-            added = True
-        elif k is Ellipsis:
-            d += len(shape) - used
-        elif type(k) is slice:
-            if k != _FULL and k != slice(None, None, 1):
-                return None
-            d += 1
-        elif (isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
-              and shape[d] == 1 and (k == 0 or k == -1)):
-            removed = True
-            d += 1
-        else:
-            return None
+    if type(key) is not tuple and len(shape) == 1 and key is not None and key is not Ellipsis:
+        return None  # x[i] of a 1-d tensor stays an Index record, as getitem's fast path writes it
+    basic = _basic_axes(shape, key)
+    if basic is None:
+        return None
+    _, axes, squeezed = basic
+    kinds = [kind for _, _, kind in axes]
+    if not squeezed or _PART in kinds:
+        return None
+    added = _NEW in kinds
+    removed = len(kinds) - kinds.count(_NEW) < len(shape)  # ints took axes away
     if added and not removed:
         return _EXPAND
     if removed and not added:
