@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .create_graph_index import NoRule, _tg, scatter, take
-from .index_maps import operand_maps, reduce_map
+from .index_maps import gather_map, operand_maps, reduce_map
 from .kernels import codes as C
 from .tensor import Tensor
 
@@ -270,10 +270,7 @@ _CUMPROD_ZERO_MAX = 1 << 22
 def _gather(W, r, sub, u):
     tape = W.tape
     (q,) = W.parents(r)
-    b = int(tape.ip0[r])
-    m = int(tape.ip[b])
-    idx = tape.ip[b + 1:b + 1 + m]
-    W.add(q, scatter(u, idx, W.size(q)))
+    W.add(q, scatter(u, gather_map(tape, r), W.size(q)))
 
 
 def _concat(W, r, sub, u):

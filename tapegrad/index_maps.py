@@ -6,7 +6,11 @@ from the integer parameters the compiled kernels walk with an odometer
 """
 import numpy as np
 
+from .kernels import codes as C
+
 _I64 = np.int64
+_SLICE = C.code(C.K_GATHER, C.SLICE)
+_INDEX = C.code(C.K_GATHER, C.INDEX)
 
 
 def strided_map(shape, strides):
@@ -14,6 +18,46 @@ def strided_map(shape, strides):
     ``shape`` in C order."""
     pos = np.indices(tuple(int(s) for s in shape)).reshape(len(shape), -1)
     return (np.asarray(strides, _I64)[:, None] * pos).sum(axis=0)
+
+
+def slice_map(ip, b):
+    """The index map of a Slice record whose parameters ``[m, offset, nd,
+    shape, strides]`` start at ``ip[b]``."""
+    off, nd = int(ip[b + 1]), int(ip[b + 2])
+    if nd == 0:
+        return np.full(1, off, _I64)
+    return off + strided_map(ip[b + 3:b + 3 + nd], ip[b + 3 + nd:b + 3 + 2 * nd])
+
+
+def gather_map(tape, r):
+    """The index map of gather record r (``kernels/codes.py: K_GATHER``): the
+    element of its operand each output element reads, -1 for a filled-in
+    zero."""
+    b = int(tape.ip0[r])
+    if tape.op[r] == _SLICE:
+        return slice_map(tape.ip, b)
+    return tape.ip[b + 1:b + 1 + int(tape.ip[b])]
+
+
+def as_index_records(op, ip0, ip, n, ni):
+    """``(op, ip0, ip)`` of a tape's first n records with every Slice record
+    made the Index record of the same selection (its map appended after the
+    ``ni`` integer parameters in use), for the compiled loops that read index
+    maps; copies, the tape's own arrays are left as they are."""
+    rs = np.flatnonzero(op[:n] == _SLICE)
+    if not rs.size:
+        return op, ip0, ip
+    maps = [slice_map(ip, int(ip0[r])) for r in rs]
+    at = ni + np.cumsum([0] + [m.size + 1 for m in maps[:-1]])
+    ip2 = np.empty(ni + sum(m.size + 1 for m in maps), _I64)
+    ip2[:ni] = ip[:ni]
+    for a, m in zip(at, maps):
+        ip2[a] = m.size
+        ip2[a + 1:a + 1 + m.size] = m
+    op2, ip02 = op.copy(), ip0.copy()
+    op2[rs] = _INDEX
+    ip02[rs] = at
+    return op2, ip02, ip2
 
 
 def reduce_map(tape, r, n):

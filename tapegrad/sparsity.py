@@ -43,7 +43,7 @@ fewer of the two.
 import numpy as np
 
 from .transform_base import _root_span
-from .index_maps import operand_maps, reduce_map
+from .index_maps import gather_map, operand_maps, reduce_map
 from .kernels import codes as C
 from .kernels import optable
 from .kernels.coloring import color_columns, star_color
@@ -370,9 +370,7 @@ def _record(tape, r, kind, sub, m, ps, ins, n, P):
             P.couple(out, out)
         return out
     if kind == C.K_GATHER:
-        b = int(tape.ip0[r])
-        cnt = int(tape.ip[b])
-        return _pick(ins[0], np.asarray(tape.ip[b + 1:b + 1 + cnt], _I64))
+        return _pick(ins[0], np.asarray(gather_map(tape, r), _I64))
     if kind == C.K_CONCAT:
         b = int(tape.ip0[r])
         src = np.asarray(tape.ip[b + 1:b + 1 + m], _I64)

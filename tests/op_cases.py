@@ -81,10 +81,12 @@ def perm(draw):
 
 
 @st.composite
-def index_case(draw):
+def index_case(draw, kinds=("int", "slice", "mask", "fancy", "repeat", "mixed")):
+    """A shape and a key of one of ``kinds``: basic (int, slice, mixed: a
+    Slice record) or advanced (mask, fancy, repeat: an Index record)."""
     shape = draw(nonempty)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    kind = draw(st.sampled_from(["int", "slice", "mask", "fancy", "repeat", "mixed"]))
+    kind = draw(st.sampled_from(kinds))
     if kind == "int":
         key = tuple(int(rng.integers(-n, n)) for n in shape[:draw(st.integers(1, len(shape)))])
         if all(n == 1 for n in shape[:len(key)]):  # a view (a reshape), not a gather:
@@ -103,7 +105,8 @@ def index_case(draw):
     else:
         # new axes and ... beside a selection (a key of new axes and full slices
         # alone is a view with no index map: test_shape_indexing covers it)
-        key = (None, slice(None, None, -1), ...) if len(shape) < 3 else (slice(1, None), 0, None)
+        key = ((None, slice(None, None, -1), ...) if len(shape) < 3 else
+               (slice(1 if shape[0] > 1 else 0, None), 0, None))  # never empty
     return (shape,), (ANY,), dict(key=key)
 
 
@@ -348,7 +351,10 @@ CASES = {
     "Unsqueeze": (unary(), lambda x: tg.expand_dims(x, 0) * 2.0),
     "ToCopy": (unary(), lambda x: tg.astype(x * 2.0, np.float64) * 3.0),  # float32: test_dtypes
     "Transpose": (perm(), lambda x, axes: np.transpose(x, axes) * _weights(np.transpose(x.numpy(), axes))),
-    "Index": (index_case(), lambda x, key: x[key] * _weights(x.numpy()[key])),
+    "Index": (index_case(kinds=("mask", "fancy", "repeat")),
+              lambda x, key: x[key] * _weights(x.numpy()[key])),
+    "Slice": (index_case(kinds=("int", "slice", "mixed")),
+              lambda x, key: x[key] * _weights(x.numpy()[key])),
     "Expand": (unary(), lambda x: tg.broadcast_to(x, (2,) + x.shape) * _weights(np.zeros((2,) + x.shape))),
     "Swapaxes": (axis_of(2), lambda x, axis: tg.swapaxes(x, 0, axis) * _weights(np.swapaxes(x.numpy(), 0, axis))),
     "Split": (axis_of(), lambda x, axis: tg.concatenate(

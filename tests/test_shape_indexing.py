@@ -303,12 +303,12 @@ class TestIndexing:
         ((Ellipsis, None), "Unsqueeze"), ((slice(None), None), "Unsqueeze"),
         ((None, Ellipsis, None), "Unsqueeze"), ((Ellipsis, 0), "Squeeze"),
         ((slice(None), slice(None), -1), "Squeeze"), ((slice(None), slice(None, None, 1), 0, None), "Reshape"),
-        (Ellipsis, "Reshape"), ((slice(None), slice(1, None)), "Index"), ((0, Ellipsis), "Index"),
+        (Ellipsis, "Reshape"), ((slice(None), slice(1, None)), "Slice"), ((0, Ellipsis), "Slice"),
     ], ids=lambda k: repr(k).replace(" ", ""))
     def test_keys_that_keep_every_element_are_views(self, key, name):
         """A key that keeps every element in order (new axes, full slices, 0 or
         -1 on an axis of length 1) records an identity-VJP view; the others
-        a gather.  Values, gradients and writes through the view are NumPy's."""
+        a strided selection.  Values, gradients and writes through the view are NumPy's."""
         base = np.arange(6.0).reshape(3, 2, 1) / 5
         x = leaf(base)
         y = x[key]

@@ -246,6 +246,8 @@ HOSTILE = {
                         "unknown op code"),
     "freed stub op": (_edit("t0.op", lambda a, s: s.__setitem__(2, 3)), "cannot be loaded"),
     "user op code": (_edit("t0.op", lambda a, s: s.__setitem__(2, 9 << 6)), "user"),
+    "strided selection": (_edit("t0.op", lambda a, s: s.__setitem__(_first(a, 5), 5 << 6 | 20)),
+                          "cannot be loaded"),
     "csr not monotone": (_edit("t0.arg0", lambda a, s: s.__setitem__(5, s[6] + 1)),
                          "arg0"),
     "csr past args": (_edit("t0.arg0", lambda a, s: s.__setitem__(-1, 10 ** 6)), "arg0"),

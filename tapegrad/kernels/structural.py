@@ -15,8 +15,8 @@ from ._jit import inline, inner
 from .interpret import ARRAY_MIN, array_form
 from .vecmath import exp_v  # vectorisable; NumPy's in the interpreted tier
 from ._views import ARG0, SIZE, IP0, IP  # tape fields
-from ._views import (adjoint, adjoint_span, advance, claim, claim_zeroed, odometer, parent,
-                     rows_of, value)
+from ._views import (adjoint, adjoint_span, advance, advance_row, claim, claim_zeroed,
+                     odometer, parent, rows_of, value)
 
 
 @inline
@@ -369,6 +369,11 @@ def gather_vjp(T, r, sub):
     ip = T[IP]
     b = T[IP0][r]
     m = ip[b]
+    if sub == C.SLICE:  # a strided selection: no map to read
+        xr = parent(T, r, 0)
+        claim_zeroed(T, xr)
+        strided_add(adjoint(T, xr), adjoint(T, r), ip, b + 1)
+        return
     if T[SIZE][r] == 0 and m > 0:  # outputs no consumer reached hold no zeros yet
         v, seen = r + 1, 0
         while seen < m:
@@ -379,6 +384,40 @@ def gather_vjp(T, r, sub):
     xr = parent(T, r, 0)
     claim_zeroed(T, xr)
     _scatter_add(adjoint(T, xr), g, ip, b + 1, m)
+
+
+@inline
+def strided_add(gx, g, ip, at):
+    """``gx[offset + sum_d i_d * strides[d]] += g[k]`` over the output's
+    elements k in C order, ``ip[at:]`` being ``[offset, nd, shape, strides]``:
+    row by row of the last axis, the rest stepped by the odometer (no index
+    map read, no division per element).  A basic index selects each element
+    at most once, so the order of the additions does not matter."""
+    off = ip[at]
+    nd = ip[at + 1]
+    m = g.size
+    if nd == 0:
+        gx[off] += g[0]
+        return
+    if nd == 1:  # no odometer (its arrays cost more than a short slice's loop)
+        s = ip[at + 3]
+        for j in range(m):
+            gx[off + j * s] += g[j]
+        return
+    shape, strides, cnt, pos = odometer(ip, at + 1, nd, 1)
+    n = shape[nd - 1]
+    s = strides[0, nd - 1]
+    k = 0
+    while k < m:
+        p = off + pos[0]
+        if s == 1:
+            for j in range(n):
+                gx[p + j] += g[k + j]
+        else:
+            for j in range(n):
+                gx[p + j * s] += g[k + j]
+        k += n
+        advance_row(shape, strides, cnt, pos)
 
 
 @inline

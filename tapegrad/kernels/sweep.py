@@ -14,6 +14,7 @@ from ._views import (SMALL, adjoint, adjoint_span, alias, borrowed_tape, claim, 
 from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
 from .interpret import estimate_as
 from .rules import d_binary, d_scalar, d_unary
+from .structural import strided_add
 
 
 @inline
@@ -148,7 +149,7 @@ def _tiny_elementwise(T, r, kind, sub, n):
 
 
 @inline
-def _tiny_structural(T, r, kind):
+def _tiny_structural(T, r, kind, sub):
     """``gather_vjp`` (one output record) and ``concat_vjp`` of a record of
     ``n <= TINY`` elements, inline: the same steps in the same order."""
     ip = T[IP]
@@ -159,6 +160,9 @@ def _tiny_structural(T, r, kind):
         xr = parent(T, r, 0)
         claim_zeroed(T, xr)
         gx = adjoint(T, xr)
+        if sub == C.SLICE:
+            strided_add(gx, g, ip, b + 1)
+            return
         for k in range(m):
             i = ip[b + 1 + k]
             if i >= 0:
@@ -266,7 +270,7 @@ def _sweep(T, freed, order, start, stop, mmk, table):
                 reached[args[j]] = True
             continue
         if 0 < n <= TINY and (kind == C.K_GATHER or kind == C.K_CONCAT):
-            _tiny_structural(T, r, kind)
+            _tiny_structural(T, r, kind, sub)
             continue
         f = table[slot(T, r, kind, sub)]
         if f == 0:

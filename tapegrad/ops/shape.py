@@ -93,7 +93,8 @@ def _gather(code, fn, x, index_fn=None, basic=_NO_KEY):
     fills in (triu, diag, constant padding) map to -1, which the VJP skips.
     ``index_fn`` replaces ``fn`` for the grid when the selection depends on
     the values (sort).  ``basic``: the basic index key that ``fn`` applies,
-    whose map :func:`_basic_map` writes without a grid.
+    recorded as a Slice (:func:`_slice_params`) in place of ``code``, or on
+    a trace's tape as the map :func:`_basic_map` writes without a grid.
     """
     if not isinstance(x, Tensor):
         return fn(x)
@@ -104,7 +105,14 @@ def _gather(code, fn, x, index_fn=None, basic=_NO_KEY):
     tape = current()
     if not tape.enabled:
         return _plain(data)
-    p = None if basic is _NO_KEY else _basic_map(np.shape(xd), basic)
+    p = None
+    if basic is not _NO_KEY:
+        if not tape.tracing:  # a trace's kernels read index maps only
+            p = _slice_params(np.shape(xd), basic)
+            if p is not None:
+                tape.n_slices += 1  # before the record: an over-count costs nothing
+                return _result(tape, tape.record(_SLICE, (_node(tape, x),), data, p), data)
+        p = _basic_map(np.shape(xd), basic)
     if p is None:
         grid = np.arange(1, np.size(xd) + 1).reshape(np.shape(xd))
         idx = np.ravel((index_fn or fn)(grid)) - 1
@@ -156,6 +164,28 @@ def _basic_axes(shape, key):
     return offset, axes, squeezed
 
 
+def _slice_params(shape, key):
+    """The Slice record's parameters ``[m, offset, nd, shape, strides]`` for a
+    basic key, or None for any other key or an empty selection (whose Index
+    record has an empty map): the selection as NumPy's view describes it,
+    in element strides, so that recording ``x[1:]`` writes a handful of
+    integers where an index map has one per element, and the backward adds
+    the gradient through the strides (kernels/structural.py)."""
+    basic = _basic_axes(shape, key)
+    if basic is None:
+        return None
+    offset, axes, _ = basic
+    out_shape = [len(r) for r, _, _ in axes]
+    m = 1
+    for n in out_shape:
+        m *= n
+    if not m:
+        return None
+    for r, stride, _ in axes:
+        offset += r.start * stride
+    return [m, offset, len(axes), *out_shape, *(r.step * stride for r, stride, _ in axes)]
+
+
 def _basic_map(shape, key):
     """The Index record's parameters ``[m, idx...]`` for a basic key, or None
     for any other key: written from per-axis aranges in one pass over the
@@ -184,7 +214,7 @@ def _basic_map(shape, key):
 
 
 _TRANSPOSE = register("Transpose", C.K_GATHER, 0, np.transpose)
-_INDEX = register("Index", C.K_GATHER, 1, None)
+_INDEX = register("Index", C.K_GATHER, C.INDEX, None)
 _BROADCAST = register("Expand", C.K_GATHER, 2, np.broadcast_to)
 _SWAPAXES = register("Swapaxes", C.K_GATHER, 3, np.swapaxes)
 _SPLIT = register("Split", C.K_GATHER, 4, np.split)
@@ -300,6 +330,7 @@ def pad(array, pad_width, mode="constant", **kwargs):
 
 
 _SCATTER = register("IndexPut", C.K_GATHER, 19, None)
+_SLICE = register("Slice", C.K_GATHER, C.SLICE, None)
 
 
 def index_put(a, key, value):
@@ -371,8 +402,8 @@ def getitem(a, key):
     Repeated indices accumulate in the gradient (scatter-add).
     """
     # fast path: an int key into a 1-d tensor that requires grad, written as
-    # the general path writes it (an Index record of the map [1, i], the
-    # result a view of a) without building the map from a grid.  A leaf
+    # the general path writes it (a Slice record [1, i, 0], the result a view
+    # of a) without parsing the key.  A leaf
     # fetches the tape through current() (which may reset it) before its
     # record id is read; a non-leaf of the live epoch proves the tape cannot
     # be reset.  Only a plain Tape is written here (a TraceTape's record
@@ -390,8 +421,8 @@ def getitem(a, key):
                 except AttributeError:
                     tape = NO_TAPE
             if ((tok is None or tok is tape.tok) and -n <= key < n and type(tape) is _Tape
-                    and (tape.n + 2 <= tape.room and tape.ni + 2 <= len(tape.ip)
-                         or tape.reserve(2, 2))):
+                    and (tape.n + 2 <= tape.room and tape.ni + 3 <= len(tape.ip)
+                         or tape.reserve(2, 3))):
                 p = (a._rec if tok is not None else
                      a._lrec if a._ltok is tape.lkey else _node(tape, a))
                 data = d[key]
@@ -399,16 +430,18 @@ def getitem(a, key):
                 na = tape.na
                 ni = tape.ni
                 try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
-                    tape.w_op[r] = _INDEX
+                    tape.w_op[r] = _SLICE
                     tape.w_arg0[r] = na
                     tape.w_args[na] = p
                     tape.na = na + 1
                     tape.w_ip0[r] = ni
                     ip = tape.w_ip
-                    ip[ni] = 1
+                    ip[ni] = 1  # [m, offset, nd]: see _slice_params
                     ip[ni + 1] = key + n if key < 0 else key
-                    tape.ni = ni + 2
+                    ip[ni + 2] = 0
+                    tape.ni = ni + 3
                     tape.w_v1[r] = data  # size is 1 by default
+                    tape.n_slices += 1  # before publishing: an over-count costs nothing
                     tape.n = r + 1
                 except BaseException:
                     tape.abandon(r, na)
@@ -452,7 +485,7 @@ def _reshape_code(shape, key):
     needs no index map and its VJP passes the adjoint through, where a
     gather would build a map the size of the input and scatter through it."""
     if type(key) is not tuple and len(shape) == 1 and key is not None and key is not Ellipsis:
-        return None  # x[i] of a 1-d tensor stays an Index record, as getitem's fast path writes it
+        return None  # x[i] of a 1-d tensor is a Slice record, as getitem's fast path writes it
     basic = _basic_axes(shape, key)
     if basic is None:
         return None
@@ -470,8 +503,8 @@ def _reshape_code(shape, key):
 
 
 def _slice_fast(a, key):
-    """getitem's fast path for a slice of a 1-d tensor (the map from
-    ``range``, the value a read-only view), or None for the general path."""
+    """getitem's fast path for a slice of a 1-d tensor (a Slice record of
+    the ``range``, the value a read-only view), or None for the general path."""
     d = a._data
     if type(d) is not _ND or d.ndim != 1 or not a._requires_grad:
         return None
@@ -492,8 +525,8 @@ def _slice_fast(a, key):
     except (TypeError, ValueError):  # a step of 0, bounds that are no ints: NumPy's errors
         return None
     m = len(idx)
-    if not m or (tape.n + 2 > tape.room or tape.ni + m + 1 > len(tape.ip)) \
-            and not tape.reserve(2, m + 1):
+    if not m or (tape.n + 2 > tape.room or tape.ni + 5 > len(tape.ip)) \
+            and not tape.reserve(2, 5):
         return None
     p = a._rec if tok is not None else a._lrec if a._ltok is tape.lkey else _node(tape, a)
     data = d[key]
@@ -502,14 +535,19 @@ def _slice_fast(a, key):
     na = tape.na
     ni = tape.ni
     try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
-        tape.w_op[r] = _INDEX
+        tape.w_op[r] = _SLICE
         tape.w_arg0[r] = na
         tape.w_args[na] = p
         tape.na = na + 1
         tape.w_ip0[r] = ni
-        tape.w_ip[ni] = m
-        tape.ip[ni + 1:ni + 1 + m] = np.arange(idx.start, idx.stop, idx.step)
-        tape.ni = ni + 1 + m
+        ip = tape.w_ip
+        ip[ni] = m  # [m, offset, nd, shape, strides]: see _slice_params
+        ip[ni + 1] = idx.start
+        ip[ni + 2] = 1
+        ip[ni + 3] = m
+        ip[ni + 4] = idx.step
+        tape.ni = ni + 5
+        tape.n_slices += 1  # before publishing: an over-count costs nothing (Tape.arrays)
         tape._value(r, data)
         tape.n = r + 1
     except BaseException:
