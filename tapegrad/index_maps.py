@@ -1,16 +1,19 @@
 """Records' index maps in NumPy, for the passes that run in Python (the
 second-order rules of ``second_rules.py``, the Hessian patterns of
-``sparsity.py``): which element of an operand each output element reads,
-from the integer parameters the compiled kernels walk with an odometer
-(``kernels/_views.py``).
+``sparsity.py``, ``create_graph``): which element of an operand each output
+element reads, from the integer parameters the compiled kernels walk with an
+odometer (``kernels/_views.py``); and the Index records of the gathers held
+in the strided form, for the compiled loops that read index maps only.
 """
 import numpy as np
 
 from .kernels import codes as C
 
 _I64 = np.int64
-_SLICE = C.code(C.K_GATHER, C.SLICE)
 _INDEX = C.code(C.K_GATHER, C.INDEX)
+#: the op codes of gathers held in the strided form (kernels/codes.py)
+STRIDED_CODES = np.array([C.code(C.K_GATHER, s) for s in C.STRIDED], _I64)
+_STRIDED = frozenset(STRIDED_CODES.tolist())
 
 
 def strided_map(shape, strides):
@@ -21,8 +24,8 @@ def strided_map(shape, strides):
 
 
 def slice_map(ip, b):
-    """The index map of a Slice record whose parameters ``[m, offset, nd,
-    shape, strides]`` start at ``ip[b]``."""
+    """The index map of a strided gather record whose parameters ``[m,
+    offset, nd, shape, strides]`` start at ``ip[b]``."""
     off, nd = int(ip[b + 1]), int(ip[b + 2])
     if nd == 0:
         return np.full(1, off, _I64)
@@ -34,17 +37,18 @@ def gather_map(tape, r):
     element of its operand each output element reads, -1 for a filled-in
     zero."""
     b = int(tape.ip0[r])
-    if tape.op[r] == _SLICE:
+    if int(tape.op[r]) in _STRIDED:
         return slice_map(tape.ip, b)
     return tape.ip[b + 1:b + 1 + int(tape.ip[b])]
 
 
 def as_index_records(op, ip0, ip, n, ni):
-    """``(op, ip0, ip)`` of a tape's first n records with every Slice record
-    made the Index record of the same selection (its map appended after the
-    ``ni`` integer parameters in use), for the compiled loops that read index
-    maps; copies, the tape's own arrays are left as they are."""
-    rs = np.flatnonzero(op[:n] == _SLICE)
+    """``(op, ip0, ip)`` of a tape's first n records with every strided
+    gather record made the Index record of the same selection (its map
+    appended after the ``ni`` integer parameters in use), for the compiled
+    loops that read index maps; copies, the arrays given are left as they
+    are."""
+    rs = np.flatnonzero(np.isin(op[:n], STRIDED_CODES))
     if not rs.size:
         return op, ip0, ip
     maps = [slice_map(ip, int(ip0[r])) for r in rs]

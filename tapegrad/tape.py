@@ -151,7 +151,7 @@ class Tape(_Liveness, _Writes):
         # freed are n - n_none - n_freed (see after_backward)
         self.n_none = 0
         self.n_freed = 0
-        # Slice records (an upper bound: see arrays); none in a new epoch
+        # gathers in the strided form (an upper bound: see arrays)
         self.n_slices = 0
         self._update_room()
         self.tok = Epoch(self)
@@ -466,9 +466,9 @@ class Tape(_Liveness, _Writes):
         """The tuple of arrays the sweep reads (see kernels/_views.py), with the
         value and adjoint layout ``adj`` (an :class:`~tapegrad.autograd.Adjoints`).
 
-        ``slices``: whether the reader runs Slice records (strided basic
-        indexing: the first-order sweep does).  For any other reader, Slice
-        records are handed over as the Index records of the same selection,
+        ``slices``: whether the reader runs gathers in the strided form
+        (kernels/codes.py: ``STRIDED``; the first-order sweep does).  Any
+        other reader gets them as the Index records of the same selections,
         in copies of ``op``, ``ip0`` and ``ip``; the tape is not changed.
         """
         self.arg0[self.n] = self.na  # closes the last record's parents

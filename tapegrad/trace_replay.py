@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .autograd import Adjoints
+from .index_maps import as_index_records
 from .kernels import codes as C
 from .kernels import optable
 from .kernels import replay as RK
@@ -65,8 +66,8 @@ _NOT_REPLAYABLE = {
     "Function": "tg.Function runs user Python",
     "LinalgEigh": "multi-output host op", "LinalgQr": "multi-output host op",
     "LinalgSvd": "multi-output host op", "LinalgLstsq": "multi-output host op",
-    # a trace records basic indexing as Index records (a replay reads index
-    # maps only): a Slice in a trace's tape is no trace tapegrad wrote
+    # a replay reads index maps: it holds the strided gathers of its trace
+    # as Index records (_build), so a Slice in one is none tapegrad wrote
     "Slice": "a strided selection, which only the eager sweep reads",
 }
 
@@ -167,6 +168,8 @@ class _Replay(_BatchMethods):
         self.ip0 = tape.ip0[:n].copy()
         self.args = tape.args[:max(tape.na, 1)].copy()
         self.ip = tape.ip[:max(tape.ni, 1)].copy()
+        # the replay's loops read index maps: strided gathers as Index records
+        self.op, self.ip0, self.ip = as_index_records(self.op, self.ip0, self.ip, n, self.ip.size)
         self.fp = tape.fp[:n].copy()
         self.host = dict(tape.host)
         self._check_ops()

@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 import tapegrad as tg
 from tapegrad.kernels import codes as C
+from tapegrad.index_maps import STRIDED_CODES
 from tapegrad.tape import current
 
 from oracle import close, in_fresh_thread, leaf
@@ -77,43 +78,59 @@ def test_basic_keys_against_numpys_view(case, seed):
     close(x.grad, want, rtol=0, atol=0)
 
 
-def _select(t, key, fancy):
-    """``t[key]``, or the same elements through an integer-array key (an
-    Index record with an index map)."""
+def _select(t, view, fancy):
+    """``view(t)``, a selection NumPy makes as a view, or the same elements
+    through an integer-array key (an Index record with an index map)."""
     if not fancy:
-        return t[key]
-    flat = np.arange(t.size).reshape(t.shape)[key]
+        return view(t)
+    flat = view(np.arange(t.size).reshape(t.shape))
     return tg.reshape(t, (-1,))[flat]
 
 
 def _stencil(t, fancy=False):
-    """Differences, a strided product, an int row and a reversed column."""
-    s = lambda k: _select(t, k, fancy)  # noqa: E731
-    d = s(np.s_[1:, :]) - s(np.s_[:-1, :])
-    return ((d * d).sum() + (s(np.s_[::2, 1::3]) * s(np.s_[1::2, 1::3])).sum()
-            + (tg.sin(s(np.s_[2, :t.shape[0]])) * s(np.s_[::-1, 4])).sum())
+    """Differences, a strided product, an int row, a reversed column, and
+    each of the other strided gathers: transpose, swapaxes, moveaxis, flip,
+    broadcast_to, diagonal."""
+    def s(view):
+        return _select(t, view, fancy)
+    n = t.shape[0]
+    d = s(lambda a: a[1:, :]) - s(lambda a: a[:-1, :])
+    out = ((d * d).sum() + (s(lambda a: a[::2, 1::3]) * s(lambda a: a[1::2, 1::3])).sum()
+           + (np.sin(s(lambda a: a[2, :n])) * s(lambda a: a[::-1, 4])).sum())
+    sq = s(lambda a: a[:, :n])  # square: its transposes multiply it
+    out = out + (sq * s(lambda a: a[:, :n].T) * s(lambda a: np.swapaxes(a[:, :n], 0, 1))).sum()
+    out = out + (s(lambda a: np.moveaxis(a[:, :n], 0, 1)) ** 2 * s(lambda a: np.flip(a[:, :n]))).sum()
+    out = out + (s(lambda a: np.broadcast_to(a[0, :n], (3, n))) ** 3).sum()
+    return out + (np.cos(s(lambda a: np.diagonal(a, 1)[:n - 1])) * s(lambda a: np.diagonal(a)[:-1])).sum()
 
 
 def _vector(t, fancy=False):
-    s = lambda k: _select(t, k, fancy)  # noqa: E731
-    return s(np.s_[1:, 2]) * s(np.s_[:-1, 3]) + s(np.s_[:0:-1, 0])
+    def s(view):
+        return _select(t, view, fancy)
+    return (s(lambda a: a[1:, 2]) * s(lambda a: a[:-1, 3]) + s(lambda a: a[:0:-1, 0])
+            + s(lambda a: a.T[1, 1:]) * s(lambda a: np.flip(a[:, 0])[1:]))
 
 
 def _names(t):
-    seen, todo = set(), [t.grad_fn]
+    names, seen, todo = set(), set(), [t.grad_fn]
     while todo:
         f = todo.pop()
-        if f is not None and f.name() not in seen:
-            seen.add(f.name())
+        if f is not None and repr(f) not in seen:  # "<name object at record r>"
+            seen.add(repr(f))
+            names.add(f.name())
             todo.extend(g for g, _ in f.next_functions)
-    return seen
+    return names
+
+
+_STRIDED_NAMES = {"SliceBackward", "TransposeBackward", "SwapaxesBackward", "MoveaxisBackward",
+                  "FlipBackward", "ExpandBackward", "DiagonalBackward"}
 
 
 def test_the_oracle_records_index_maps():
     x = leaf(np.ones((6, 6)))
-    assert "SliceBackward" in _names(_stencil(x)) and "IndexBackward" not in _names(_stencil(x))
+    assert _names(_stencil(x)) >= _STRIDED_NAMES and "IndexBackward" not in _names(_stencil(x))
     assert "IndexBackward" in _names(_stencil(x, True))
-    assert "SliceBackward" not in _names(_stencil(x, True))
+    assert not _names(_stencil(x, True)) & _STRIDED_NAMES
 
 
 @pytest.mark.parametrize("shape", [(6, 6), (70, 90)])
@@ -121,6 +138,7 @@ def test_every_transform_reads_slices_as_their_index_maps(shape):
     """grad, jvp, double backward (create_graph) and a trace's replay of the
     stencil equal those of the same selections made by index maps; so do
     jacobians (several vectors at once), dense and sparse Hessians."""
+    # (the strided gathers of a fancy index's own reshape are identity views)
     rng = np.random.default_rng(1)
     X = rng.standard_normal(shape)
     V = rng.standard_normal(shape)
@@ -166,19 +184,21 @@ def test_other_transforms_leave_the_tapes_slices_as_they_are():
     in_fresh_thread(run)
 
 
-def test_traces_record_index_maps():
-    """A trace's kernels read index maps: its tape holds no Slice record."""
+def test_a_replay_holds_index_maps():
+    """A trace records Slice and Transpose records as eager code does; its
+    replay, whose loops read index maps, holds their Index records."""
     seen = []
 
     def f(t):
         seen.append(current())
-        return (t[1:] * t[::2][:2]).sum()
+        return (t[1:] * t[::2][:2]).sum() + (t.reshape(1, 3).T * t).sum()
 
     ft = tg.trace(f, np.zeros(3))
-    close(ft.value_and_grad(np.arange(3.0))[1], [1.0, 0.0, 4.0])
+    close(ft.value_and_grad(np.arange(3.0))[1], [1.0 + 6, 0.0 + 6, 4.0 + 6])
     tape = seen[0]
-    assert tape.tracing and not (tape.op[:tape.n] == _SLICE).any()
-    assert (tape.op[:tape.n] == _INDEX).any()
+    assert tape.tracing and np.isin(tape.op[:tape.n], STRIDED_CODES).sum() == 4
+    (rep,) = [r for reps in ft.cache.values() for r in reps]
+    assert not np.isin(rep.op, STRIDED_CODES).any() and (rep.op == _INDEX).sum() == 4
 
 
 def test_int_of_a_vector_and_writes_through_a_slice():
@@ -192,3 +212,60 @@ def test_int_of_a_vector_and_writes_through_a_slice():
     assert y.tolist() == [1.5, 2.0, 9.0]
     (y * y).sum().backward()
     close(x.grad, [9.0, 4.0, 54.0], rtol=0, atol=0)
+
+
+@st.composite
+def shaped_views(draw):
+    """A shape of 0 to 4 axes and one of the view ops on it."""
+    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=0, max_size=4)))
+    nd = len(shape)
+    ops = ["transpose", "flip", "broadcast_to"]
+    if nd >= 1:
+        ops += ["moveaxis", "flip_axis"]
+    if nd >= 2:
+        ops += ["swapaxes", "diagonal"]
+    op = draw(st.sampled_from(ops))
+    axis = st.integers(-nd, nd - 1) if nd else st.just(0)
+    if op == "transpose":
+        perm = draw(st.permutations(range(nd)))
+        return shape, op, (lambda a: np.transpose(a, perm)), f"axes={perm}"
+    if op == "flip":
+        return shape, op, np.flip, ""
+    if op == "flip_axis":
+        k = draw(axis)
+        return shape, op, (lambda a: np.flip(a, k)), f"axis={k}"
+    if op == "broadcast_to":
+        lead = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+        return shape, op, (lambda a: np.broadcast_to(a, lead + shape)), f"lead={lead}"
+    if op == "moveaxis":
+        s, d = draw(axis), draw(axis)
+        return shape, op, (lambda a: np.moveaxis(a, s, d)), f"{s}->{d}"
+    a1, a2 = draw(axis), draw(axis)
+    if op == "swapaxes":
+        return shape, op, (lambda a: np.swapaxes(a, a1, a2)), f"{a1},{a2}"
+    if a1 % nd == a2 % nd:
+        a2 = (a1 + 1) % nd
+    k = draw(st.integers(-4, 4))
+    return shape, op, (lambda a: np.diagonal(a, k, a1, a2)), f"{k},{a1},{a2}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=shaped_views())
+def test_view_ops_record_numpys_selection(case):
+    """The strided form recorded for a view op is, as an index map, NumPy's
+    view of the element numbers (empty ones included)."""
+    from tapegrad.index_maps import slice_map
+    from tapegrad.ops.shape import _view_params
+    shape, _op, view, _what = case
+    try:
+        want = view(np.arange(int(np.prod(shape))).reshape(shape))
+    except (ValueError, IndexError):  # refused by NumPy (flip of a 0-d array)
+        return
+    p = _view_params(shape, view)
+    if p is None:  # NumPy gave a scalar, no view: the op records an index map
+        assert not isinstance(want, np.ndarray)
+        return
+    p = np.array(p)
+    assert p[0] == want.size and tuple(p[3:3 + p[2]]) == want.shape
+    if want.size:
+        np.testing.assert_array_equal(slice_map(p, 0), want.ravel())

@@ -53,14 +53,17 @@ SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP, SOFTMAX, LOG_SOFTMAX = range(8)
 # K_SCAN subs
 CUMSUM, CUMPROD = range(2)
 
-# K_GATHER subs are numbered where the ops register (ops/shape.py); these two
-# are read outside it.  INDEX: any selection, ``ip`` ``[m, its m indices]``.
-# SLICE: a basic index (ints and slices) whose ``ip`` holds
-# ``[m, offset, nd, shape, strides]`` (the elements it selects, in C order of
-# its output, are ``offset + sum_d i_d * strides[d]``) in place of a map of m
-# indices.  Only the first-order sweep reads that form; ``Tape.arrays`` hands
-# every other compiled loop the Index record of the same selection.
-INDEX, SLICE = 1, 20
+# K_GATHER subs (named in ops/shape.py).  INDEX: any selection, ``ip``
+# ``[m, its m indices]`` (-1: a filled-in zero).  The STRIDED ones select
+# what a NumPy view of the operand would -- basic indexing (SLICE),
+# transposes, broadcast_to, flip, diagonal -- and hold ``[m, offset, nd,
+# shape, strides]`` in place of the map: output element ``(i_0, ..)`` in C
+# order reads operand element ``offset + sum_d i_d * strides[d]``.  Only the
+# first-order sweep reads that form; ``Tape.arrays`` hands every other
+# compiled loop, and a trace its replay, the Index record of the same map.
+TRANSPOSE, INDEX, EXPAND, SWAPAXES = 0, 1, 2, 3
+MOVEAXIS, FLIP, DIAGONAL, SLICE = 6, 7, 11, 20
+STRIDED = (TRANSPOSE, EXPAND, SWAPAXES, MOVEAXIS, FLIP, DIAGONAL, SLICE)
 
 # K_USER subs (the op itself is named by an integer parameter)
 USER_UNARY, USER_BINARY = range(2)

@@ -369,7 +369,7 @@ def gather_vjp(T, r, sub):
     ip = T[IP]
     b = T[IP0][r]
     m = ip[b]
-    if sub == C.SLICE:  # a strided selection: no map to read
+    if strided(sub):  # no map to read
         xr = parent(T, r, 0)
         claim_zeroed(T, xr)
         strided_add(adjoint(T, xr), adjoint(T, r), ip, b + 1)
@@ -387,12 +387,19 @@ def gather_vjp(T, r, sub):
 
 
 @inline
+def strided(sub):
+    """Whether a gather record of ``sub`` holds the strided form (codes.STRIDED)."""
+    return (sub == C.SLICE or sub == C.TRANSPOSE or sub == C.EXPAND or sub == C.SWAPAXES
+            or sub == C.MOVEAXIS or sub == C.FLIP or sub == C.DIAGONAL)
+
+
+@inline
 def strided_add(gx, g, ip, at):
     """``gx[offset + sum_d i_d * strides[d]] += g[k]`` over the output's
     elements k in C order, ``ip[at:]`` being ``[offset, nd, shape, strides]``:
     row by row of the last axis, the rest stepped by the odometer (no index
-    map read, no division per element).  A basic index selects each element
-    at most once, so the order of the additions does not matter."""
+    map read, no division per element), in the order the index map's
+    scatter adds (a broadcast, stride 0, reads an element many times)."""
     off = ip[at]
     nd = ip[at + 1]
     m = g.size

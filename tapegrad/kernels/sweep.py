@@ -14,7 +14,7 @@ from ._views import (SMALL, adjoint, adjoint_span, alias, borrowed_tape, claim, 
 from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
 from .interpret import estimate_as
 from .rules import d_binary, d_scalar, d_unary
-from .structural import strided_add
+from .structural import strided, strided_add
 
 
 @inline
@@ -160,7 +160,7 @@ def _tiny_structural(T, r, kind, sub):
         xr = parent(T, r, 0)
         claim_zeroed(T, xr)
         gx = adjoint(T, xr)
-        if sub == C.SLICE:
+        if strided(sub):
             strided_add(gx, g, ip, b + 1)
             return
         for k in range(m):

@@ -85,16 +85,19 @@ _FULL, _FULL1 = slice(None), slice(None, None, 1)
 _NEW, _WHOLE, _PART = range(3)  # kinds of a basic key's output axes (_basic_axes)
 
 
-def _gather(code, fn, x, index_fn=None, basic=_NO_KEY):
+def _gather(code, fn, x, index_fn=None, basic=_NO_KEY, view=None):
     """Record ``fn(x)``, whose elements are elements of x or zeros.
 
-    The index map is ``fn`` applied to a grid of 1-based element numbers,
-    minus one: selected elements map to their source, and zeros that ``fn``
-    fills in (triu, diag, constant padding) map to -1, which the VJP skips.
+    A selection NumPy makes as a view records its offset, shape and strides
+    (the strided form, kernels/codes.py): ``basic``, a basic index key that
+    ``fn`` applies (a Slice record, in place of ``code``), or ``view``, a
+    function giving the view that ``fn`` returns or copies (``code`` is then
+    one of codes.STRIDED).  Any other selection records an index map:
+    ``fn`` applied to a grid of 1-based element numbers, minus one, so that
+    selected elements map to their source and zeros that ``fn`` fills in
+    (triu, diag, constant padding) map to -1, which the VJP skips;
     ``index_fn`` replaces ``fn`` for the grid when the selection depends on
-    the values (sort).  ``basic``: the basic index key that ``fn`` applies,
-    recorded as a Slice (:func:`_slice_params`) in place of ``code``, or on
-    a trace's tape as the map :func:`_basic_map` writes without a grid.
+    the values (sort).
     """
     if not isinstance(x, Tensor):
         return fn(x)
@@ -107,19 +110,52 @@ def _gather(code, fn, x, index_fn=None, basic=_NO_KEY):
         return _plain(data)
     p = None
     if basic is not _NO_KEY:
-        if not tape.tracing:  # a trace's kernels read index maps only
-            p = _slice_params(np.shape(xd), basic)
-            if p is not None:
-                tape.n_slices += 1  # before the record: an over-count costs nothing
-                return _result(tape, tape.record(_SLICE, (_node(tape, x),), data, p), data)
-        p = _basic_map(np.shape(xd), basic)
-    if p is None:
-        grid = np.arange(1, np.size(xd) + 1).reshape(np.shape(xd))
-        idx = np.ravel((index_fn or fn)(grid)) - 1
-        p = np.empty(idx.size + 1, np.int64)
-        p[0] = idx.size
-        p[1:] = idx
+        p, code = _slice_params(np.shape(xd), basic), _SLICE
+    elif view is not None:
+        p = _view_params(np.shape(xd), view)
+    if p is not None:
+        tape.n_slices += 1  # before the record: an over-count costs nothing (Tape.arrays)
+        return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
+    if basic is not _NO_KEY or view is not None:
+        code = _INDEX  # (no view after all) a strided code means the strided form
+    grid = np.arange(1, np.size(xd) + 1).reshape(np.shape(xd))
+    idx = np.ravel((index_fn or fn)(grid)) - 1
+    p = np.empty(idx.size + 1, np.int64)
+    p[0] = idx.size
+    p[1:] = idx
     return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
+
+
+def _view_of(code, view, x):
+    """Record ``view(x)``, a NumPy view of x, in the strided form."""
+    return _gather(code, view, x, view=view)
+
+
+def _view_params(shape, view):
+    """The strided form ``[m, offset, nd, shape, strides]`` of ``view(a)`` for
+    an array ``a`` of ``shape``, read off the view NumPy makes of a stand-in
+    of one byte per element in C order (``as_strided`` over one byte: its
+    elements are never read, only the view's layout); None when the view
+    is no view of the stand-in."""
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= n
+    stand = np.lib.stride_tricks.as_strided(_BYTE, shape, strides[::-1], writeable=False)
+    v = view(stand)
+    if v.dtype != np.uint8 or v.base is None:
+        return None
+    if v.size == 0:
+        return [0, 0, v.ndim, *v.shape, *v.strides]
+    offset = v.__array_interface__["data"][0] - _BYTE.__array_interface__["data"][0]
+    lo = offset + sum(min(0, (k - 1) * s) for k, s in zip(v.shape, v.strides))
+    hi = offset + sum(max(0, (k - 1) * s) for k, s in zip(v.shape, v.strides))
+    if lo < 0 or hi >= acc:  # acc: the stand-in's element count
+        return None
+    return [v.size, offset, v.ndim, *v.shape, *v.strides]
+
+
+_BYTE = np.zeros(1, np.uint8)  # the stand-in's memory (_view_params)
 
 
 def _basic_axes(shape, key):
@@ -166,8 +202,7 @@ def _basic_axes(shape, key):
 
 def _slice_params(shape, key):
     """The Slice record's parameters ``[m, offset, nd, shape, strides]`` for a
-    basic key, or None for any other key or an empty selection (whose Index
-    record has an empty map): the selection as NumPy's view describes it,
+    basic key, or None for any other key: the selection as NumPy's view describes it,
     in element strides, so that recording ``x[1:]`` writes a handful of
     integers where an index map has one per element, and the backward adds
     the gradient through the strides (kernels/structural.py)."""
@@ -179,54 +214,28 @@ def _slice_params(shape, key):
     m = 1
     for n in out_shape:
         m *= n
-    if not m:
-        return None
-    for r, stride, _ in axes:
-        offset += r.start * stride
+    if not m:  # the empty ranges' starts may lie outside the axis
+        offset = 0
+    else:
+        for r, stride, _ in axes:
+            offset += r.start * stride
     return [m, offset, len(axes), *out_shape, *(r.step * stride for r, stride, _ in axes)]
 
 
-def _basic_map(shape, key):
-    """The Index record's parameters ``[m, idx...]`` for a basic key, or None
-    for any other key: written from per-axis aranges in one pass over the
-    output, where the general path builds a grid of the input's size, indexes
-    it and copies the selection three times (``x[1:, :]`` at 1000 x 1000:
-    2.1 -> 1.5 ms per index)."""
-    basic = _basic_axes(shape, key)
-    if basic is None:
-        return None
-    offset, axes, _ = basic
-    out_shape = tuple(len(r) for r, _, _ in axes)
-    m = int(np.prod(out_shape, dtype=np.int64))
-    p = np.empty(m + 1, np.int64)
-    p[0] = m
-    # the leading axes' sums first (small), then one pass over the output
-    lead = np.array(offset, np.int64)
-    for r, stride, _ in axes[:-1]:
-        lead = np.add.outer(lead, np.arange(r.start, r.stop, r.step, dtype=np.int64) * stride)
-    if not axes:
-        p[1] = offset
-    else:
-        r, stride, _ = axes[-1]
-        np.add(lead[..., None], np.arange(r.start, r.stop, r.step, dtype=np.int64) * stride,
-               out=p[1:].reshape(out_shape))
-    return p
-
-
-_TRANSPOSE = register("Transpose", C.K_GATHER, 0, np.transpose)
+_TRANSPOSE = register("Transpose", C.K_GATHER, C.TRANSPOSE, np.transpose)
 _INDEX = register("Index", C.K_GATHER, C.INDEX, None)
-_BROADCAST = register("Expand", C.K_GATHER, 2, np.broadcast_to)
-_SWAPAXES = register("Swapaxes", C.K_GATHER, 3, np.swapaxes)
+_BROADCAST = register("Expand", C.K_GATHER, C.EXPAND, np.broadcast_to)
+_SWAPAXES = register("Swapaxes", C.K_GATHER, C.SWAPAXES, np.swapaxes)
 _SPLIT = register("Split", C.K_GATHER, 4, np.split)
 _UNBIND = register("Unbind", C.K_GATHER, 5, None)
 
 
-_MOVEAXIS = register("Moveaxis", C.K_GATHER, 6, np.moveaxis)
-_FLIP = register("Flip", C.K_GATHER, 7, np.flip)
+_MOVEAXIS = register("Moveaxis", C.K_GATHER, C.MOVEAXIS, np.moveaxis)
+_FLIP = register("Flip", C.K_GATHER, C.FLIP, np.flip)
 _ROLL = register("Roll", C.K_GATHER, 8, np.roll)
 _TILE = register("Tile", C.K_GATHER, 9, np.tile)
 _REPEAT = register("Repeat", C.K_GATHER, 10, np.repeat)
-_DIAGONAL = register("Diagonal", C.K_GATHER, 11, np.diagonal)
+_DIAGONAL = register("Diagonal", C.K_GATHER, C.DIAGONAL, np.diagonal)
 _TAKE = register("Take", C.K_GATHER, 12, np.take)
 _TAKE_ALONG = register("TakeAlongAxis", C.K_GATHER, 13, np.take_along_axis)
 _SORT = register("Sort", C.K_GATHER, 14, np.sort)
@@ -238,12 +247,12 @@ _PAD = register("Pad", C.K_GATHER, 18, np.pad)
 
 def moveaxis(a, source, destination):
     """``numpy.moveaxis``."""
-    return _gather(_MOVEAXIS, lambda d: np.moveaxis(d, source, destination), a)
+    return _view_of(_MOVEAXIS, lambda d: np.moveaxis(d, source, destination), a)
 
 
 def flip(m, axis=None):
     """``numpy.flip``."""
-    return _gather(_FLIP, lambda d: np.flip(d, axis), m)
+    return _view_of(_FLIP, lambda d: np.flip(d, axis), m)
 
 
 def fliplr(m):
@@ -273,7 +282,10 @@ def repeat(a, repeats, axis=None):
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
     """``numpy.diagonal``."""
-    return _gather(_DIAGONAL, lambda d: np.diagonal(d, offset, axis1, axis2).copy(), a)
+    def view(d):
+        return np.diagonal(d, offset, axis1, axis2)
+    # a copy (NumPy's diagonal is a read-only view), recorded as the view
+    return _gather(_DIAGONAL, lambda d: view(d).copy(), a, view=view)
 
 
 def take(a, indices, axis=None):
@@ -369,17 +381,17 @@ def index_put(a, key, value):
 
 def transpose(a, axes=None):
     """``numpy.transpose``."""
-    return _gather(_TRANSPOSE, lambda d: np.transpose(d, axes), a)
+    return _view_of(_TRANSPOSE, lambda d: np.transpose(d, axes), a)
 
 
 def swapaxes(a, axis1, axis2):
     """``numpy.swapaxes``."""
-    return _gather(_SWAPAXES, lambda d: np.swapaxes(d, axis1, axis2), a)
+    return _view_of(_SWAPAXES, lambda d: np.swapaxes(d, axis1, axis2), a)
 
 
 def broadcast_to(a, shape):
     """``numpy.broadcast_to``; the gradient sums over the broadcast axes."""
-    return _gather(_BROADCAST, lambda d: np.broadcast_to(d, shape), a)
+    return _view_of(_BROADCAST, lambda d: np.broadcast_to(d, shape), a)
 
 
 def _index_key(key):
