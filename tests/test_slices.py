@@ -215,9 +215,9 @@ def test_int_of_a_vector_and_writes_through_a_slice():
 
 
 @st.composite
-def shaped_views(draw):
-    """A shape of 0 to 4 axes and one of the view ops on it."""
-    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=0, max_size=4)))
+def shaped_views(draw, side=5):
+    """A shape of 0 to 4 axes of up to ``side`` and one of the view ops on it."""
+    shape = tuple(draw(st.lists(st.integers(0, side), min_size=0, max_size=4)))
     nd = len(shape)
     ops = ["transpose", "flip", "broadcast_to"]
     if nd >= 1:
@@ -269,3 +269,29 @@ def test_view_ops_record_numpys_selection(case):
     assert p[0] == want.size and tuple(p[3:3 + p[2]]) == want.shape
     if want.size:
         np.testing.assert_array_equal(slice_map(p, 0), want.ravel())
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=shaped_views(side=12), seed=st.integers(0, 2**32 - 1))
+def test_view_ops_gradients_against_numpys_view(case, seed):
+    """The gradient of ``sum(w * view(x))`` is ``w`` added at the elements
+    NumPy's view of the element numbers selects (np.add.at, repeats of a
+    broadcast included), through the row-by-row and the column-by-column
+    (transposed layouts) loops."""
+    shape, _op, view, _what = case
+    numbers = np.arange(int(np.prod(shape))).reshape(shape)
+    try:
+        sel = view(numbers)
+    except (ValueError, IndexError):
+        return
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal(shape)
+    w = rng.standard_normal(np.shape(sel))
+    want = np.zeros(X.size)
+    np.add.at(want, np.ravel(sel), np.ravel(w))
+    x = leaf(X)
+    y = view(x)
+    close(y, view(X), rtol=0, atol=0)
+    (y * w).sum().backward()
+    close(x.grad if x.grad is not None else np.zeros(shape), want.reshape(shape),
+          rtol=1e-15, atol=1e-15)

@@ -170,18 +170,18 @@ def odometer(ip, b, nd, k):
 
 @inline
 def advance(shape, strides, cnt, pos):
-    _step_from(shape.size - 1, shape, strides, cnt, pos)
+    step_from(shape.size - 1, shape, strides, cnt, pos)
 
 
 @inline
 def advance_row(shape, strides, cnt, pos):
     """``advance`` by a whole row of the last axis, from a row's start (a
     loop that walks the last axis itself steps the rest with this)."""
-    _step_from(shape.size - 2, shape, strides, cnt, pos)
+    step_from(shape.size - 2, shape, strides, cnt, pos)
 
 
 @inline
-def _step_from(d, shape, strides, cnt, pos):
+def step_from(d, shape, strides, cnt, pos):
     """The odometer's step at axis ``d``, carrying into the axes before it."""
     k = pos.size
     while d >= 0:
