@@ -47,7 +47,7 @@ def main():
                                                     else []) + ["goal"]
     print("| workload (fwd+bwd, ms) | " + " | ".join(heads) + " |")
     print("|---|" + "---:|" * (len(heads) - 1) + "---|")
-    for work in ("softmax", "solve", "einsum"):
+    for work in ow.WORKLOADS:
         ms = {c: median_ms(f[work], data[work], args.repeat) for c, f in columns.items()}
         cells = [f"{ms[c]:.2f}" for c in columns]
         cells.append(f"{ms['tapegrad'] / ms['numpy']:.2f}x")

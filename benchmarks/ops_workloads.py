@@ -1,10 +1,13 @@
 """The NumPy-coverage workloads, in tapegrad, hand-written NumPy and PyTorch.
 
-Three forward+backward workloads, each the gradient of a scalar loss:
+Five forward+backward workloads, each the gradient of a scalar loss:
 
 * ``softmax``: ``sum(logsumexp(X, axis=1)) + sum(W * softmax(X, axis=1))``, X 1000x1000;
 * ``solve``: ``sum(w * solve(A, b))`` for a batch of 64 32x32 systems;
-* ``einsum``: ``sum(W * einsum('bij,bjk->bik', P, Q))``, P 64x32x48, Q 64x48x16.
+* ``einsum``: ``sum(W * einsum('bij,bjk->bik', P, Q))``, P 64x32x48, Q 64x48x16;
+* ``stencil``: ``sum((u[1:] - u[:-1])**2) + sum((u[:, 1:] - u[:, :-1])**2)``,
+  the finite-difference energy of a 1000x1000 grid (basic slicing);
+* ``transpose``: ``sum((X.T - X)**2)`` of a 1000x1000 X.
 
 Every implementation returns its gradients as NumPy arrays; ``check`` asserts
 they agree before anything is timed.  Used by ``compare_ops.py`` and by the
@@ -22,7 +25,9 @@ def inputs():
     solve = (A, rng.standard_normal((64, 32)), rng.standard_normal((64, 32)))
     ein = (rng.standard_normal((64, 32, 48)), rng.standard_normal((64, 48, 16)),
            rng.standard_normal((64, 32, 16)))
-    return {"softmax": soft, "solve": solve, "einsum": ein}
+    grid = (rng.standard_normal((1000, 1000)),)
+    return {"softmax": soft, "solve": solve, "einsum": ein, "stencil": grid,
+            "transpose": (rng.standard_normal((1000, 1000)),)}
 
 
 # -- hand-written NumPy: forward and VJP ---------------------------------------
@@ -50,7 +55,29 @@ def np_einsum(P, Q, W):
     return loss, (np.einsum("bik,bjk->bij", W, Q), np.einsum("bij,bik->bjk", P, W))
 
 
-NUMPY = {"softmax": np_softmax, "solve": np_solve, "einsum": np_einsum}
+def np_stencil(U):
+    dx, dy = U[1:] - U[:-1], U[:, 1:] - U[:, :-1]
+    loss = (dx * dx).sum() + (dy * dy).sum()
+    g = np.zeros_like(U)
+    dx *= 2.0
+    dy *= 2.0
+    g[1:] += dx
+    g[:-1] -= dx
+    g[:, 1:] += dy
+    g[:, :-1] -= dy
+    return loss, (g,)
+
+
+def np_transpose(X):
+    D = X.T - X
+    loss = (D * D).sum()
+    D *= 2.0
+    return loss, (D.T - D,)
+
+
+NUMPY = {"softmax": np_softmax, "solve": np_solve, "einsum": np_einsum,
+         "stencil": np_stencil, "transpose": np_transpose}
+WORKLOADS = tuple(NUMPY)
 
 
 # -- tapegrad ---------------------------------------------------------------------
@@ -73,7 +100,20 @@ def tapegrad_fns(tg):
         loss.backward()
         return loss.item(), (p.grad.numpy(), q.grad.numpy())
 
-    return {"softmax": softmax, "solve": solve, "einsum": einsum}
+    def stencil(U):
+        u = tg.tensor(U, requires_grad=True)
+        loss = ((u[1:] - u[:-1]) ** 2).sum() + ((u[:, 1:] - u[:, :-1]) ** 2).sum()
+        loss.backward()
+        return loss.item(), (u.grad.numpy(),)
+
+    def transpose(X):
+        x = tg.tensor(X, requires_grad=True)
+        loss = ((x.T - x) ** 2).sum()
+        loss.backward()
+        return loss.item(), (x.grad.numpy(),)
+
+    return {"softmax": softmax, "solve": solve, "einsum": einsum, "stencil": stencil,
+            "transpose": transpose}
 
 
 # -- PyTorch -------------------------------------------------------------------------
@@ -99,7 +139,20 @@ def torch_fns(torch):
         loss.backward()
         return loss.item(), (p.grad.numpy(), q.grad.numpy())
 
-    return {"softmax": softmax, "solve": solve, "einsum": einsum}
+    def stencil(U):
+        u = leaf(U)
+        loss = ((u[1:] - u[:-1]) ** 2).sum() + ((u[:, 1:] - u[:, :-1]) ** 2).sum()
+        loss.backward()
+        return loss.item(), (u.grad.numpy(),)
+
+    def transpose(X):
+        x = leaf(X)
+        loss = ((x.T - x) ** 2).sum()
+        loss.backward()
+        return loss.item(), (x.grad.numpy(),)
+
+    return {"softmax": softmax, "solve": solve, "einsum": einsum, "stencil": stencil,
+            "transpose": transpose}
 
 
 def check(fns, data):

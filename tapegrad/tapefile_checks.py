@@ -43,6 +43,9 @@ _FIELDS = {
 _HOST_ARITY = {"Mm": 2, "LinalgInv": 1, "LinalgSolve": 2, "LinalgDet": 1,
                "LinalgSlogdet": 1, "LinalgCholesky": 1, "LinalgPinv": 1, "Einsum": None}
 _LEAF = C.code(C.K_NONE, C.LEAF)
+_INDEX = C.code(C.K_GATHER, C.INDEX)
+#: the strided gathers a file may name, each holding an index map
+_MAPPED_VIEWS = np.array([C.code(C.K_GATHER, s) for s in C.STRIDED if s != C.SLICE], np.int64)
 
 
 class TapeFileError(ValueError):
@@ -123,6 +126,11 @@ def _validate_trace(a, k, ops):
     signature, host dict, shapes and dtypes."""
     p = f"t{k}."
     g = {name: _arr(a, p + name, dt) for name, dt in _FIELDS.items()}
+    # a file holds every gather as an index map, as a replay does: the codes
+    # of views that eager code records in the strided form (transpose, ...)
+    # are read as the Index records they are (no file holds a Slice: refused
+    # below with the codes that cannot be loaded)
+    g["op"] = np.where(np.isin(g["op"], _MAPPED_VIEWS), _INDEX, g["op"])
     op, arg0, size, ip0, args = g["op"], g["arg0"], g["size"], g["ip0"], g["args"]
     ip = g["ip"] = g["ip"].copy()   # user op records get this process's ids here
     n = op.size

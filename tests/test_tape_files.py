@@ -313,6 +313,21 @@ def _host_edit(a):
     return np.frombuffer(json.dumps(h).encode(), np.uint8)
 
 
+def test_views_named_in_a_file_hold_index_maps(tmp_path):
+    """A file holds every gather as an index map (the replay's Index
+    records): an Index record named as a transpose or a broadcast -- the
+    views eager code records in the strided form -- loads as the Index
+    record it is, and replays the same numbers."""
+    a = _arrays()
+    shapes = FUNCS["mixed"][1]
+    want = _results(tg.load(_write(tmp_path, a)), shapes)
+    op = a["t0.op"] = a["t0.op"].copy()
+    r = int(np.flatnonzero(op == (5 << 6 | 1))[0])
+    for sub in (0, 2):  # Transpose, Expand
+        op[r] = 5 << 6 | sub
+        _same(_results(tg.load(_write(tmp_path, a)), shapes), want)
+
+
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_file(case, tmp_path):
     edit, msg = HOSTILE[case]

@@ -1,7 +1,8 @@
 """asv benchmarks of the NumPy-coverage workloads (``benchmarks/ops_workloads.py``):
-softmax/logsumexp of a 1000x1000 array, a batched 64x(32x32) ``linalg.solve``
-and an ``einsum`` contraction, each forward+backward, with the hand-written
-NumPy VJP timed beside it as the baseline."""
+softmax/logsumexp of a 1000x1000 array, a batched 64x(32x32) ``linalg.solve``,
+an ``einsum`` contraction, a finite-difference stencil and a transpose, each
+forward+backward, with the hand-written NumPy VJP timed beside it as the
+baseline."""
 import pathlib
 import sys
 
@@ -21,7 +22,7 @@ def _data():
 
 
 class Ops:
-    params = ["softmax", "solve", "einsum"]
+    params = list(ow.WORKLOADS)
     param_names = ["workload"]
 
     def setup(self, workload):
