@@ -16,20 +16,28 @@ STRIDED_CODES = np.array([C.code(C.K_GATHER, s) for s in C.STRIDED], _I64)
 _STRIDED = frozenset(STRIDED_CODES.tolist())
 
 
-def strided_map(shape, strides):
-    """The flat position, under ``strides``, of each element of an array of
-    ``shape`` in C order."""
-    pos = np.indices(tuple(int(s) for s in shape)).reshape(len(shape), -1)
-    return (np.asarray(strides, _I64)[:, None] * pos).sum(axis=0)
+def strided_map(shape, strides, offset=0):
+    """The flat position, under ``strides`` and from ``offset``, of each
+    element of an array of ``shape`` in C order: sums of per-axis aranges,
+    the leading axes' first (small), then one pass over the output."""
+    shape = [int(n) for n in shape]
+    out = np.empty(int(np.prod(shape, dtype=_I64)), _I64)
+    if not shape:
+        out[...] = offset
+        return out
+    lead = np.array(offset, _I64)
+    for n, s in zip(shape[:-1], strides[:-1]):
+        lead = np.add.outer(lead, np.arange(n, dtype=_I64) * int(s))
+    np.add(lead[..., None], np.arange(shape[-1], dtype=_I64) * int(strides[-1]),
+           out=out.reshape(shape))
+    return out
 
 
 def slice_map(ip, b):
     """The index map of a strided gather record whose parameters ``[m,
     offset, nd, shape, strides]`` start at ``ip[b]``."""
     off, nd = int(ip[b + 1]), int(ip[b + 2])
-    if nd == 0:
-        return np.full(1, off, _I64)
-    return off + strided_map(ip[b + 3:b + 3 + nd], ip[b + 3 + nd:b + 3 + 2 * nd])
+    return strided_map(ip[b + 3:b + 3 + nd], ip[b + 3 + nd:b + 3 + 2 * nd], off)
 
 
 def gather_map(tape, r):
