@@ -14,6 +14,10 @@ _INDEX = C.code(C.K_GATHER, C.INDEX)
 #: the op codes of gathers held in the strided form (kernels/codes.py)
 STRIDED_CODES = np.array([C.code(C.K_GATHER, s) for s in C.STRIDED], _I64)
 _STRIDED = frozenset(STRIDED_CODES.tolist())
+#: by op code, whether it is one of them (a lookup: numpy.isin costs tens of
+#: microseconds, a transform's arrays pay it on every call)
+_IS_STRIDED = np.zeros((C.K_GATHER + 1) << C.SHIFT, np.bool_)
+_IS_STRIDED[STRIDED_CODES] = True
 
 
 def strided_map(shape, strides, offset=0):
@@ -21,6 +25,8 @@ def strided_map(shape, strides, offset=0):
     element of an array of ``shape`` in C order: sums of per-axis aranges,
     the leading axes' first (small), then one pass over the output."""
     shape = [int(n) for n in shape]
+    if len(shape) == 1 and strides[0]:  # one arange (a transform's maps: per call)
+        return np.arange(offset, offset + shape[0] * int(strides[0]), int(strides[0]), _I64)
     out = np.empty(int(np.prod(shape, dtype=_I64)), _I64)
     if not shape:
         out[...] = offset
@@ -56,12 +62,16 @@ def as_index_records(op, ip0, ip, n, ni):
     appended after the ``ni`` integer parameters in use), for the compiled
     loops that read index maps; copies, the arrays given are left as they
     are."""
-    rs = np.flatnonzero(np.isin(op[:n], STRIDED_CODES))
-    if not rs.size:
+    ops = op[:n]
+    rs = np.flatnonzero(_IS_STRIDED[np.minimum(ops, _IS_STRIDED.size - 1)]).tolist()
+    if not rs:
         return op, ip0, ip
     maps = [slice_map(ip, int(ip0[r])) for r in rs]
-    at = ni + np.cumsum([0] + [m.size + 1 for m in maps[:-1]])
-    ip2 = np.empty(ni + sum(m.size + 1 for m in maps), _I64)
+    at, end = [], ni
+    for m in maps:
+        at.append(end)
+        end += m.size + 1
+    ip2 = np.empty(end, _I64)
     ip2[:ni] = ip[:ni]
     for a, m in zip(at, maps):
         ip2[a] = m.size
