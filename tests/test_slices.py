@@ -90,7 +90,7 @@ def _select(t, view, fancy):
 def _stencil(t, fancy=False):
     """Differences, a strided product, an int row, a reversed column, and
     each of the other strided gathers: transpose, swapaxes, moveaxis, flip,
-    broadcast_to, diagonal."""
+    broadcast_to, diagonal, unbind."""
     def s(view):
         return _select(t, view, fancy)
     n = t.shape[0]
@@ -99,9 +99,18 @@ def _stencil(t, fancy=False):
            + (np.sin(s(lambda a: a[2, :n])) * s(lambda a: a[::-1, 4])).sum())
     sq = s(lambda a: a[:, :n])  # square: its transposes multiply it
     out = out + (sq * s(lambda a: a[:, :n].T) * s(lambda a: np.swapaxes(a[:, :n], 0, 1))).sum()
-    out = out + (s(lambda a: np.moveaxis(a[:, :n], 0, 1)) ** 2 * s(lambda a: np.flip(a[:, :n]))).sum()
+    out = out + (s(lambda a: np.moveaxis(a[:, :n], 0, 1)) ** 2
+                 * s(lambda a: np.flip(a[:, :n]))).sum()
     out = out + (s(lambda a: np.broadcast_to(a[0, :n], (3, n))) ** 3).sum()
-    return out + (np.cos(s(lambda a: np.diagonal(a, 1)[:n - 1])) * s(lambda a: np.diagonal(a)[:-1])).sum()
+    out = out + (np.cos(s(lambda a: np.diagonal(a, 1)[:n - 1]))
+                 * s(lambda a: np.diagonal(a)[:-1])).sum()
+    for axis in (0, 1):  # unbind's outputs: rows, then columns
+        if fancy:
+            parts = [s(lambda a, j=j: np.take(a[:3, :3], j, axis)) for j in range(3)]
+        else:
+            parts = tg.unbind(t[:3, :3], axis=axis)
+        out = out + (parts[0] * parts[1] + np.sin(parts[2])).sum()
+    return out
 
 
 def _vector(t, fancy=False):
@@ -123,7 +132,7 @@ def _names(t):
 
 
 _STRIDED_NAMES = {"SliceBackward", "TransposeBackward", "SwapaxesBackward", "MoveaxisBackward",
-                  "FlipBackward", "ExpandBackward", "DiagonalBackward"}
+                  "FlipBackward", "ExpandBackward", "DiagonalBackward", "UnbindBackward"}
 
 
 def test_the_oracle_records_index_maps():

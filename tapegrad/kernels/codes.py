@@ -56,14 +56,15 @@ CUMSUM, CUMPROD = range(2)
 # K_GATHER subs (named in ops/shape.py).  INDEX: any selection, ``ip``
 # ``[m, its m indices]`` (-1: a filled-in zero).  The STRIDED ones select
 # what a NumPy view of the operand would -- basic indexing (SLICE),
-# transposes, broadcast_to, flip, diagonal -- and hold ``[m, offset, nd,
-# shape, strides]`` in place of the map: output element ``(i_0, ..)`` in C
-# order reads operand element ``offset + sum_d i_d * strides[d]``.  Only the
+# transposes, broadcast_to, flip, diagonal, and unbind's outputs one after
+# the other (a moveaxis) -- and hold ``[m, offset, nd, shape, strides]`` in
+# place of the map: output element ``(i_0, ..)`` in C order reads operand
+# element ``offset + sum_d i_d * strides[d]``.  Only the
 # first-order sweep reads that form; ``Tape.arrays`` hands every other
 # compiled loop, and a trace its replay, the Index record of the same map.
-TRANSPOSE, INDEX, EXPAND, SWAPAXES = 0, 1, 2, 3
+TRANSPOSE, INDEX, EXPAND, SWAPAXES, UNBIND = 0, 1, 2, 3, 5
 MOVEAXIS, FLIP, DIAGONAL, SLICE = 6, 7, 11, 20
-STRIDED = (TRANSPOSE, EXPAND, SWAPAXES, MOVEAXIS, FLIP, DIAGONAL, SLICE)
+STRIDED = (TRANSPOSE, EXPAND, SWAPAXES, UNBIND, MOVEAXIS, FLIP, DIAGONAL, SLICE)
 
 # K_USER subs (the op itself is named by an integer parameter)
 USER_UNARY, USER_BINARY = range(2)

@@ -360,7 +360,8 @@ _REDUCE_ARRAY_SUBS = (C.MAX, C.MIN, C.PROD, C.LOGSUMEXP, C.SOFTMAX, C.LOG_SOFTMA
 @inner
 def gather_vjp(T, r, sub):
     """``ip`` holds ``[m, idx_0 .. idx_{m-1}]``: output k is input ``idx_k``, or
-    a filled-in zero with no input when ``idx_k`` is -1.
+    a filled-in zero with no input when ``idx_k`` is -1 -- or, for the subs
+    in the strided form, ``[m, offset, nd, shape, strides]``.
 
     A multi-output record (split, unbind) has size 0 and its outputs are the
     next records, whose adjoints follow its own in the arena: one gather covers
@@ -369,14 +370,6 @@ def gather_vjp(T, r, sub):
     ip = T[IP]
     b = T[IP0][r]
     m = ip[b]
-    if strided(sub):  # no map to read
-        xr = parent(T, r, 0)
-        claim_zeroed(T, xr)
-        if _transposed(ip, b + 1):
-            _strided_add_columns(adjoint(T, xr), adjoint(T, r), ip, b + 1)
-        else:
-            strided_add(adjoint(T, xr), adjoint(T, r), ip, b + 1)
-        return
     if T[SIZE][r] == 0 and m > 0:  # outputs no consumer reached hold no zeros yet
         v, seen = r + 1, 0
         while seen < m:
@@ -386,6 +379,12 @@ def gather_vjp(T, r, sub):
     g = adjoint_span(T, r, m)
     xr = parent(T, r, 0)
     claim_zeroed(T, xr)
+    if strided(sub):  # the strided form (kernels/codes.py): no map to read
+        if _transposed(ip, b + 1):
+            _strided_add_columns(adjoint(T, xr), g, ip, b + 1)
+        else:
+            strided_add(adjoint(T, xr), g, ip, b + 1)
+        return
     _scatter_add(adjoint(T, xr), g, ip, b + 1, m)
 
 
@@ -393,7 +392,7 @@ def gather_vjp(T, r, sub):
 def strided(sub):
     """Whether a gather record of ``sub`` holds the strided form (codes.STRIDED)."""
     return (sub == C.SLICE or sub == C.TRANSPOSE or sub == C.EXPAND or sub == C.SWAPAXES
-            or sub == C.MOVEAXIS or sub == C.FLIP or sub == C.DIAGONAL)
+            or sub == C.MOVEAXIS or sub == C.FLIP or sub == C.DIAGONAL or sub == C.UNBIND)
 
 
 @inline

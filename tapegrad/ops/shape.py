@@ -227,7 +227,7 @@ _INDEX = register("Index", C.K_GATHER, C.INDEX, None)
 _BROADCAST = register("Expand", C.K_GATHER, C.EXPAND, np.broadcast_to)
 _SWAPAXES = register("Swapaxes", C.K_GATHER, C.SWAPAXES, np.swapaxes)
 _SPLIT = register("Split", C.K_GATHER, 4, np.split)
-_UNBIND = register("Unbind", C.K_GATHER, 5, None)
+_UNBIND = register("Unbind", C.K_GATHER, C.UNBIND, None)
 
 
 _MOVEAXIS = register("Moveaxis", C.K_GATHER, C.MOVEAXIS, np.moveaxis)
@@ -576,18 +576,28 @@ def _slice_fast(a, key):
     return t
 
 
-def _multi(code, x, pieces_of):
-    """Record an op with several outputs: one record, then one per output."""
+def _multi(code, x, pieces_of, view=None):
+    """Record an op with several outputs: one record, then one per output.
+
+    ``view``: for a code in the strided form (codes.STRIDED), a function
+    giving the view of its operand whose C order is the outputs' elements
+    one after the other; otherwise the record holds their index map."""
     xd = x._data
     pieces = pieces_of(xd)
     if not (x._requires_grad and current().enabled):
         return tuple(_plain(p) for p in pieces)
     tape = current()
-    grid = np.arange(np.size(xd)).reshape(np.shape(xd))
-    idx = np.concatenate([np.ravel(p) for p in pieces_of(grid)] or [np.zeros(0, np.int64)])
-    p = np.empty(idx.size + 1, np.int64)
-    p[0] = idx.size
-    p[1:] = idx
+    if view is not None:
+        p = _view_params(np.shape(xd), view)
+        if p is None:  # (a strided code means the strided form: cannot happen)
+            raise RuntimeError(f"op code {code}: its outputs are no view of the operand")
+        tape.n_slices += 1  # before the record: an over-count costs nothing (Tape.arrays)
+    else:
+        grid = np.arange(np.size(xd)).reshape(np.shape(xd))
+        idx = np.concatenate([np.ravel(p) for p in pieces_of(grid)] or [np.zeros(0, np.int64)])
+        p = np.empty(idx.size + 1, np.int64)
+        p[0] = idx.size
+        p[1:] = idx
     u = tape.record(code, (_node(tape, x),), np.zeros(0), p)
     outs = []
     for s, piece in enumerate(pieces):
@@ -615,7 +625,8 @@ def unbind(a, axis=0):
     """
     a = a if isinstance(a, Tensor) else _plain(np.asarray(a))
     n = a.shape[axis]
-    return _multi(_UNBIND, a, lambda d: [np.take(d, i, axis=axis) for i in range(n)])
+    return _multi(_UNBIND, a, lambda d: [np.take(d, i, axis=axis) for i in range(n)],
+                  view=lambda d: np.moveaxis(d, axis, 0))
 
 
 def split(a, indices_or_sections, axis=0, _fn=np.split):
