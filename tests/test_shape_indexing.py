@@ -379,6 +379,45 @@ class TestIndexing:
         np.add.at(expected.reshape(-1), want.ravel(), seed.ravel())
         close(x.grad if x.grad is not None else np.zeros(shape), expected)
 
+    @settings(max_examples=300, deadline=None)
+    @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), data=st.data())
+    def test_advanced_keys_record_numpys_selection(self, shape, data):
+        """The index map an advanced key records (integer arrays on the
+        leading axes, masks, arrays beside slices, None and ...) is the
+        selection NumPy makes of the element numbers, without a grid."""
+        from tapegrad.ops.shape import _advanced_map
+        shape = tuple(shape)
+        numbers = np.arange(int(np.prod(shape))).reshape(shape)
+        rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+        kind = data.draw(st.sampled_from(["leading", "mask", "part_mask", "mixed", "ellipsis"]))
+        nd = len(shape)
+        if kind == "leading":
+            k = data.draw(st.integers(1, nd))
+            bshape = tuple(data.draw(st.lists(st.integers(0, 3), max_size=2)))
+            key = tuple(rng.integers(-n, n, bshape) for n in shape[:k])
+        elif kind == "mask":
+            key = rng.random(shape) < 0.5
+        elif kind == "part_mask":
+            key = (rng.random(shape[:1]) < 0.5,)
+        elif kind == "mixed":
+            key = (slice(None, None, -1), rng.integers(0, shape[1], 3)) if nd > 1 else (None, [0, -1])
+        else:
+            key = (Ellipsis, rng.integers(-shape[-1], shape[-1], (2, 2)))
+        if type(key) is tuple and len(key) == 1 and data.draw(st.booleans()):
+            key = key[0]
+        want = numbers[key]
+        got = _advanced_map(shape, key if not isinstance(key, tuple) else
+                            tuple(np.asarray(k) if isinstance(k, list) else k for k in key))
+        np.testing.assert_array_equal(np.ravel(got), np.ravel(want))
+        x = leaf(numbers / 7.0)
+        y = x[key]
+        close(y, want / 7.0)
+        seed = np.arange(1.0, want.size + 1).reshape(want.shape)
+        (y * seed).sum().backward()
+        expected = np.zeros(shape)
+        np.add.at(expected.reshape(-1), want.ravel(), seed.ravel())
+        close(x.grad if x.grad is not None else np.zeros(shape), expected)
+
     def test_chained_indexing(self):
         x = leaf(IDX_VAL)
         y = x[1:][:, 1][0]
