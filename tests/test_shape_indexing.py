@@ -418,6 +418,37 @@ class TestIndexing:
         np.add.at(expected.reshape(-1), want.ravel(), seed.ravel())
         close(x.grad if x.grad is not None else np.zeros(shape), expected)
 
+    @settings(max_examples=200, deadline=None)
+    @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), data=st.data())
+    def test_take_records_numpys_selection(self, shape, data):
+        """``take`` (flattened or along an axis, negative indices) and
+        ``take_along_axis`` record, without a grid, the selection NumPy makes
+        of the element numbers; the gradient scatters through it."""
+        shape = tuple(shape)
+        numbers = np.arange(int(np.prod(shape))).reshape(shape)
+        rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+        axis = data.draw(st.sampled_from([None] + list(range(-len(shape), len(shape)))))
+        along = axis is not None and data.draw(st.booleans())
+        if along:
+            ishape = list(shape)
+            ishape[axis] = data.draw(st.integers(0, 4))
+            n = shape[axis]
+            idx = rng.integers(-n, n, ishape)
+            fn, npfn = tg.take_along_axis, np.take_along_axis
+        else:
+            n = numbers.size if axis is None else shape[axis]
+            idx = rng.integers(-n, n, tuple(data.draw(st.lists(st.integers(0, 3), max_size=2))))
+            fn, npfn = tg.take, np.take
+        want = npfn(numbers, idx, axis)
+        x = leaf(numbers / 7.0)
+        y = fn(x, idx, axis)
+        close(y, want / 7.0)
+        seed = np.arange(1.0, want.size + 1).reshape(want.shape)
+        (y * seed).sum().backward()
+        expected = np.zeros(shape)
+        np.add.at(expected.reshape(-1), want.ravel(), seed.ravel())
+        close(x.grad if x.grad is not None else np.zeros(shape), expected)
+
     def test_chained_indexing(self):
         x = leaf(IDX_VAL)
         y = x[1:][:, 1][0]

@@ -85,7 +85,7 @@ _FULL, _FULL1 = slice(None), slice(None, None, 1)
 _NEW, _WHOLE, _PART = range(3)  # kinds of a basic key's output axes (_basic_axes)
 
 
-def _gather(code, fn, x, index_fn=None, basic=_NO_KEY, view=None, advanced=_NO_KEY):
+def _gather(code, fn, x, index_fn=None, basic=_NO_KEY, view=None, map_of=None):
     """Record ``fn(x)``, whose elements are elements of x or zeros.
 
     A selection NumPy makes as a view records its offset, shape and strides
@@ -97,8 +97,8 @@ def _gather(code, fn, x, index_fn=None, basic=_NO_KEY, view=None, advanced=_NO_K
     selected elements map to their source and zeros that ``fn`` fills in
     (triu, diag, constant padding) map to -1, which the VJP skips;
     ``index_fn`` replaces ``fn`` for the grid when the selection depends on
-    the values (sort).  ``advanced``: the advanced index key that ``fn``
-    applies, whose map :func:`_advanced_map` writes without a grid.
+    the values (sort).  ``map_of``: a function of x's shape that gives the
+    map without a grid (advanced indexing: :func:`_advanced_map`).
     """
     if not isinstance(x, Tensor):
         return fn(x)
@@ -119,9 +119,8 @@ def _gather(code, fn, x, index_fn=None, basic=_NO_KEY, view=None, advanced=_NO_K
         return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
     if basic is not _NO_KEY or view is not None:
         code = _INDEX  # (no view after all) a strided code means the strided form
-    if advanced is not _NO_KEY and np.ndim(xd):
-        idx = _advanced_map(np.shape(xd), advanced)
-        off = 0
+    if map_of is not None and np.ndim(xd):
+        idx, off = map_of(np.shape(xd)), 0
     else:
         grid = np.arange(1, np.size(xd) + 1).reshape(np.shape(xd))
         idx, off = (index_fn or fn)(grid), 1
@@ -330,13 +329,35 @@ def diagonal(a, offset=0, axis1=0, axis2=1):
 def take(a, indices, axis=None):
     """``numpy.take``; repeated indices accumulate."""
     indices = _index_key(indices)
-    return _gather(_TAKE, lambda d: np.take(d, indices, axis), a)
+    return _gather(_TAKE, lambda d: np.take(d, indices, axis), a,
+                   map_of=lambda shape: _take_map(shape, indices, axis))
 
 
 def take_along_axis(arr, indices, axis):
     """``numpy.take_along_axis``."""
     indices = _index_key(indices)
-    return _gather(_TAKE_ALONG, lambda d: np.take_along_axis(d, indices, axis), arr)
+    return _gather(_TAKE_ALONG, lambda d: np.take_along_axis(d, indices, axis), arr,
+                   map_of=lambda shape: _advanced_map(shape, _along_key(shape, indices, axis)))
+
+
+def _take_map(shape, indices, axis):
+    """The index map of ``numpy.take`` from an array of ``shape`` (indices
+    NumPy has accepted: negative ones count from the end)."""
+    k = np.asarray(indices, np.int64)
+    if axis is None:
+        n = int(np.prod(shape))
+        return np.where(k < 0, k + n, k)
+    return _advanced_map(shape, (slice(None),) * (axis % len(shape)) + (k,))
+
+
+def _along_key(shape, indices, axis):
+    """The advanced key of ``numpy.take_along_axis``: the indices along
+    ``axis``, each other axis's positions broadcast beside them."""
+    nd = len(shape)
+    axis = axis % nd
+    return tuple(np.asarray(indices, np.int64) if d == axis else
+                 np.arange(shape[d]).reshape((-1,) + (1,) * (nd - 1 - d))
+                 for d in range(nd))
 
 
 def sort(a, axis=-1):
@@ -520,7 +541,7 @@ def getitem(a, key):
             return out
     basic = is_basic(key)
     out = _gather(_INDEX, lambda d: d[key], a, basic=key if basic else _NO_KEY,
-                  advanced=_NO_KEY if basic else key)
+                  map_of=None if basic else lambda shape: _advanced_map(shape, key))
     if isinstance(a, Tensor) and isinstance(out, Tensor) and basic:
         note_view(a, out, key)
     return out
