@@ -136,9 +136,9 @@ def _advanced_map(shape, key):
     selection, where a grid of element numbers costs a pass over the whole
     input (a vector of 10^6, 100 indices: 0.76 ms).  A mask of the whole
     array: its nonzero positions; integer arrays on the leading axes: their
-    element offsets summed, then each trailing block's; any other key: the sum over axes of the key applied to that axis's
-    element offsets broadcast over the shape (a view of one arange per
-    axis)."""
+    element offsets summed, then each trailing block's; any other key: the
+    sum over axes of the key applied to that axis's element offsets
+    broadcast over the shape (a view of one arange per axis)."""
     keys = key if type(key) is tuple else (key,)
     if (len(keys) == 1 and type(keys[0]) is np.ndarray and keys[0].dtype == np.bool_
             and keys[0].shape == tuple(shape)):  # a mask of the whole array
@@ -240,10 +240,10 @@ def _basic_axes(shape, key):
 
 def _slice_params(shape, key):
     """The Slice record's parameters ``[m, offset, nd, shape, strides]`` for a
-    basic key, or None for any other key: the selection as NumPy's view describes it,
-    in element strides, so that recording ``x[1:]`` writes a handful of
-    integers where an index map has one per element, and the backward adds
-    the gradient through the strides (kernels/structural.py)."""
+    basic key, or None for any other key: the selection as NumPy's view
+    describes it, in element strides, so that recording ``x[1:]`` writes a
+    handful of integers where an index map has one per element, and the
+    backward adds the gradient through the strides (kernels/structural.py)."""
     basic = _basic_axes(shape, key)
     if basic is None:
         return None
