@@ -400,7 +400,8 @@ class TestIndexing:
         elif kind == "part_mask":
             key = (rng.random(shape[:1]) < 0.5,)
         elif kind == "mixed":
-            key = (slice(None, None, -1), rng.integers(0, shape[1], 3)) if nd > 1 else (None, [0, -1])
+            key = ((slice(None, None, -1), rng.integers(0, shape[1], 3)) if nd > 1
+                   else (None, [0, -1]))
         else:
             key = (Ellipsis, rng.integers(-shape[-1], shape[-1], (2, 2)))
         if type(key) is tuple and len(key) == 1 and data.draw(st.booleans()):
