@@ -30,7 +30,7 @@ from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, RIX, PTRS, APTR, REACHED 
 from ._views import _voidptr, carray, advance, copy_into, odometer, parent, rows_of, value
 from .dispatch import FAILED, MISSING, SIG_EXTRA, Families, call_entry_extra, load_tape
 from .rules import d_binary, d_scalar, d_unary
-from .structural import _out_map
+from .structural import _out_map, strided
 from .user import call_d2, call_d3
 
 
@@ -334,13 +334,17 @@ def reduce_jvp(T, r, sub, p):
 @inner
 def gather_jvp(T, r, sub, p):
     """``ip`` holds ``[m, idx...]``: output k's tangent is input ``idx_k``'s
-    (zero where ``idx_k`` is -1).  A multi-output record (size 0) fills its
-    outputs' span, which follows it."""
+    (zero where ``idx_k`` is -1), or the strided form ``[m, offset, nd,
+    shape, strides]``.  A multi-output record (size 0) fills its outputs'
+    span, which follows it."""
     ip = T[IP]
     b = T[IP0][r]
     m = ip[b]
     ty = tangent_span(T, r, m, p)
     tx = tangent(T, parent(T, r, 0), p)
+    if strided(sub):  # the strided form (kernels/codes.py): no map to read
+        _strided_rows(ty, tx, ip, b + 1, m, p)
+        return
     for k in range(m):
         i = ip[b + 1 + k]
         y = row(ty, k, p)
@@ -351,6 +355,26 @@ def gather_jvp(T, r, sub, p):
         else:
             for q in range(p):
                 y[q] = 0.0
+
+
+@inline
+def _strided_rows(ty, tx, ip, at, m, p):
+    """Output k's p tangent entries are those of operand element ``offset +
+    sum_d i_d * strides[d]`` (``ip[at:]``: ``[offset, nd, shape, strides]``),
+    k walking the output in C order with the odometer."""
+    off = ip[at]
+    nd = ip[at + 1]
+    if nd == 0:
+        y, x = row(ty, 0, p), row(tx, off, p)
+        for q in range(p):
+            y[q] = x[q]
+        return
+    shape, strides, cnt, pos = odometer(ip, at + 1, nd, 1)
+    for k in range(m):
+        y, x = row(ty, k, p), row(tx, off + pos[0], p)
+        for q in range(p):
+            y[q] = x[q]
+        advance(shape, strides, cnt, pos)
 
 
 @inner

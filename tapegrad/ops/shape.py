@@ -148,12 +148,14 @@ def _advanced_map(shape, key):
         cs[d] = cs[d + 1] * shape[d + 1]
     if (0 < len(keys) <= len(shape)
             and all(type(k) is np.ndarray and k.dtype.kind in "iu" for k in keys)):
-        flat = 0
+        flat = None
         for k, n, st in zip(keys, shape, cs):
-            flat = flat + np.where(k < 0, k + n, k).astype(np.int64) * st
+            k = _from_end(k, n)
+            k = k if st == 1 else k * st
+            flat = k if flat is None else flat + k
         rest = cs[len(keys) - 1]
         if rest == 1:
-            return np.asarray(flat, np.int64)
+            return flat
         return np.add.outer(flat, np.arange(rest, dtype=np.int64)).reshape(
             np.shape(flat) + tuple(shape[len(keys):]))
     flat = None
@@ -345,9 +347,15 @@ def _take_map(shape, indices, axis):
     NumPy has accepted: negative ones count from the end)."""
     k = np.asarray(indices, np.int64)
     if axis is None:
-        n = int(np.prod(shape))
-        return np.where(k < 0, k + n, k)
+        return _from_end(k, int(np.prod(shape)))
     return _advanced_map(shape, (slice(None),) * (axis % len(shape)) + (k,))
+
+
+def _from_end(k, n):
+    """Integer indices into an axis of n (valid ones) as int64 in ``[0, n)``:
+    no copy when none is negative."""
+    k = np.asarray(k, np.int64)
+    return np.where(k < 0, k + n, k) if k.size and k.min() < 0 else k
 
 
 def _along_key(shape, indices, axis):
