@@ -467,10 +467,10 @@ class Tape(_Liveness, _Writes):
         value and adjoint layout ``adj`` (an :class:`~tapegrad.autograd.Adjoints`).
 
         ``slices``: whether the reader runs gathers in the strided form
-        (kernels/codes.py: ``STRIDED``; the first-order sweep and forward
-        mode do).  Any other reader gets them as the Index records of the
-        same selections, in copies of ``op``, ``ip0`` and ``ip``; the tape
-        is not changed.
+        (kernels/codes.py: ``STRIDED``; the reverse, vector, block and
+        forward sweeps do).  Any other reader gets them as the Index records
+        of the same selections, in copies of ``op``, ``ip0`` and ``ip``; the
+        tape is not changed.
         """
         self.arg0[self.n] = self.na  # closes the last record's parents
         # the addresses of the kept values, found once per value: a backward

@@ -59,9 +59,10 @@ CUMSUM, CUMPROD = range(2)
 # transposes, broadcast_to, flip, diagonal, and unbind's outputs one after
 # the other (a moveaxis) -- and hold ``[m, offset, nd, shape, strides]`` in
 # place of the map: output element ``(i_0, ..)`` in C order reads operand
-# element ``offset + sum_d i_d * strides[d]``.  The first-order sweep and
-# forward mode read that form; ``Tape.arrays`` hands every other compiled
-# loop, and a trace its replay, the Index record of the same map.
+# element ``offset + sum_d i_d * strides[d]``.  The eager sweeps (reverse,
+# vector, block, forward) read that form; a trace's replay holds the Index
+# record of the same map (``_Replay._build``), and so does what
+# ``Tape.arrays`` hands any other reader.
 TRANSPOSE, INDEX, EXPAND, SWAPAXES, UNBIND = 0, 1, 2, 3, 5
 MOVEAXIS, FLIP, DIAGONAL, SLICE = 6, 7, 11, 20
 STRIDED = (TRANSPOSE, EXPAND, SWAPAXES, UNBIND, MOVEAXIS, FLIP, DIAGONAL, SLICE)

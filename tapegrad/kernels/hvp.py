@@ -36,7 +36,7 @@ from ._views import _voidptr, carray, advance, claim, odometer, parent, value
 from .dispatch import (FAILED, MISSING, SIG_CTX, Families, call_entry_ctx, load_block_ctx,
                        load_tape)
 from .tangents import fwd_layout
-from .structural import _out_map
+from .structural import _out_map, strided
 from .sweep import layout
 from .rules import (d2_binary, d2_scalar, d2_unary, d_binary, d_scalar, d_unary, nary_has_d2,
                     scalar_has_d2, unary_has_d2)
@@ -235,7 +235,7 @@ def _sum(T, stride, r, sub, treached, p1):
 
 
 @inline
-def _gather(T, stride, r, treached, p1):
+def _gather(T, stride, r, sub, treached, p1):
     q = parent(T, r, 0)
     if not treached[q]:
         return
@@ -244,6 +244,9 @@ def _gather(T, stride, r, treached, p1):
     m = ip[b]
     G = _adj(T, stride, r, p1)
     Gq, _ = _take(T, stride, q, T[SIZE][q], p1, False)
+    if strided(sub):  # the strided form (kernels/codes.py): no map to read
+        _strided_block(Gq, G, ip, b + 1, m, p1)
+        return
     j0 = ip[b + 1] if m else 0
     run = j0 >= 0
     for i in range(m):
@@ -260,6 +263,25 @@ def _gather(T, stride, r, treached, p1):
             j = ip[b + 1 + i]
             if j >= 0:
                 Gq[k, j] += G[k, i]
+
+
+@inline
+def _strided_block(Gq, G, ip, at, m, p1):
+    """``Gq[k, offset + sum_d i_d * strides[d]] += G[k, i]`` for each of the p1
+    rows, i walking the output in C order with the odometer (``ip[at:]``:
+    ``[offset, nd, shape, strides]``)."""
+    off = ip[at]
+    nd = ip[at + 1]
+    if nd == 0:
+        for k in range(p1):
+            Gq[k, off] += G[k, 0]
+        return
+    shape, strides, cnt, pos = odometer(ip, at + 1, nd, 1)
+    for i in range(m):
+        j = off + pos[0]
+        for k in range(p1):
+            Gq[k, j] += G[k, i]
+        advance(shape, strides, cnt, pos)
 
 
 # -- the block sweep: its families compiled on first use ----------------------------
@@ -287,7 +309,7 @@ def _sum_entry(tp, cp, r, sub):
 
 def _gather_entry(tp, cp, r, sub):
     stride, tptr, treached, p1, second = load_block_ctx(cp)
-    _gather(load_tape(tp), stride, r, treached, p1)
+    _gather(load_tape(tp), stride, r, sub, treached, p1)
     return 1
 
 
