@@ -384,7 +384,7 @@ def _sweep_and_store(tape, root, seed, retain_graph):
     search = (upto > GRAPH_SEARCH_FROM or tape.n_freed > 0
               or len(tape.stale) > STALE_SEARCH_FROM)
     adj = Adjoints(tape, upto, root if search else None)
-    T = tape.arrays(adj, slices=True) + (adj.reached,)
+    T = tape.arrays(adj) + (adj.reached,)
     adj.add(root, seed)
     reached = adj.reached
     retained = []  # (non-leaf that retains its grad, gradient)

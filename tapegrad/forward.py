@@ -169,7 +169,7 @@ def _push(tape, out, recs, live, seeds, upto, res, p):
         for k, r in enumerate(recs):
             if r is not None:
                 tan.block(r)[...] = _seed_rows(seeds, k, lo, hi).T
-        T = tape.arrays(tan, slices=True) + (tan.reached,)  # gather_jvp reads strides
+        T = tape.arrays(tan) + (tan.reached,)
         _sweep(tape, tan, T)
         res[lo:hi] = tan.block(out._rec).T
     return res

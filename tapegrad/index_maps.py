@@ -3,7 +3,7 @@ second-order rules of ``second_rules.py``, the Hessian patterns of
 ``sparsity.py``, ``create_graph``): which element of an operand each output
 element reads, from the integer parameters the compiled kernels walk with an
 odometer (``kernels/_views.py``); and the Index records of the gathers held
-in the strided form, for the compiled loops that read index maps only.
+in the strided form, for a trace's replay, whose loops read index maps.
 """
 import numpy as np
 
@@ -13,9 +13,8 @@ _I64 = np.int64
 _INDEX = C.code(C.K_GATHER, C.INDEX)
 #: the op codes of gathers held in the strided form (kernels/codes.py)
 STRIDED_CODES = np.array([C.code(C.K_GATHER, s) for s in C.STRIDED], _I64)
-_STRIDED = frozenset(STRIDED_CODES.tolist())
 #: by op code, whether it is one of them (a lookup: numpy.isin costs tens of
-#: microseconds, a transform's arrays pay it on every call)
+#: microseconds)
 _IS_STRIDED = np.zeros((C.K_GATHER + 1) << C.SHIFT, np.bool_)
 _IS_STRIDED[STRIDED_CODES] = True
 
@@ -51,19 +50,23 @@ def gather_map(tape, r):
     element of its operand each output element reads, -1 for a filled-in
     zero."""
     b = int(tape.ip0[r])
-    if int(tape.op[r]) in _STRIDED:
+    if _is_strided(tape.op[r]):
         return slice_map(tape.ip, b)
     return tape.ip[b + 1:b + 1 + int(tape.ip[b])]
+
+
+def _is_strided(op):
+    """Whether op code(s) ``op`` are of gathers in the strided form."""
+    return _IS_STRIDED[np.minimum(op, _IS_STRIDED.size - 1)]
 
 
 def as_index_records(op, ip0, ip, n, ni):
     """``(op, ip0, ip)`` of a tape's first n records with every strided
     gather record made the Index record of the same selection (its map
-    appended after the ``ni`` integer parameters in use), for the compiled
-    loops that read index maps; copies, the arrays given are left as they
-    are."""
-    ops = op[:n]
-    rs = np.flatnonzero(_IS_STRIDED[np.minimum(ops, _IS_STRIDED.size - 1)]).tolist()
+    appended after the ``ni`` integer parameters in use), for a trace's
+    replay, whose loops read index maps; copies, the arrays given are left
+    as they are."""
+    rs = np.flatnonzero(_is_strided(op[:n])).tolist()
     if not rs:
         return op, ip0, ip
     maps = [slice_map(ip, int(ip0[r])) for r in rs]

@@ -113,7 +113,7 @@ class HvpPlan:
         if not self.live:
             return None
         tape, tan, adj, p, root = self.tape, self.tan, self.adj, self.p, self.root
-        T = tape.arrays(tan, slices=True) + (tan.reached,)  # both sweeps read strides
+        T = tape.arrays(tan) + (tan.reached,)
         FW._sweep(tape, tan, T)
         if self.aptr0 is not None:
             adj.aptr[:] = self.aptr0

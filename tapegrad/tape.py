@@ -31,7 +31,6 @@ import numpy as np
 from .kernels import codes as C
 from .kernels._views import SMALL
 from .kernels.optable import READS_INPUTS, READS_OUTPUT
-from .index_maps import as_index_records
 from .tape_liveness import TOKEN_HOLDERS, _Liveness, _writeable  # noqa: F401 (re-exported)
 from .tape_writes import Flipped, SavedIndex, Stale, _Writes
 
@@ -89,7 +88,7 @@ class Tape(_Liveness, _Writes):
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
                  "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed",
-                 "kept_bytes", "check_bytes", "n_slices", "__weakref__")
+                 "kept_bytes", "check_bytes", "__weakref__")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -151,8 +150,6 @@ class Tape(_Liveness, _Writes):
         # freed are n - n_none - n_freed (see after_backward)
         self.n_none = 0
         self.n_freed = 0
-        # gathers in the strided form (an upper bound: see arrays)
-        self.n_slices = 0
         self._update_room()
         self.tok = Epoch(self)
         self.base = _getrefcount(self.tok)
@@ -462,16 +459,11 @@ class Tape(_Liveness, _Writes):
             self.zeroed[a.dtype] = base
 
     # -- the view the kernels take ---------------------------------------------------
-    def arrays(self, adj, slices=False):
+    def arrays(self, adj):
         """The tuple of arrays the sweep reads (see kernels/_views.py), with the
         value and adjoint layout ``adj`` (an :class:`~tapegrad.autograd.Adjoints`).
-
-        ``slices``: whether the reader runs gathers in the strided form
-        (kernels/codes.py: ``STRIDED``; the reverse, vector, block and
-        forward sweeps do).  Any other reader gets them as the Index records
-        of the same selections, in copies of ``op``, ``ip0`` and ``ip``; the
-        tape is not changed.
-        """
+        Gathers may be in the strided form (kernels/codes.py: ``STRIDED``),
+        which every compiled loop over a tape reads."""
         self.arg0[self.n] = self.na  # closes the last record's parents
         # the addresses of the kept values, found once per value: a backward
         # costs what its graph costs, not what every kept value does
@@ -483,10 +475,7 @@ class Tape(_Liveness, _Writes):
                                           for a in self.refs[k:m]), _INT, m - k)
             self.nptrs = m
         ptrs = self.ptrs[:m]
-        op, ip0, ip = self.op, self.ip0, self.ip
-        if self.n_slices and not slices:
-            op, ip0, ip = as_index_records(op, ip0, ip, self.n, self.ni)
-        return (op, self.arg0, self.size, ip0, self.args, ip, self.fp,
+        return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
                 self.v1, self.vals, adj.voff, self.rix, ptrs, adj.aptr)
 
 

@@ -52,7 +52,7 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True, own=Fal
             raise _freed_error()
     upto = max(_root_span(tape, t._rec) for t, _ in graph)
     adj = _Slabs(tape, upto, p) if p > 1 else Adjoints(tape, upto)
-    T = tape.arrays(adj, slices=True) + (adj.reached,)  # every sweep of _run reads strides
+    T = tape.arrays(adj) + (adj.reached,)
     for t, s in graph:
         s = s.reshape(p, -1)
         view = adj.block(t._rec) if p > 1 else adj[t._rec][None, :]

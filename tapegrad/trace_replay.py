@@ -427,11 +427,10 @@ class _Replay(_BatchMethods):
     def na(self):
         return int(self.arg0[self.n])
 
-    def arrays(self, adj, slices=False):
+    def arrays(self, adj):
         """The tape view the sweeps read (kernels/_views.py): this replay's
         values with the adjoint or tangent layout ``adj`` -- so forward.py's
-        tangent sweep and second.py's hvp pass run on a replay as on a tape.
-        ``slices`` as for ``Tape.arrays``: a replay holds index maps only."""
+        tangent sweep and second.py's hvp pass run on a replay as on a tape."""
         return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
                 self.v1, self.vals, adj.voff, self.rix, self.ptrs, adj.aptr)
 

@@ -216,6 +216,20 @@ def _unused_outputs_scenario(case):
 IDX_VAL = np.arange(12.0).reshape(3, 4) / 3
 
 
+def _scatters_like_numpy(numbers, select, want):
+    """``select`` of a leaf of ``numbers / 7`` gives NumPy's selection ``want``
+    of the element numbers, and its gradient scatters through it (np.add.at:
+    repeats accumulate)."""
+    x = leaf(numbers / 7.0)
+    y = select(x)
+    close(y, want / 7.0)
+    seed = np.arange(1.0, want.size + 1).reshape(want.shape)
+    (y * seed).sum().backward()
+    expected = np.zeros(numbers.shape)
+    np.add.at(expected.reshape(-1), want.ravel(), seed.ravel())
+    close(x.grad if x.grad is not None else np.zeros(numbers.shape), expected)
+
+
 class TestIndexing:
     @pytest.mark.parametrize("key", [
         1, -1, (1, 2), slice(1, None), (slice(None), slice(None, None, 2)),
@@ -370,14 +384,7 @@ class TestIndexing:
         assert p[0] == want.size and tuple(p[3:3 + p[2]]) == want.shape
         if want.size:
             np.testing.assert_array_equal(slice_map(p, 0), want.ravel())
-        x = leaf(numbers / 7.0)
-        y = x[key]
-        close(y, want / 7.0)
-        seed = np.arange(1.0, want.size + 1).reshape(want.shape)
-        (y * seed).sum().backward()
-        expected = np.zeros(shape)
-        np.add.at(expected.reshape(-1), want.ravel(), seed.ravel())
-        close(x.grad if x.grad is not None else np.zeros(shape), expected)
+        _scatters_like_numpy(numbers, lambda x: x[key], want)
 
     @settings(max_examples=300, deadline=None)
     @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), data=st.data())
@@ -410,14 +417,7 @@ class TestIndexing:
         got = _advanced_map(shape, key if not isinstance(key, tuple) else
                             tuple(np.asarray(k) if isinstance(k, list) else k for k in key))
         np.testing.assert_array_equal(np.ravel(got), np.ravel(want))
-        x = leaf(numbers / 7.0)
-        y = x[key]
-        close(y, want / 7.0)
-        seed = np.arange(1.0, want.size + 1).reshape(want.shape)
-        (y * seed).sum().backward()
-        expected = np.zeros(shape)
-        np.add.at(expected.reshape(-1), want.ravel(), seed.ravel())
-        close(x.grad if x.grad is not None else np.zeros(shape), expected)
+        _scatters_like_numpy(numbers, lambda x: x[key], want)
 
     @settings(max_examples=200, deadline=None)
     @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), data=st.data())
@@ -441,14 +441,7 @@ class TestIndexing:
             idx = rng.integers(-n, n, tuple(data.draw(st.lists(st.integers(0, 3), max_size=2))))
             fn, npfn = tg.take, np.take
         want = npfn(numbers, idx, axis)
-        x = leaf(numbers / 7.0)
-        y = fn(x, idx, axis)
-        close(y, want / 7.0)
-        seed = np.arange(1.0, want.size + 1).reshape(want.shape)
-        (y * seed).sum().backward()
-        expected = np.zeros(shape)
-        np.add.at(expected.reshape(-1), want.ravel(), seed.ravel())
-        close(x.grad if x.grad is not None else np.zeros(shape), expected)
+        _scatters_like_numpy(numbers, lambda x: fn(x, idx, axis), want)
 
     def test_chained_indexing(self):
         x = leaf(IDX_VAL)

@@ -1,7 +1,8 @@
-"""Basic indexing (ints, slices, ``None``, ``...``) records a Slice: the
-selection's offset, shape and element strides, no index map.  The
-first-order sweep adds the gradient through the strides; every other
-transform reads the Index record of the same selection.
+"""Selections NumPy makes as views -- basic indexing (a Slice record),
+transposes, broadcast_to, flip, diagonal, unbind -- record the view's
+offset, shape and element strides, no index map.  The compiled sweeps walk
+the strides; a trace's replay, create_graph and the sparsity patterns read
+the Index record of the same selection.
 
 The oracles: NumPy's own view of the same key (``want[key] += w``), and the
 same selection made with an integer-array key, which records an Index
@@ -143,7 +144,7 @@ def test_the_oracle_records_index_maps():
 
 
 @pytest.mark.parametrize("shape", [(6, 6), (70, 90)])
-def test_every_transform_reads_slices_as_their_index_maps(shape):
+def test_every_transform_agrees_with_index_maps(shape):
     """grad, jvp, double backward (create_graph) and a trace's replay of the
     stencil equal those of the same selections made by index maps; so do
     jacobians (several vectors at once), dense and sparse Hessians."""
@@ -172,8 +173,9 @@ def test_every_transform_reads_slices_as_their_index_maps(shape):
 
 
 def test_other_transforms_leave_the_tapes_slices_as_they_are():
-    """A transform that reads index maps gets them in copies: a graph kept on
-    the same tape still holds its Slice records and backwards correctly."""
+    """A transform run on the same thread leaves the tape's Slice records as
+    they are: a graph kept beside it still holds them and backwards
+    correctly."""
     def run():
         X = np.arange(12.0).reshape(3, 4)
         x = leaf(X)

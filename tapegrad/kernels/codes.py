@@ -59,10 +59,9 @@ CUMSUM, CUMPROD = range(2)
 # transposes, broadcast_to, flip, diagonal, and unbind's outputs one after
 # the other (a moveaxis) -- and hold ``[m, offset, nd, shape, strides]`` in
 # place of the map: output element ``(i_0, ..)`` in C order reads operand
-# element ``offset + sum_d i_d * strides[d]``.  The eager sweeps (reverse,
-# vector, block, forward) read that form; a trace's replay holds the Index
-# record of the same map (``_Replay._build``), and so does what
-# ``Tape.arrays`` hands any other reader.
+# element ``offset + sum_d i_d * strides[d]``.  Every compiled loop over a
+# tape (reverse, vector, block, forward) reads that form; a trace's replay
+# holds the Index record of the same map (``_Replay._build``).
 TRANSPOSE, INDEX, EXPAND, SWAPAXES, UNBIND = 0, 1, 2, 3, 5
 MOVEAXIS, FLIP, DIAGONAL, SLICE = 6, 7, 11, 20
 STRIDED = (TRANSPOSE, EXPAND, SWAPAXES, UNBIND, MOVEAXIS, FLIP, DIAGONAL, SLICE)

@@ -391,8 +391,10 @@ def gather_vjp(T, r, sub):
 @inline
 def strided(sub):
     """Whether a gather record of ``sub`` holds the strided form (codes.STRIDED)."""
-    return (sub == C.SLICE or sub == C.TRANSPOSE or sub == C.EXPAND or sub == C.SWAPAXES
-            or sub == C.MOVEAXIS or sub == C.FLIP or sub == C.DIAGONAL or sub == C.UNBIND)
+    for s in C.STRIDED:
+        if sub == s:
+            return True
+    return False
 
 
 @inline

@@ -115,7 +115,6 @@ def _gather(code, fn, x, index_fn=None, basic=_NO_KEY, view=None, map_of=None):
     elif view is not None:
         p = _view_params(np.shape(xd), view)
     if p is not None:
-        tape.n_slices += 1  # before the record: an over-count costs nothing (Tape.arrays)
         return _result(tape, tape.record(code, (_node(tape, x),), data, p), data)
     if basic is not _NO_KEY or view is not None:
         code = _INDEX  # (no view after all) a strided code means the strided form
@@ -521,7 +520,6 @@ def getitem(a, key):
                     ip[ni + 2] = 0
                     tape.ni = ni + 3
                     tape.w_v1[r] = data  # size is 1 by default
-                    tape.n_slices += 1  # before publishing: an over-count costs nothing
                     tape.n = r + 1
                 except BaseException:
                     tape.abandon(r, na)
@@ -628,7 +626,6 @@ def _slice_fast(a, key):
         ip[ni + 3] = m
         ip[ni + 4] = idx.step
         tape.ni = ni + 5
-        tape.n_slices += 1  # before publishing: an over-count costs nothing (Tape.arrays)
         tape._value(r, data)
         tape.n = r + 1
     except BaseException:
@@ -660,7 +657,6 @@ def _multi(code, x, pieces_of, view=None):
         p = _view_params(np.shape(xd), view)
         if p is None:  # (a strided code means the strided form: cannot happen)
             raise RuntimeError(f"op code {code}: its outputs are no view of the operand")
-        tape.n_slices += 1  # before the record: an over-count costs nothing (Tape.arrays)
     else:
         grid = np.arange(np.size(xd)).reshape(np.shape(xd))
         idx = np.concatenate([np.ravel(p) for p in pieces_of(grid)] or [np.zeros(0, np.int64)])
