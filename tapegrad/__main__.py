@@ -41,6 +41,17 @@ def _steps():
 
     yield "graph search of a long tape", long_tape
     yield from dispatch.VJP.warm()
+
+    def float32():
+        # a float32 graph of large values sweeps in float32 (autograd.Adjoints):
+        # the sweep and the fused kernel compile a second time for it
+        from tapegrad.fused_backward import FUSE_MIN
+        for n in (64, FUSE_MIN):
+            t = tg.tensor(np.linspace(0.1, 0.9, n).astype(np.float32), requires_grad=True)
+            (tg.sin(t) * t * 2.0).sum().backward()
+
+    yield "float32 reverse sweep", float32
+    yield from dispatch.VJP32.warm()
     yield "Jacobians (vector sweep)", lambda: tg.jacobian(lambda v: tg.sin(v) * v)(x)
 
     def jacobian_products():

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import hooks as H
 from .fused_backward import run as fused_run
-from .kernels._views import SMALL
+from .kernels._views import SMALL, V1, VALS
 from .graph import view_codes
 from .kernels.sweep import graph_addresses, graph_of, layout, sweep
 from .ops.registry import OUTPUT, REGISTRY
@@ -257,11 +257,16 @@ class Adjoints:
     is a NumPy view for Python (host records, leaves).
     """
 
-    def __init__(self, tape, upto, first=None):
+    #: whether the adjoints are float32 (a float32 sweep: see ``_float32_graph``)
+    float32 = False
+
+    def __init__(self, tape, upto, first=None, float32=False):
         """``first``: lay out only the graph that records ``first .. upto-1``
         reach (``order`` lists it, descending), in time that grows with that
         graph and not with the rest of the tape; None: every record below
-        ``upto`` (``order`` is None)."""
+        ``upto`` (``order`` is None).  ``float32``: the root is float32 --
+        then the adjoints are float32 if the whole graph is
+        (:func:`_float32_graph`)."""
         if first is None:
             self.order = None
             self.voff, self.off, self.leaf, inner, outer = layout(tape.op, tape.size, upto, SMALL)
@@ -281,17 +286,25 @@ class Adjoints:
                 tape.rezero(seen, found[0])
                 tape.graph = (key, found)
             self.order, self.off, self.leaf, inner, outer = found
-        if tape.scratch is None or tape.scratch.size < inner:
-            tape.scratch = np.empty(max(inner, 1024))
-        self.A = tape.scratch
-        self.L = np.empty(outer)
+        if float32 and _float32_graph(tape, upto, self.order, self.leaf):
+            self.float32 = True
+            if tape.scratch32 is None or tape.scratch32.size < inner:
+                tape.scratch32 = np.empty(max(inner, 1024), np.float32)
+            self.A = tape.scratch32
+            self.L = np.empty(outer, np.float32)
+        else:
+            if tape.scratch is None or tape.scratch.size < inner:
+                tape.scratch = np.empty(max(inner, 1024))
+            self.A = tape.scratch
+            self.L = np.empty(outer)
+        self.item = item = self.A.itemsize
         self.size = tape.size
         if self.order is None:
-            self.aptr = self.off * 8 + np.where(self.leaf, self.L.ctypes.data,
-                                                self.A.ctypes.data)
+            self.aptr = self.off * item + np.where(self.leaf, self.L.ctypes.data,
+                                                   self.A.ctypes.data)
         else:
             self.aptr = graph_addresses(self.order, self.off, self.leaf, self.L.ctypes.data,
-                                        self.A.ctypes.data, upto)
+                                        self.A.ctypes.data, upto, item)
         # with a graph, only its records are ever reached: backward() gives
         # the marks back to the tape's scratch (Tape.rezero)
         self.reached = (np.zeros(upto, np.bool_) if self.order is None
@@ -300,11 +313,25 @@ class Adjoints:
     def __getitem__(self, r):
         # from the address: the sweep may have let r share a consumer's adjoint
         base = self.L if self.leaf[r] else self.A
-        o = (int(self.aptr[r]) - base.ctypes.data) // 8
+        o = (int(self.aptr[r]) - base.ctypes.data) // base.itemsize
         return base[o:o + self.size[r]]
 
+    def tape_arrays(self, tape):
+        """The tuple the sweep reads (kernels/_views.py): ``tape.arrays`` and
+        ``reached``; a float32 sweep reads float32 copies of the small values
+        (``v1``, ``vals``), whose dtype tells its kernels apart."""
+        T = tape.arrays(self) + (self.reached,)
+        if self.float32:
+            # (records outside the graph may hold float64 numbers that
+            # overflow float32: their entries are never read)
+            with np.errstate(over="ignore"):
+                T = T[:V1] + (T[V1][:tape.n].astype(np.float32),
+                              T[VALS][:max(tape.nv, 1)].astype(np.float32)) + T[VALS + 1:]
+        return T
+
     def value(self, tape, r, shape):
-        """Record r's recorded value (float64), for a host VJP."""
+        """Record r's recorded value (float64, or float32 for a large float32
+        value), for a host VJP."""
         n = tape.size[r]
         if n == 1:
             flat = tape.v1[r:r + 1]
@@ -331,6 +358,27 @@ class Adjoints:
         else:
             view[:] = g.reshape(-1)
             self.reached[r] = True
+
+
+def _float32_graph(tape, upto, order, leaf):
+    """Whether the graph below ``upto`` (the records of ``order``, or every
+    record) sweeps in float32: it holds large values (more than ``SMALL``
+    elements), every one of them is float32 (``tape.f32``), and so is every
+    leaf it reaches.  Anything float64 keeps the sweep in float64, as does
+    a graph of small values only: those live in the float64 arenas anyway,
+    and a float32 sweep would compile every kernel a second time for it."""
+    if not tape.held32 and not tape.f32[:upto].any():
+        return False
+    recs = np.arange(upto) if order is None else order
+    big = tape.size[recs] > SMALL
+    if not big.any() or not tape.f32[recs[big]].all():
+        return False
+    leaves = tape.leaves
+    for r in recs[leaf[recs]].tolist():
+        x = leaves.get(r)
+        if x is not None and x.dtype != np.float32:
+            return False
+    return True
 
 
 #: tapes up to this many records are laid out whole at backward (see backward)
@@ -362,10 +410,10 @@ def backward(t, gradient=None, retain_graph=False):
     # record ops, and a compaction (renumbering records) must wait until the
     # sweep that walks them is over (tape_liveness.compact)
     with tape.walking():
-        _sweep_and_store(tape, t._rec, seed, retain_graph)
+        _sweep_and_store(tape, t._rec, seed, retain_graph, t.dtype == np.float32)
 
 
-def _sweep_and_store(tape, root, seed, retain_graph):
+def _sweep_and_store(tape, root, seed, retain_graph, float32=False):
     """``backward``'s sweep from record ``root``, seeded, and the leaves'
     gradients stored."""
     upto = root + 1
@@ -383,8 +431,8 @@ def _sweep_and_store(tape, root, seed, retain_graph):
     # the graph
     search = (upto > GRAPH_SEARCH_FROM or tape.n_freed > 0
               or len(tape.stale) > STALE_SEARCH_FROM)
-    adj = Adjoints(tape, upto, root if search else None)
-    T = tape.arrays(adj) + (adj.reached,)
+    adj = Adjoints(tape, upto, root if search else None, float32)
+    T = adj.tape_arrays(tape)
     adj.add(root, seed)
     reached = adj.reached
     retained = []  # (non-leaf that retains its grad, gradient)

@@ -102,7 +102,7 @@ def tape_stats():
         "values_v1": 8 * n,
         "values_arena": 8 * tape.nv,
         "values_refs": int(sum(refs.values())),
-        "adjoints": 0 if tape.scratch is None else int(tape.scratch.nbytes),
+        "adjoints": sum(int(a.nbytes) for a in (tape.scratch, tape.scratch32) if a is not None),
         "metadata": rec_meta * n + 8 * tape.na + 8 * tape.ni,
     }
     b["total"] = sum(b.values())

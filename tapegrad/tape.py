@@ -35,6 +35,7 @@ from .tape_liveness import TOKEN_HOLDERS, _Liveness, _writeable  # noqa: F401 (r
 from .tape_writes import Flipped, SavedIndex, Stale, _Writes
 
 _INT = np.int64
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
 _getrefcount = sys.getrefcount
 
@@ -88,10 +89,13 @@ class Tape(_Liveness, _Writes):
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
                  "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed",
-                 "kept_bytes", "check_bytes", "__weakref__")
+                 "kept_bytes", "check_bytes", "f32", "held32", "scratch32", "__weakref__")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
+    #: large float32 outputs are marked (``f32``) and kept as float32
+    #: (a trace's tape keeps float64 values: its replay computes in float64)
+    keeps_float32 = True
     #: a tapegrad.trace_tape.TraceTape: comparisons record and item()/bool() guard
     tracing = False
 
@@ -120,9 +124,11 @@ class Tape(_Liveness, _Writes):
         self.saved = SavedIndex()  # array -> records that saved it, for in-place writes
         self.sums = []             # (array, checksum) of kept values, in anomaly mode
         self.scratch = None        # adjoint arena, reused across backwards
+        self.scratch32 = None      # the same for float32 sweeps
         self.graph = None          # the last graph search's key and result (autograd.Adjoints)
         self.zeroed = {}           # dtype -> an all-zero scratch array (Tape.zeros)
         self.kept_bytes = 0        # bytes of the values in refs (Tape.keep)
+        self.held32 = 0            # float32 values kept (an upper bound: see arrays)
         self.check_bytes = self.CHECK_BYTES  # kept bytes from which to try compact()
         self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
         # across epochs, so a tape that regularly grows large is not scanned
@@ -138,6 +144,9 @@ class Tape(_Liveness, _Writes):
         self.rix = np.full(cap, -1, _INT)  # index in refs of a kept large value
         self.freed = np.zeros(cap, np.bool_)
         self.voff = np.zeros(cap, _INT)  # where a mid-size value starts in vals
+        # a large (> SMALL elements) float32 output: its kept value stays
+        # float32, and a graph of only such records sweeps in float32
+        self.f32 = np.zeros(cap, np.bool_)
 
     def _new_epoch(self):
         self.n = 0                 # records
@@ -174,7 +183,7 @@ class Tape(_Liveness, _Writes):
         self._unpublish()
         cap = 2 * len(self.op)
         grown = {}
-        for k in ("arg0", "size", "ip0", "fp", "v1", "rix", "freed", "voff", "op"):
+        for k in ("arg0", "size", "ip0", "fp", "v1", "rix", "freed", "voff", "f32", "op"):
             a = getattr(self, k)
             b = np.full(cap + (k == "arg0"), {"size": 1, "rix": -1}.get(k, 0), a.dtype)
             b[:len(a)] = a
@@ -340,6 +349,7 @@ class Tape(_Liveness, _Writes):
         self.rix[r] = -1
         self.ip0[r] = 0
         self.fp[r] = 0.0
+        self.f32[r] = False
         s = self.size[:r]
         self.nv = int(s[(s > 1) & (s <= SMALL)].sum())
 
@@ -366,8 +376,11 @@ class Tape(_Liveness, _Writes):
             self.vals[nv:nv + size] = np.ravel(value)
             self.voff[r] = nv
             self.nv = nv + size
-        elif READS_OUTPUT[self.op[r]]:
-            self.keep(r, value)
+        else:
+            if value.dtype == _F32 and self.keeps_float32:
+                self.f32[r] = True
+            if READS_OUTPUT[self.op[r]]:
+                self.keep(r, value)
         if inputs is not None and READS_INPUTS[self.op[r]]:
             a0 = self.arg0[r]
             for j, x in enumerate(inputs):
@@ -391,27 +404,31 @@ class Tape(_Liveness, _Writes):
             self._value(r, data, inputs)
 
     def keep(self, r, value):
-        """Keep record r's large value for the sweep."""
+        """Keep record r's large value for the sweep: float32 if the record's
+        output is (``f32``), else float64."""
+        a = self._hold(np.asarray(value), _F32 if self.f32[r] else _F64)
         k = self.rix[r] = len(self.refs)
-        a = self._hold(np.asarray(value))
         self.refs.append(a)
         self.ref_rec[k] = r
         self.nheld[id(a)] = self.nheld.get(id(a), 0) + 1
         self.kept_bytes += a.nbytes
+        if a.dtype == _F32:
+            self.held32 += 1
 
     def walking(self):
         """A :class:`Walking` context for a walk that runs user code."""
         return Walking(self)
 
-    def _hold(self, value):
-        """Keep a large value for the sweep without copying when possible.
+    def _hold(self, value, dtype):
+        """Keep a large value for the sweep as a C-contiguous array of
+        ``dtype``, without copying when it is one.
 
         The array is made read-only while the tape holds it, so a gradient is
         never computed from data changed after it was recorded; the flag is
         restored when the tape lets the array go.
         """
-        if value.dtype != np.float64 or not value.flags.c_contiguous:
-            return np.ascontiguousarray(value, dtype=np.float64)
+        if value.dtype != dtype or not value.flags.c_contiguous:
+            return np.ascontiguousarray(value, dtype=dtype)
         if value.flags.writeable:
             value.flags.writeable = False
             self.flipped.append(value)
@@ -463,7 +480,11 @@ class Tape(_Liveness, _Writes):
         """The tuple of arrays the sweep reads (see kernels/_views.py), with the
         value and adjoint layout ``adj`` (an :class:`~tapegrad.autograd.Adjoints`).
         Gathers may be in the strided form (kernels/codes.py: ``STRIDED``),
-        which every compiled loop over a tape reads."""
+        which every compiled loop over a tape reads.
+
+        Kept float32 values are addressed as they are for a float32 sweep
+        (``adj.float32``); every other loop reads float64, and gets the
+        addresses of float64 copies of them, which ``adj`` holds."""
         self.arg0[self.n] = self.na  # closes the last record's parents
         # the addresses of the kept values, found once per value: a backward
         # costs what its graph costs, not what every kept value does
@@ -475,8 +496,24 @@ class Tape(_Liveness, _Writes):
                                           for a in self.refs[k:m]), _INT, m - k)
             self.nptrs = m
         ptrs = self.ptrs[:m]
+        if self.held32 and not getattr(adj, "float32", False):
+            ptrs = _float64_ptrs(self.refs, ptrs, adj)
         return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
                 self.v1, self.vals, adj.voff, self.rix, ptrs, adj.aptr)
+
+
+def _float64_ptrs(refs, ptrs, holder):
+    """``ptrs`` with each float32 value's address replaced by a float64
+    copy's; ``holder.wide`` keeps the copies alive."""
+    ptrs = ptrs.copy()
+    copies = []
+    for k, a in enumerate(refs):
+        if a is not None and a.dtype == _F32:
+            c = a.astype(_F64)
+            copies.append(c)
+            ptrs[k] = c.ctypes.data
+    holder.wide = copies
+    return ptrs
 
 
 _CONST = C.code(C.K_NONE, C.CONST)

@@ -273,7 +273,8 @@ class _Liveness:
         n_freed = int(np.count_nonzero(is_op & self.freed[idx]))
         kept_rix = self.rix[idx]
         rix = np.where(kept_rix >= 0, np.cumsum(kept_rix >= 0) - 1, -1)
-        cols = [(name, getattr(self, name)[idx]) for name in ("op", "size", "fp", "v1", "freed")]
+        cols = [(name, getattr(self, name)[idx])
+                for name in ("op", "size", "fp", "v1", "freed", "f32")]
         refs = [self.refs[k] for k in kept_rix if k >= 0]
         ref_rec = dict(enumerate(np.flatnonzero(kept_rix >= 0).tolist()))
         nheld = {}
@@ -322,6 +323,7 @@ class _Liveness:
             self._update_room()
             self.refs, self.ref_rec, self.nheld = refs, ref_rec, nheld
             self.kept_bytes = kept_bytes
+            self.held32 = sum(a is not None and a.dtype == np.float32 for a in refs)
             self.check_bytes = max(self.CHECK_BYTES, 2 * kept_bytes)
             self.saved = SavedIndex()
             self.nptrs = 0
@@ -349,6 +351,8 @@ class _Liveness:
         self.fp[:n] = 0.0
         self.size[:n] = 1
         self.rix[:n] = -1
+        self.f32[:n] = False
+        self.held32 = 0
         for a in self.flipped:
             _writeable(a)
         self.flipped.clear()

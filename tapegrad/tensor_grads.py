@@ -25,7 +25,8 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True, own=Fal
 
     ``roots`` are tensors, ``seeds`` arrays of shape ``(p,) + root.shape``;
     ``inputs`` are tensors (leaves or not).  Returns one ``(p,) + input.shape``
-    float64 array per input, or None for an input no root depends on.  Leaves'
+    float64 array per input (float32 for one vector through a float32 graph),
+    or None for an input no root depends on.  Leaves'
     ``.grad`` are not touched.  ``own``: the values the inputs' own records
     saved count for the in-place check (``backward(inputs=)``: see
     ``autograd.check_stale``).
@@ -51,8 +52,12 @@ def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True, own=Fal
         if t._tok is not tape.tok or tape.freed[t._rec]:
             raise _freed_error()
     upto = max(_root_span(tape, t._rec) for t, _ in graph)
-    adj = _Slabs(tape, upto, p) if p > 1 else Adjoints(tape, upto)
-    T = tape.arrays(adj) + (adj.reached,)
+    if p > 1:
+        adj = _Slabs(tape, upto, p)
+        T = tape.arrays(adj) + (adj.reached,)
+    else:  # float32 roots of a float32 graph: a float32 sweep (autograd.Adjoints)
+        adj = Adjoints(tape, upto, None, all(t.dtype == np.float32 for t, _ in graph))
+        T = adj.tape_arrays(tape)
     for t, s in graph:
         s = s.reshape(p, -1)
         view = adj.block(t._rec) if p > 1 else adj[t._rec][None, :]

@@ -38,6 +38,7 @@ class TraceTape(Tape):
     into guards."""
 
     keeps_freed_values = True  # see tape_liveness._Liveness
+    keeps_float32 = False  # see tape.Tape
 
     tracing = True
 

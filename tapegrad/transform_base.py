@@ -58,12 +58,14 @@ class fresh_arenas:
         _arenas.__dict__.clear()
         self.tape = current()
         self.scratch, self.tape.scratch = self.tape.scratch, None
+        self.scratch32, self.tape.scratch32 = self.tape.scratch32, None
         return self
 
     def __exit__(self, *exc):
         _arenas.__dict__.clear()
         _arenas.__dict__.update(self.saved)
         self.tape.scratch = self.scratch
+        self.tape.scratch32 = self.scratch32
 
 
 class _Slabs(Adjoints):

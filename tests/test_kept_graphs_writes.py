@@ -258,8 +258,8 @@ def test_the_adjoint_arena_follows_the_graph_beside_kept_graphs(monkeypatch):
     laid = []
     real = AG.Adjoints.__init__
 
-    def spying(self, tape, upto, first=None):
-        real(self, tape, upto, first)
+    def spying(self, tape, upto, first=None, float32=False):
+        real(self, tape, upto, first, float32)
         laid.append((upto, None if self.order is None else self.order.size))
 
     monkeypatch.setattr(AG.Adjoints, "__init__", spying)

@@ -25,6 +25,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from .dtypes import V1 as _V1, float_dtype
 from .unhandled import unhandled
 
 carray = numba.carray
@@ -35,6 +36,11 @@ _F = types.Array(types.float64, 1, "C")
 _B = types.Array(types.boolean, 1, "C")
 #: the Numba type of the tape tuple (kernels/_views.py)
 TAPE = types.Tuple((_I, _I, _I, _I, _I, _I, _F, _F, _F, _I, _I, _I, _I, _B))
+#: the same for a float32 sweep: ``v1`` and ``vals`` are float32, which
+#: says that every value and adjoint is (kernels/_views.py: float_dtype)
+_F32 = types.Array(types.float32, 1, "C")
+TAPE32 = types.Tuple(TAPE.types[:_V1] + (_F32, _F32) + TAPE.types[_V1 + 2:])
+_TAPES = (TAPE, TAPE32)
 #: the block sweeps' context (kernels/hvp.py): per-record adjoint strides,
 #: tangent addresses, which records carry tangents, the vector count, and
 #: whether second-order terms are wanted
@@ -109,7 +115,7 @@ def _call_codegen(n_ptrs):
 @intrinsic
 def call_entry(typingctx, addr, T, r, sub):
     """``(*addr)(&T, r, sub)`` for an entry of signature ``SIG``."""
-    if not isinstance(addr, types.Integer) or T != TAPE:
+    if not isinstance(addr, types.Integer) or T not in _TAPES:
         return None
     return types.int32(addr, T, r, sub), _call_codegen(1)
 
@@ -117,7 +123,7 @@ def call_entry(typingctx, addr, T, r, sub):
 @intrinsic
 def call_entry_extra(typingctx, addr, T, r, sub, extra):
     """``(*addr)(&T, r, sub, extra)`` for an entry of signature ``SIG_EXTRA``."""
-    if not isinstance(addr, types.Integer) or T != TAPE:
+    if not isinstance(addr, types.Integer) or T not in _TAPES:
         return None
     return types.int32(addr, T, r, sub, extra), _call_codegen(1)
 
@@ -160,6 +166,7 @@ def _borrowed_load(tuple_type):
 
 #: the tape tuple stored at a pointer by :func:`call_entry`, borrowed
 load_tape = _borrowed_load(TAPE)
+load_tape32 = _borrowed_load(TAPE32)
 load_block_ctx = _borrowed_load(BLOCK_CTX)
 
 
@@ -198,6 +205,14 @@ def call_d2(typingctx, addr, x, y):
 def call_d3(typingctx, addr, a, b, y):
     """``(*addr)(a, b, y)`` for a C function ``double f(double, double, double)``."""
     return _double_fn(addr, (a, b, y))
+
+
+@overload(float_dtype, inline="always")
+def _float_dtype_compiled(T):
+    # a constant of the tuple's type (kernels/_views.py)
+    if T.types[_V1].dtype == types.float32:
+        return lambda T: np.float32
+    return lambda T: np.float64
 
 
 @overload(unhandled, inline="always")

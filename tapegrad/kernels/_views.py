@@ -14,18 +14,26 @@ A kernel receives the tape as one tuple ``T`` of flat arrays (see
   5   ip      integer parameters (shapes, strides, index maps)
   6   fp      r's float parameter (the 0.5 in ``x * 0.5``)
   7   v1      r's value when it has one element
-  8   vals    arena of values of 2..SMALL elements, float64
+  8   vals    arena of values of 2..SMALL elements (``v1``'s dtype)
   9   voff    offset of r's value in ``vals``
  10   rix     index of r's value in ``ptrs`` (larger values; -1: not kept)
  11   ptrs    data addresses of large values, held alive by the tape
  12   aptr    address of r's adjoint (leaves and the rest live in two arenas)
  13   reached whether r's adjoint has been written in this sweep
 ====  ======  ===========================================================
+
+A float32 graph (autograd.py: ``Adjoints``) is swept with ``v1`` and
+``vals`` as float32 arrays: its large values are kept as float32 and its
+adjoints are float32, which halves the memory the sweep streams.  The same
+kernel sources serve both: :func:`~tapegrad.kernels.dtypes.float_dtype` is a constant of the
+tuple's type when compiled, so each kernel is compiled once per tuple
+type, the float32 one only when a float32 graph is first swept.
 """
 import numpy as np
 
 from . import codes as C
 from ._jit import deferred, inline
+from .dtypes import V1 as _V1, float_dtype
 from .interpret import array_form
 
 #: Values with at most this many elements are copied into the value arena;
@@ -35,6 +43,7 @@ SMALL = 16
 #: the tape tuple's fields, by position (the table above); kernels index
 #: ``T`` with these names, which Numba reads as constants
 OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1, VALS, VOFF, RIX, PTRS, APTR, REACHED = range(14)
+assert V1 == _V1  # kernels/dtypes.py reads v1 without importing this module
 
 
 #: an integer address as a ``void*``, and ``numba.carray``: an array over it
@@ -51,12 +60,13 @@ def _at(base, offset, n):
     than the whole VJP of a scalar op.  The tape keeps every base alive for
     the duration of the sweep, so borrowed views are safe.
     """
-    return carray(_voidptr(base.ctypes.data + 8 * offset), (n,), np.float64)
+    return carray(_voidptr(base.ctypes.data + base.itemsize * offset), (n,), base.dtype)
 
 
 @inline
 def value(T, v):
-    """Output value of record ``v`` as a flat float64 view.
+    """Output value of record ``v`` as a flat view (float64, or float32 in a
+    float32 sweep: :func:`float_dtype`).
 
     Large values that no VJP reads are not kept; for them this returns the
     record's adjoint memory instead, so that a loop shared by several ops may
@@ -69,21 +79,22 @@ def value(T, v):
         return _at(T[VALS], T[VOFF][v], n)
     k = T[RIX][v]
     if k < 0:
-        return carray(_voidptr(T[APTR][v]), (n,), np.float64)
-    return carray(_voidptr(T[PTRS][k]), (n,), np.float64)
+        return carray(_voidptr(T[APTR][v]), (n,), float_dtype(T))
+    return carray(_voidptr(T[PTRS][k]), (n,), float_dtype(T))
 
 
 @inline
 def adjoint(T, v):
-    """Adjoint of record ``v``'s output as a flat float64 view."""
-    return carray(_voidptr(T[APTR][v]), (T[SIZE][v],), np.float64)
+    """Adjoint of record ``v``'s output as a flat view (float64, or float32
+    in a float32 sweep: :func:`float_dtype`)."""
+    return carray(_voidptr(T[APTR][v]), (T[SIZE][v],), float_dtype(T))
 
 
 @inline
 def adjoint_span(T, v, n):
     """``n`` adjoint elements from record ``v``'s on (the outputs of a
     multi-output record are consecutive in the arena)."""
-    return carray(_voidptr(T[APTR][v]), (n,), np.float64)
+    return carray(_voidptr(T[APTR][v]), (n,), float_dtype(T))
 
 
 @inline

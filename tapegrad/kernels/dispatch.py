@@ -31,11 +31,13 @@ SIG, SIG_EXTRA, SIG_CTX = "SIG", "SIG_EXTRA", "SIG_CTX"
 #: ``call_entry(addr, T, r, sub)`` calls ``(*addr)(&T, r, sub)``;
 #: ``call_entry_extra`` passes one more integer, ``call_entry_ctx`` the
 #: block context by address too; an entry gets the tape back with
-#: ``load_tape(ptr)`` (``load_block_ctx(ptr)``), its arrays borrowed
+#: ``load_tape(ptr)`` (``load_tape32`` in a float32 sweep;
+#: ``load_block_ctx(ptr)``), its arrays borrowed
 call_entry = deferred("call_entry")
 call_entry_extra = deferred("call_entry_extra")
 call_entry_ctx = deferred("call_entry_ctx")
 load_tape = deferred("load_tape")
+load_tape32 = deferred("load_tape32")
 load_block_ctx = deferred("load_block_ctx")
 
 #: sweep returns: ``MISSING - r`` (record r's family is not compiled yet) and
@@ -241,3 +243,83 @@ VJP = Families("dispatch", SIG, {
     C.K_HOST: (_matmul, "small traced matmul VJPs"),
 }, slot)
 TABLE, FAMILIES, _ENTRIES = VJP.table, VJP.families, VJP.entries
+
+# -- the same entries for float32 sweeps (kernels/_views.py: float_dtype) ------------
+# Each family kernel compiles a second time for the float32 tuple, when a
+# float32 graph first reaches it; float64 programs never compile these.
+
+def _unary32(tp, r, sub):
+    unary_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _scalar32(tp, r, sub):
+    scalar_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _nary32(tp, r, sub):
+    nary_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _broadcast32(tp, r, sub):
+    broadcast_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _reduce32(tp, r, sub):
+    reduce_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _full_sum32(tp, r, sub):
+    full_sum_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _sum32(tp, r, sub):
+    sum_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _gather32(tp, r, sub):
+    gather_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _concat32(tp, r, sub):
+    concat_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _scan32(tp, r, sub):
+    scan_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _user32(tp, r, sub):
+    user_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+def _matmul32(tp, r, sub):
+    mm_vjp(load_tape32(tp), r, sub)
+    return 1
+
+
+#: the VJP families of float32 sweeps, by slot (the slots of :data:`VJP`)
+VJP32 = Families("dispatch", SIG, {
+    C.K_UNARY: (_unary32, "unary elementwise VJPs (float32)"),
+    C.K_SCALAR: (_scalar32, "elementwise-with-constant VJPs (float32)"),
+    C.K_NARY: (_nary32, "binary elementwise VJPs (float32)"),
+    BROADCAST_SLOT: (_broadcast32, "broadcasting binary VJPs (float32)"),
+    FULL_SUM_SLOT: (_full_sum32, "full sum/mean VJPs (float32)"),
+    SUM_SLOT: (_sum32, "sum/mean-over-axes VJPs (float32)"),
+    C.K_REDUCE: (_reduce32, "reduction VJPs (float32)"),
+    C.K_GATHER: (_gather32, "indexing/shape VJPs (float32)"),
+    C.K_CONCAT: (_concat32, "concatenation VJPs (float32)"),
+    C.K_SCAN: (_scan32, "cumulative-op VJPs (float32)"),
+    C.K_USER: (_user32, "user-op VJPs (float32)"),
+    C.K_HOST: (_matmul32, "small traced matmul VJPs (float32)"),
+}, slot)

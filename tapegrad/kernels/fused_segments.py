@@ -12,8 +12,8 @@ import numpy as np
 from . import codes as C
 from ._jit import inline, inner, kernel
 from .interpret import estimate_as
-from ._views import OP, ARG0, ARGS, FP, RIX, PTRS, APTR, REACHED  # tape fields
-from ._views import _voidptr, borrowed_tape, carray
+from ._views import OP, ARG0, ARGS, FP, V1, RIX, PTRS, APTR, REACHED  # tape fields
+from ._views import _voidptr, borrowed_tape, carray, float_dtype
 # the VJP loops of a segment's records: one compiled function per family, a
 # call per block and record (inlined, they made one function too large to
 # compile in reasonable time and memory)
@@ -41,8 +41,10 @@ _CONST = C.code(C.K_NONE, C.CONST)
 
 
 @inline
-def _view(addr, m):
-    return carray(_voidptr(addr), (m,), np.float64)
+def _view(T, addr, m):
+    """``m`` elements at ``addr``, of the dtype of T's values (float32 in a
+    float32 sweep: kernels/_views.py ``float_dtype``)."""
+    return carray(_voidptr(addr), (m,), float_dtype(T))
 
 
 @inline
@@ -52,8 +54,8 @@ def _vaddr(T, p, r0, slot, base, lo, w):
     else the record's storage (every operand of a segment has > SMALL elements)."""
     q = p - r0
     if q >= 0 and q < slot.size and slot[q] >= 0:
-        return base + 8 * w * slot[q]
-    return T[PTRS][T[RIX][p]] + 8 * lo
+        return base + T[V1].itemsize * w * slot[q]
+    return T[PTRS][T[RIX][p]] + T[V1].itemsize * lo
 
 
 @inline
@@ -73,8 +75,8 @@ def _gaddr(T, p, r0, slot, base, lo, w):
     """The same for record p's adjoint."""
     q = p - r0
     if q >= 0 and q < slot.size and slot[q] >= 0:
-        return base + 8 * w * slot[q]
-    return T[APTR][p] + 8 * lo
+        return base + T[V1].itemsize * w * slot[q]
+    return T[APTR][p] + T[V1].itemsize * lo
 
 
 @inner
@@ -83,14 +85,14 @@ def _seg_record_fwd(T, r, r0, slot, base, lo, m):
     code = op[r]
     kind = code >> C.SHIFT
     sub = code & C.MASK
-    y = _view(_vaddr(T, r, r0, slot, base, lo, CHUNK), m)
-    x = _view(_vaddr(T, args[arg0[r]], r0, slot, base, lo, CHUNK), m)
+    y = _view(T, _vaddr(T, r, r0, slot, base, lo, CHUNK), m)
+    x = _view(T, _vaddr(T, args[arg0[r]], r0, slot, base, lo, CHUNK), m)
     if kind == C.K_UNARY:
         _unary_into(sub, x, y)
     elif kind == C.K_SCALAR:
         _scalar_into(sub, x, T[FP][r], y)
     elif kind == C.K_NARY:
-        _binary_into(sub, x, _view(_vaddr(T, args[arg0[r] + 1], r0, slot, base, lo, CHUNK), m), y)
+        _binary_into(sub, x, _view(T, _vaddr(T, args[arg0[r] + 1], r0, slot, base, lo, CHUNK), m), y)
     else:  # segments hold elementwise records only
         y[:] = np.nan
 
@@ -331,7 +333,7 @@ def seg_backward_stored(T, r0, r1, n, gslot, reach, write, assign, linear, fillo
         # written by nothing else (every contribution to it was a constant),
         # so it is filled once for every block
         if reach[r - r0] and fillown[r - r0]:
-            _set(_view(_gaddr(T, r, r0, gslot, gb, 0, w), min(w, n)), min(w, n), cval[r - r0])
+            _set(_view(T, _gaddr(T, r, r0, gslot, gb, 0, w), min(w, n)), min(w, n), cval[r - r0])
     for lo in range(0, n, w):
         m = min(w, n - lo)
         for r in range(r1 - 1, r0 - 1, -1):
@@ -342,13 +344,13 @@ def seg_backward_stored(T, r0, r1, n, gslot, reach, write, assign, linear, fillo
             if linear[q]:
                 for j in range(arg0[r + 1] - a0):
                     if cfill[2 * q + j]:
-                        gx = _view(_gaddr(T, args[a0 + j], r0, gslot, gb, lo, w), m)
+                        gx = _view(T, _gaddr(T, args[a0 + j], r0, gslot, gb, lo, w), m)
                         _fill(gx, m, cv[2 * q + j], assign[2 * q + j])
                 continue
             for j in range(arg0[r + 1] - a0):
                 if prefill[2 * q + j]:
                     p = args[a0 + j]
-                    _set(_view(_gaddr(T, p, r0, gslot, gb, lo, w), m), m, cval[p - r0])
+                    _set(_view(T, _gaddr(T, p, r0, gslot, gb, lo, w), m), m, cval[p - r0])
             _record_backward(T, r, r0, lo, m, stored, gslot, write, assign, 0, gb, w)
 
 
@@ -371,11 +373,11 @@ def _record_backward(T, r, r0, lo, m, vslot, gslot, write, assign, vb, gb, w):
     kind = code >> C.SHIFT
     sub = code & C.MASK
     a0 = arg0[r]
-    g = _view(_gaddr(T, r, r0, gslot, gb, lo, w), m)
-    y = _view(_vaddr_or_adjoint(T, r, r0, vslot, vb, gslot, gb, lo, w), m)
+    g = _view(T, _gaddr(T, r, r0, gslot, gb, lo, w), m)
+    y = _view(T, _vaddr_or_adjoint(T, r, r0, vslot, vb, gslot, gb, lo, w), m)
     pa = args[a0]
-    xa = _view(_vaddr_or_adjoint(T, pa, r0, vslot, vb, gslot, gb, lo, w), m)
-    ga = _view(_gaddr(T, pa, r0, gslot, gb, lo, w), m)
+    xa = _view(T, _vaddr_or_adjoint(T, pa, r0, vslot, vb, gslot, gb, lo, w), m)
+    ga = _view(T, _gaddr(T, pa, r0, gslot, gb, lo, w), m)
     wa, fa = write[2 * q], assign[2 * q]
     if kind == C.K_UNARY:
         if wa:
@@ -389,12 +391,12 @@ def _record_backward(T, r, r0, lo, m, vslot, gslot, write, assign, vb, gb, w):
         ga[:] = np.nan
         return
     pb = args[a0 + 1]
-    xb = _view(_vaddr_or_adjoint(T, pb, r0, vslot, vb, gslot, gb, lo, w), m)
+    xb = _view(T, _vaddr_or_adjoint(T, pb, r0, vslot, vb, gslot, gb, lo, w), m)
     if pb == pa:  # x op x: both partials to one adjoint
         if wa:
             _binary_self_into(sub, g, xa, y, ga, fa)
         return
-    gbv = _view(_gaddr(T, pb, r0, gslot, gb, lo, w), m)
+    gbv = _view(T, _gaddr(T, pb, r0, gslot, gb, lo, w), m)
     wb, fb = write[2 * q + 1], assign[2 * q + 1]
     if wa and wb:
         # one of them written before: zero the other's block, accumulate

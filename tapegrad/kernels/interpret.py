@@ -172,6 +172,7 @@ STAND_INS = {
     "_voidptr": int,
     "carray": _carray,
     "load_tape": lambda tp: tp,
+    "load_tape32": lambda tp: tp,
     "load_block_ctx": lambda cp: cp,
     # a table of Python families holds the functions themselves
     "call_entry": lambda f, T, r, sub: f(T, r, sub),

@@ -11,7 +11,7 @@ from ._jit import inline, kernel
 from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1, RIX, PTRS, REACHED  # tape fields
 from ._views import (SMALL, adjoint, adjoint_span, alias, borrowed_tape, claim, claim_zeroed,
                      fparam, parent, value)
-from .dispatch import FAILED, MISSING, TABLE, VJP, call_entry, slot
+from .dispatch import FAILED, MISSING, TABLE, VJP, VJP32, call_entry, slot
 from .interpret import estimate_as
 from .rules import d_binary, d_scalar, d_unary
 from .structural import strided, strided_add
@@ -200,6 +200,8 @@ def sweep(T, freed, start, stop, order=None, mmk=NO_MATMULS):
     """
     if order is None:
         order = np.arange(start, stop, -1)
+    if T[V1].dtype == np.float32:  # a float32 sweep: the float32 families
+        return VJP32.run(_sweep, (T, freed, order, start, stop, mmk, VJP32.table), 3)
     return VJP.run(_sweep, (T, freed, order, start, stop, mmk, TABLE), 3)
 
 
@@ -461,14 +463,14 @@ estimate_as(graph_of, "records")
 
 
 @kernel
-def graph_addresses(order, aoff, leaf, lbase, abase, upto):
+def graph_addresses(order, aoff, leaf, lbase, abase, upto, item):
     """Adjoint addresses of the graph's records (``graph_of``'s layout in
-    arenas at ``lbase`` for leaves and ``abase`` for the rest); the other
-    entries are never read."""
+    arenas at ``lbase`` for leaves and ``abase`` for the rest, of ``item``
+    bytes an element); the other entries are never read."""
     aptr = np.empty(upto, np.int64)
     for i in range(order.size):
         r = order[i]
-        aptr[r] = aoff[r] * 8 + (lbase if leaf[r] else abase)
+        aptr[r] = aoff[r] * item + (lbase if leaf[r] else abase)
     return aptr
 
 

@@ -30,7 +30,8 @@ def var(a, axis=None, ddof=0, keepdims=False):
     """``numpy.var`` with ``ddof``: mean squared deviation, over ``n - ddof``."""
     a = _t(a)
     d = a - Rd.mean(a, axis=axis, keepdims=True)
-    return Rd.sum(d * d, axis=axis, keepdims=keepdims) / (_count(a, axis) - ddof)
+    # a Python float: an integer NumPy ddof would make a float32 result float64
+    return Rd.sum(d * d, axis=axis, keepdims=keepdims) / float(_count(a, axis) - ddof)
 
 
 def std(a, axis=None, ddof=0, keepdims=False):
@@ -58,7 +59,11 @@ def average(a, axis=None, weights=None, keepdims=False):
     if weights is None:
         return Rd.mean(a, axis=axis, keepdims=keepdims)
     a = _t(a)
-    w = weights if isinstance(weights, Tensor) else np.asarray(weights, dtype=float)
+    if isinstance(weights, Tensor):
+        w = weights
+    else:  # NumPy's result dtype: float32 data and weights stay float32
+        w = np.asarray(weights)
+        w = w.astype(np.result_type(a.dtype, w.dtype, np.float16), copy=False)
     if np.ndim(w) == 1 and a.ndim > 1:
         if axis is None or isinstance(axis, tuple):
             raise TypeError("average: 1-D weights need an int axis")
@@ -94,7 +99,8 @@ def nanmean(a, axis=None, keepdims=False):
         n = Rd.sum(E.where(nan, 0.0, ones), axis=axis, keepdims=keepdims)
         return Rd.sum(clean, axis=axis, keepdims=keepdims) / n
     n = np.sum(~np.asarray(nan._data), axis=axis, keepdims=keepdims)
-    return nansum(a, axis=axis, keepdims=keepdims) / n
+    # the counts in a's dtype, as NumPy divides: float32 stays float32
+    return nansum(a, axis=axis, keepdims=keepdims) / np.asarray(n, a.dtype)
 
 
 def nanmax(a, axis=None, keepdims=False):
