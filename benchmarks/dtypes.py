@@ -4,10 +4,9 @@ tapegrad, the hand-written NumPy forward + VJP (handwritten.py, which keeps
 its inputs' dtype) and PyTorch CPU, one thread, medians in ms.
 
 A float32 program's gradients are checked against the hand-written float32
-ones (``rtol=1e-4``) before anything is timed.  tapegrad computes a float32
-forward in float32 (NumPy's ops), keeps the values its VJPs read as float64
-copies and sweeps in float64, and hands out float32 gradients: this table
-is what that costs against libraries that stay in float32.
+ones (``rtol=1e-4``) before anything is timed.  Both workloads are float32
+graphs end to end in float32 (README: dtypes): float32 values kept, a
+float32 sweep, float32 gradients.
 
 Run: ``python benchmarks/dtypes.py [-n REPEAT]``.
 """

@@ -68,10 +68,9 @@ read, counted whole even where they are the caller's own arrays and no copy
 was made), the small-value slots and arena, the record metadata; ``fwd new
 (tracemalloc)``: the bytes allocated during the forward and still alive
 when it returns, i.e. what the tape costs on top of the caller's arrays;
-and the two parts of ``held between steps``.  tapegrad keeps float32
-values on the tape as float64 and computes float32 adjoints in float64
-(gradients are cast back), so its float32 rows may need more memory than
-its float64 ones.
+and the two parts of ``held between steps``.  A float32 graph keeps its
+float32 values and sweeps on float32 adjoints (README: dtypes), so its
+float32 rows need about half of its float64 ones.
 
 Every implementation's gradients are checked against the hand-written ones
 (``numpy.allclose``, loose for float32) after the measurement, and their
