@@ -239,6 +239,35 @@ class MLPBackward:
         self.y.backward()
 
 
+class Dtypes:
+    """The elementwise and MLP steps, forward and backward, with float64 and
+    with float32 inputs and weights: a float32 graph keeps float32 values
+    and sweeps on float32 adjoints, so its step should take about half of
+    the float64 one, as NumPy's and PyTorch's do (``benchmarks/dtypes.py``
+    prints them next to those)."""
+
+    params = (["elementwise", "mlp"], ["float64", "float32"])
+    param_names = ["workload", "dtype"]
+
+    def setup(self, workload, dtype):
+        import numpy as np
+        self.tg = tg = _tapegrad()
+        dt = np.dtype(dtype)
+        if workload == "elementwise":
+            leaves = tuple(tg.tensor(v.astype(dt), requires_grad=True)
+                           for v in wl.elementwise_inputs())
+            self.step = lambda: _elementwise_gradient(tg, *leaves)
+        else:
+            X, W1, W2, labels = wl.mlp_inputs()
+            args = (X.astype(dt), tg.tensor(W1.astype(dt), requires_grad=True),
+                    tg.tensor(W2.astype(dt), requires_grad=True), labels)
+            self.step = lambda: _mlp_gradient(tg, *args)
+        _warm_up(f"{workload} {dtype}", self.step)
+
+    def time_forward_backward(self, workload, dtype):
+        self.step()
+
+
 # --------------------------------------------------------------------------
 # Cold start (each sample is a fresh interpreter)
 # --------------------------------------------------------------------------
