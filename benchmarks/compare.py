@@ -26,6 +26,9 @@ Rows:
   sweep is timed;
 * chain backward per record -- the same time divided by the 8,000 records of
   the chain (4 per step), in nanoseconds, for every column;
+* small step fwd+bwd -- ``(x * x).sum()`` of a 3-element ``x`` and its
+  gradient, in microseconds: the fixed cost of recording and of one
+  backward (20 times the samples of the other rows);
 * elementwise fwd+bwd -- ``(3*a + 2*b*b + log(c)).sum()``, 1e6 elements;
 * MLP fwd+bwd -- 256x784 batch, 784-256-10 tanh MLP, mean softmax
   cross-entropy through logsumexp;
@@ -219,6 +222,14 @@ class NumpyImpl:
             return hw.chain_forward(wl.CHAIN_X0, wl.CHAIN_STEPS)[1]
         return setup, lambda saved: (hw.chain_vjp(saved),)
 
+    def small(self):
+        x = np.array(wl.SMALL_X)
+
+        def run():
+            (x * x).sum()
+            return (2.0 * x,)
+        return run
+
     def elementwise(self):
         a, b, c = wl.elementwise_inputs()
         return lambda: hw.elementwise_value_and_grad(a, b, c)[1]
@@ -259,6 +270,16 @@ class TapegradImpl:
             y.backward()
             return (x.grad.numpy(),)
         return setup, backward
+
+    def small(self):
+        tg = self.tg
+        x = tg.tensor(wl.SMALL_X, requires_grad=True)
+
+        def run():
+            x.grad = None
+            wl.tg_small(tg, x).backward()
+            return (x.grad.numpy(),)
+        return run
 
     def elementwise(self):
         tg = self.tg
@@ -341,6 +362,15 @@ class TorchImpl:
             return (x.grad.numpy(),)
         return setup, backward
 
+    def small(self):
+        x = self._leaf(wl.SMALL_X)
+
+        def run():
+            x.grad = None
+            (x * x).sum().backward()
+            return (x.grad.numpy(),)
+        return run
+
     def elementwise(self):
         torch = self.torch
         a, b, c = (self._leaf(v) for v in wl.elementwise_inputs())
@@ -417,6 +447,10 @@ class JaxImpl:
                 x)
         return self._jitted("chain", f, (jnp.float64(wl.CHAIN_X0),), 0)
 
+    def small(self):
+        jnp = self.jnp
+        return self._jitted("small", lambda x: (x * x).sum(), (jnp.asarray(wl.SMALL_X),), 0)
+
     def elementwise(self):
         jnp = self.jnp
 
@@ -480,6 +514,11 @@ class AutogradImpl:
             return make_vjp(wl.CHAIN_X0)[0]
         return setup, lambda vjp: (vjp(1.0),)
 
+    def small(self):
+        g = self.autograd.value_and_grad(lambda x: (x * x).sum())
+        x = np.array(wl.SMALL_X)
+        return lambda: (g(x)[1],)
+
     def elementwise(self):
         anp = self.anp
 
@@ -525,7 +564,7 @@ def load_implementations(args):
     return impls, notes
 
 
-WORKLOADS = ("chain", "elementwise", "mlp")
+WORKLOADS = ("chain", "small", "elementwise", "mlp")
 
 
 def check_agreement(impls):
@@ -618,6 +657,8 @@ def measure(impls, fns, args, log):
             cell("chain backward alone (ms)", impl.name, None)
             cell(f"chain backward per record (ns, /{wl.CHAIN_RECORDS})",
                  impl.name, None)
+        cell("small step fwd+bwd, 3 elements (us)", impl.name,
+             1e3 * median_ms(fns[impl.name, "small"], rep * 20, warm))
         cell("elementwise fwd+bwd, 1e6 (ms)", impl.name,
              median_ms(fns[impl.name, "elementwise"], rep, warm))
         cell("MLP fwd+bwd (ms)", impl.name,

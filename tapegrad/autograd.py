@@ -259,6 +259,8 @@ class Adjoints:
 
     #: whether the adjoints are float32 (a float32 sweep: see ``_float32_graph``)
     float32 = False
+    #: the arenas' addresses, when known (None: read them off the arrays)
+    lbase = abase = None
 
     def __init__(self, tape, upto, first=None, float32=False):
         """``first``: lay out only the graph that records ``first .. upto-1``
@@ -297,14 +299,13 @@ class Adjoints:
                 tape.scratch = np.empty(max(inner, 1024))
             self.A = tape.scratch
             self.L = np.empty(outer)
-        self.item = item = self.A.itemsize
         self.size = tape.size
-        if self.order is None:
-            self.aptr = self.off * item + np.where(self.leaf, self.L.ctypes.data,
-                                                   self.A.ctypes.data)
-        else:
-            self.aptr = graph_addresses(self.order, self.off, self.leaf, self.L.ctypes.data,
-                                        self.A.ctypes.data, upto, item)
+        whole = self.order is None
+        # (the arenas' first elements stand for them: the interpreted tier
+        # prices a call by the sizes of the arrays it is given)
+        self.aptr, self.lbase, self.abase = graph_addresses(
+            _NO_ORDER if whole else self.order, self.off, self.leaf, self.L[:1], self.A[:1],
+            upto, whole)
         # with a graph, only its records are ever reached: backward() gives
         # the marks back to the tape's scratch (Tape.rezero)
         self.reached = (np.zeros(upto, np.bool_) if self.order is None
@@ -312,8 +313,13 @@ class Adjoints:
 
     def __getitem__(self, r):
         # from the address: the sweep may have let r share a consumer's adjoint
-        base = self.L if self.leaf[r] else self.A
-        o = (int(self.aptr[r]) - base.ctypes.data) // base.itemsize
+        if self.leaf[r]:
+            base, b0 = self.L, self.lbase
+        else:
+            base, b0 = self.A, self.abase
+        if b0 is None:
+            b0 = base.ctypes.data
+        o = (int(self.aptr[r]) - b0) // base.itemsize
         return base[o:o + self.size[r]]
 
     def tape_arrays(self, tape):
@@ -380,6 +386,9 @@ def _float32_graph(tape, upto, order, leaf):
             return False
     return True
 
+
+#: ``graph_addresses``' order for a whole layout (it walks every record)
+_NO_ORDER = np.zeros(0, np.int64)
 
 #: tapes up to this many records are laid out whole at backward (see backward)
 GRAPH_SEARCH_FROM = 4096

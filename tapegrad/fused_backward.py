@@ -223,7 +223,8 @@ def run(tape, T, start, stop, order, plain):
     """Sweep records ``start .. stop+1`` (of ``order``, when given): the runs
     of large elementwise records fused, the rest through ``plain(start,
     stop)``, the record-by-record sweep over that span."""
-    segs = runs(tape, T, start, stop, order) if type(tape) is Tape else []
+    segs = runs(tape, T, start, stop, order) \
+        if type(tape) is Tape and tape.max_size >= FUSE_MIN else []
     if not segs:
         plain(start, stop)
         return

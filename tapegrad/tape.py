@@ -89,7 +89,7 @@ class Tape(_Liveness, _Writes):
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
                  "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed",
-                 "kept_bytes", "check_bytes", "f32", "held32", "scratch32", "__weakref__")
+                 "kept_bytes", "check_bytes", "f32", "held32", "scratch32", "max_size", "__weakref__")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -159,6 +159,10 @@ class Tape(_Liveness, _Writes):
         # freed are n - n_none - n_freed (see after_backward)
         self.n_none = 0
         self.n_freed = 0
+        # the largest value recorded this epoch (an upper bound after a
+        # compaction): a backward with none large enough to fuse skips the
+        # look for runs (fused_backward.run)
+        self.max_size = 0
         self._update_room()
         self.tok = Epoch(self)
         self.base = _getrefcount(self.tok)
@@ -377,6 +381,8 @@ class Tape(_Liveness, _Writes):
             self.voff[r] = nv
             self.nv = nv + size
         else:
+            if size > self.max_size:
+                self.max_size = size
             if value.dtype == _F32 and self.keeps_float32:
                 self.f32[r] = True
             if READS_OUTPUT[self.op[r]]:

@@ -65,9 +65,7 @@ class _Liveness:
         graph holds some."""
         from .kernels.sweep import free_reached
         if order is None:
-            all_freed = free_reached(self.op, self.freed, reached, self.n)
-            self.n_freed = int(np.count_nonzero((self.op[:self.n] >= _FIRST_OP)
-                                                & self.freed[:self.n]))
+            all_freed, self.n_freed = free_reached(self.op, self.freed, reached, self.n)
         else:
             mine = order[reached[order] & (self.op[order] >= _FIRST_OP) & ~self.freed[order]]
             self.freed[mine] = True

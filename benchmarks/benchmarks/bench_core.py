@@ -239,6 +239,20 @@ class MLPBackward:
         self.y.backward()
 
 
+class SmallStep:
+    """``(x * x).sum()`` of three elements, forward and backward: the fixed
+    cost of recording and of one backward (compare.py's small step)."""
+
+    def setup(self):
+        self.tg = tg = _tapegrad()
+        self.x = tg.tensor(wl.SMALL_X, requires_grad=True)
+        _warm_up("small", self.time_forward_backward)
+
+    def time_forward_backward(self):
+        self.x.grad = None
+        wl.tg_small(self.tg, self.x).backward()
+
+
 class Dtypes:
     """The elementwise and MLP steps, forward and backward, with float64 and
     with float32 inputs and weights: a float32 graph keeps float32 values

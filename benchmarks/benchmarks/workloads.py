@@ -144,6 +144,16 @@ def tg_chain(tg, x, steps=CHAIN_STEPS):
     return y
 
 
+#: the small step: ``(x * x).sum()`` of three elements, whose time is the
+#: fixed cost of recording two ops and running a backward
+SMALL_X = (1.0, 2.0, 3.0)
+
+
+def tg_small(tg, x):
+    """Record the small step's loss ``(x * x).sum()``."""
+    return (x * x).sum()
+
+
 def tg_elementwise(tg, a, b, c):
     """Record ``(3*a + 2*b*b + log(c)).sum()``; return the 0-d output."""
     return (3 * a + 2 * b * b + tg.log(c)).sum()

@@ -463,15 +463,22 @@ estimate_as(graph_of, "records")
 
 
 @kernel
-def graph_addresses(order, aoff, leaf, lbase, abase, upto, item):
-    """Adjoint addresses of the graph's records (``graph_of``'s layout in
-    arenas at ``lbase`` for leaves and ``abase`` for the rest, of ``item``
-    bytes an element); the other entries are never read."""
+def graph_addresses(order, aoff, leaf, L, A, upto, whole):
+    """Adjoint addresses of records ``0 .. upto-1`` (``whole``) or of the
+    graph's records ``order`` (the other entries are never read), laid out
+    at ``aoff`` in the arenas that start where ``L`` (leaves) and ``A`` (the
+    rest) do -- arrays over their first elements --; and the two arenas'
+    addresses, which Python would pay a microsecond each for."""
     aptr = np.empty(upto, np.int64)
-    for i in range(order.size):
-        r = order[i]
-        aptr[r] = aoff[r] * item + (lbase if leaf[r] else abase)
-    return aptr
+    lbase, abase, item = L.ctypes.data, A.ctypes.data, L.itemsize
+    if whole:
+        for r in range(upto):
+            aptr[r] = aoff[r] * item + (lbase if leaf[r] else abase)
+    else:
+        for i in range(order.size):
+            r = order[i]
+            aptr[r] = aoff[r] * item + (lbase if leaf[r] else abase)
+    return aptr, lbase, abase
 
 
 estimate_as(graph_addresses, "records")
@@ -538,12 +545,18 @@ def layout(op, size, n, small):
 
 @kernel
 def free_reached(op, freed, reached, n):
-    """Mark the reached op records freed; True if no op record is left unfreed."""
+    """Mark the reached op records freed; ``(no op record is left unfreed,
+    how many op records are freed)``."""
     all_freed = True
+    n_freed = 0
     m = reached.size
     for r in range(n):
-        if r < m and reached[r] and (op[r] >> C.SHIFT) != C.K_NONE:
+        if (op[r] >> C.SHIFT) == C.K_NONE:
+            continue
+        if r < m and reached[r]:
             freed[r] = True
-        if not freed[r] and (op[r] >> C.SHIFT) != C.K_NONE:
+        if freed[r]:
+            n_freed += 1
+        else:
             all_freed = False
-    return all_freed
+    return all_freed, n_freed
