@@ -367,12 +367,13 @@ class Adjoints:
 
 
 def _float32_graph(tape, upto, order, leaf):
-    """Whether the graph below ``upto`` (the records of ``order``, or every
-    record) sweeps in float32: it holds large values (more than ``SMALL``
-    elements), every one of them is float32 (``tape.f32``), and so is every
-    leaf it reaches.  Anything float64 keeps the sweep in float64, as does
-    a graph of small values only: those live in the float64 arenas anyway,
-    and a float32 sweep would compile every kernel a second time for it."""
+    """Whether the graph below ``upto`` sweeps in float32: its records (those
+    of ``order``, or, for a tape laid out whole, every record below
+    ``upto``) hold large values (more than ``SMALL`` elements), every one of
+    them is float32 (``tape.f32``), and so is every leaf among them.
+    Anything float64 keeps the sweep in float64, as do small values only:
+    a float32 sweep would save them nothing and compile every kernel a
+    second time."""
     if not tape.held32 and not tape.f32[:upto].any():
         return False
     recs = np.arange(upto) if order is None else order
