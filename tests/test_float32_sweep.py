@@ -483,34 +483,11 @@ CASES = {
 }
 
 
-#: library bugs these cases find: name -> reason (strict xfails)
-KNOWN_BUGS = {
-    "fft_roundtrip": "np.fft of a float32 tensor computes in float64 (NumPy 2 keeps complex64), so "
-                     "irfft(rfft(x32)) is float64 where NumPy's is float32",
-    "fft_power": "np.fft.fft of a float32 tensor gives float64 parts (NumPy 2: complex64), so "
-                 "abs(fft(x32))**2 is float64 where NumPy's is float32",
-}
-
-
-def _op_params():
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[n]))
-            if n in KNOWN_BUGS else n for n in sorted(CASES)]
-
-
-@pytest.mark.parametrize("name", _op_params())
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_op(name):
     fn, specs, *opts = CASES[name]
     rng = _rng(f"op {name}")
     check32(fn, _make(specs, rng), rng, **(opts[0] if opts else {}))
-
-
-@pytest.mark.parametrize("name", sorted(KNOWN_BUGS))
-def test_known_dtype_bugs_still_give_float32_gradients(name):
-    """The cases of KNOWN_BUGS without the output dtype check: their
-    gradients are float32 and right."""
-    fn, specs, *opts = CASES[name]
-    rng = _rng(f"op {name}")
-    check32(fn, _make(specs, rng), rng, dtype=None, **(opts[0] if opts else {}))
 
 
 def test_table_covers_the_large_shapes():

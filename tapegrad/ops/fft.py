@@ -110,11 +110,21 @@ def complex_out(plan, complex_in):
     return c
 
 
-def _pack(a, is_complex):
-    """A complex array as real ``(2, *shape)``; a real one as itself (float64)."""
+def _pack(a, is_complex, dtype=np.float64):
+    """A complex array as real ``(2, *shape)``; a real one as itself (of
+    ``dtype``)."""
     if is_complex:
-        return np.stack([a.real, a.imag])
-    return np.ascontiguousarray(np.real(a), dtype=np.float64)
+        return np.stack([a.real, a.imag]).astype(dtype, copy=False)
+    return np.ascontiguousarray(np.real(a), dtype=dtype)
+
+
+def _result_dtype(parts):
+    """NumPy's precision for an FFT of these parts: single (float32 parts,
+    complex64 results) when every part is float16 or float32, else double.
+    tapegrad computes in double either way and rounds single results."""
+    dts = [np.asarray(t._data if isinstance(t, Tensor) else t).dtype for t in parts]
+    single = all(d.kind == "f" and d.itemsize <= 4 for d in dts)
+    return np.dtype(np.float32 if single else np.float64)
 
 
 def _unpack(a, is_complex, lead=0):
@@ -191,14 +201,15 @@ def apply(plan, x, in_complex):
     a = datas[0] + 1j * datas[1] if in_complex else datas[0]
     y = run(plan, a)
     out_complex = complex_out(plan, in_complex)
+    dtype = _result_dtype(parts)
     need = any(isinstance(t, Tensor) and t._requires_grad for t in parts)
     tape = current()
     if not need or not tape.enabled:
         if out_complex:
-            return Z.ComplexTensor(_plain(np.ascontiguousarray(y.real)),
-                                   _plain(np.ascontiguousarray(y.imag)))
-        return _plain(np.ascontiguousarray(y))
-    packed = _pack(y, out_complex)
+            return Z.ComplexTensor(_plain(np.ascontiguousarray(y.real, dtype)),
+                                   _plain(np.ascontiguousarray(y.imag, dtype)))
+        return _plain(np.ascontiguousarray(np.real(y), dtype))
+    packed = _pack(y, out_complex, dtype)
     r = tape.record(_FFT, tuple(_operand(tape, t) for t in parts), packed)
     # the replay reads one shape per parent after the first three entries
     tape.host[r] = (tuple(plan), bool(in_complex), bool(out_complex)) + \
