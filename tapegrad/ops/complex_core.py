@@ -71,7 +71,8 @@ class ComplexTensor:
     shape = property(lambda self: self.real.shape)
     ndim = property(lambda self: self.real.ndim)
     size = property(lambda self: self.real.size)
-    dtype = property(lambda self: np.dtype(np.complex128))
+    # complex64 when both parts are float32 (an FFT of float32 data), else complex128
+    dtype = property(lambda self: np.result_type(self.real.dtype, self.imag.dtype, np.complex64))
 
     @property
     def requires_grad(self):
@@ -112,7 +113,7 @@ class ComplexTensor:
         return ComplexTensor(self.real.T, self.imag.T)
 
     def numpy(self):
-        """The value as a new complex128 ndarray (a copy)."""
+        """The value as a new ndarray of ``dtype`` (a copy)."""
         return np.asarray(self.real._data) + 1j * np.asarray(self.imag._data)
 
     def __array__(self, dtype=None, copy=None):
