@@ -374,7 +374,7 @@ def _float32_graph(tape, upto, order, leaf):
     Anything float64 keeps the sweep in float64, as do small values only:
     a float32 sweep would save them nothing and compile every kernel a
     second time."""
-    if not tape.held32 and not tape.f32[:upto].any():
+    if not tape.f32[:upto].any():  # the common no, without indexing the graph
         return False
     recs = np.arange(upto) if order is None else order
     big = tape.size[recs] > SMALL
