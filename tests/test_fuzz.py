@@ -21,7 +21,11 @@ Each program then runs three or four times:
 * with PyTorch CPU in float64 (when torch is importable), through a twin of
   every op written with torch's names, for both value and VJP;
 * traced once with ``tg.trace`` and replayed (value and VJP against eager,
-  at the traced point and at a second one), unless an op refuses to trace.
+  at the traced point and at a second one), unless an op refuses to trace;
+* on float32 leaves: where the output stays float32 (no float64 constant
+  promotes it), its VJP against the float64 one just checked, within
+  float32 tolerances -- a graph of large float32 values sweeps in float32
+  (``test_float32_programs_reach_the_float32_sweep`` counts them).
 
 The VJP is checked as ``check_vjp`` does: ``<g, d>`` against the central
 difference of ``<v, f(x)>`` along random directions ``d`` of each input.
@@ -1001,6 +1005,42 @@ def check_program(prog, directions=2):
             np.testing.assert_allclose(g, tg_, rtol=1e-8, atol=1e-10 * scale,
                                        err_msg=f"leaf {i}: VJP differs from torch\n{prog}")
     _check_replay(prog, arrays, v, want, grads)
+    _check_float32(prog, arrays, v, grads)
+
+
+#: float32 tolerances against the float64 VJP (relative, and absolute as a
+#: fraction of the float64 gradient's largest magnitude)
+F32_RTOL = F32_ATOL = 2e-4
+
+
+def _check_float32(prog, arrays, v, grads):
+    """The program on float32 copies of its leaves: where the output is
+    float32 and its value agrees with the float64 one (the forward is
+    NumPy's, so a disagreement is the program's conditioning, not
+    tapegrad's), the VJP with a float32 seed agrees with the float64 VJP.
+    Returns whether the sweep ran in float32."""
+    leaves = [tg.tensor(a.astype(np.float32), requires_grad=True) for a in arrays]
+    with np.errstate(all="ignore"):
+        y = run(prog, leaves, "tg")
+    y64 = _np_value(prog, arrays)
+    scale = max(1.0, float(np.abs(y64).max(initial=0.0)))
+    if y.dtype != np.float32 or not np.allclose(y.numpy(), y64, rtol=1e-3, atol=1e-3 * scale):
+        return False
+    from tapegrad import autograd as AG
+    swept = []
+    real = AG.Adjoints.tape_arrays
+    AG.Adjoints.tape_arrays = lambda adj, tape: (swept.append(adj.float32), real(adj, tape))[1]
+    try:
+        y.backward(v.astype(np.float32))
+    finally:
+        AG.Adjoints.tape_arrays = real
+    for i, (t, g) in enumerate(zip(leaves, grads)):
+        g32 = np.zeros(g.shape, np.float32) if t.grad is None else t.grad.numpy()
+        assert g32.dtype == np.float32, f"leaf {i}: float32 gradient is {g32.dtype}\n{prog}"
+        s = max(1.0, float(np.abs(g).max(initial=0.0)))
+        np.testing.assert_allclose(g32.astype(np.float64), g, rtol=F32_RTOL, atol=F32_ATOL * s,
+                                   err_msg=f"leaf {i}: float32 VJP differs from float64\n{prog}")
+    return bool(swept and swept[0])
 
 
 def _check_replay(prog, arrays, v, want, grads):
@@ -1058,6 +1098,23 @@ def test_generator_covers_the_op_families():
         lengths.append(sum(name != "leaf" for name, _, _ in prog.steps))
     assert set(OPS) <= used, sorted(set(OPS) - used)
     assert max(lengths) >= 10 and np.mean(lengths) >= 5
+
+
+def test_float32_programs_reach_the_float32_sweep():
+    """Enough of the fixed seeds' programs stay float32 with large values
+    that their float32 check runs the float32 sweep (the check itself runs
+    in ``check_program`` for every seed)."""
+    ran = 0
+    for seed in FIXED_SEEDS:
+        prog = make_program(seed)
+        leaves = [tg.tensor(a, requires_grad=True) for a in prog.leaves]
+        y = run(prog, leaves, "tg")
+        v = np.random.default_rng(prog.seed + 1).standard_normal(y.shape)
+        y.backward(v)
+        grads = [np.zeros_like(a) if t.grad is None else t.grad.numpy()
+                 for a, t in zip(prog.leaves, leaves)]
+        ran += _check_float32(prog, prog.leaves, v, grads)
+    assert ran >= 20, ran
 
 
 def test_generator_is_deterministic():
