@@ -125,6 +125,7 @@ def _inputs(seed):
 
 
 def _grads(prog, xs, fused=True):
+    """The leaves' gradients (zeros of the leaves' dtype for an unused one)."""
     leaves = [tg.tensor(x, requires_grad=True) for x in xs]
     with interpret.mode(0):
         saved = FB.runs
@@ -134,7 +135,7 @@ def _grads(prog, xs, fused=True):
             _run(prog, leaves, "tg").backward()
         finally:
             FB.runs = saved
-    return [np.zeros(N) if x.grad is None else x.grad.numpy() for x in leaves]
+    return [np.zeros(N, x.dtype) if x.grad is None else x.grad.numpy() for x in leaves]
 
 
 def _fused_runs_seen(prog, xs):
@@ -182,7 +183,21 @@ def _check(seed, steps=10):
         for f, t in zip(fused, ts):
             tgrad = np.zeros(N) if t.grad is None else t.grad.numpy()
             np.testing.assert_allclose(f, tgrad, rtol=1e-10, atol=1e-12)
+    _check_float32(prog, xs, fused)
     return prog, xs
+
+
+def _check_float32(prog, xs, fused64):
+    """The program on float32 leaves (a float32 sweep, unless a float64
+    constant promotes it): fused and record by record give the same bits,
+    float32 gradients, within float32 rounding of the float64 ones."""
+    xs32 = [x.astype(np.float32) for x in xs]
+    fused = _grads(prog, xs32)
+    plain = _grads(prog, xs32, fused=False)
+    for f, p, g in zip(fused, plain, fused64):
+        assert f.dtype == np.float32
+        np.testing.assert_array_equal(f, p)
+        np.testing.assert_allclose(f, g, rtol=1e-3, atol=1e-4 * max(1.0, float(np.abs(g).max())))
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -199,6 +214,24 @@ def test_hypothesis_programs(seed, steps):
 def test_the_programs_reach_the_fused_sweep():
     hits = sum(_fused_runs_seen(_program(s, 10), _inputs(s)) > 0 for s in range(12))
     assert hits >= 10
+
+
+def test_float32_programs_reach_the_fused_float32_sweep():
+    """Enough of the programs stay float32 on float32 leaves that their
+    float32 check (``_check_float32``) runs the fused sweep in float32."""
+    from tapegrad import autograd as AG
+    hits = 0
+    for s in range(12):
+        prog, xs = _program(s, 10), [x.astype(np.float32) for x in _inputs(s)]
+        swept = []
+        real = AG.Adjoints.tape_arrays
+        AG.Adjoints.tape_arrays = lambda adj, tape: (swept.append(adj.float32), real(adj, tape))[1]
+        try:
+            runs = _fused_runs_seen(prog, xs)
+        finally:
+            AG.Adjoints.tape_arrays = real
+        hits += runs > 0 and all(swept)
+    assert hits >= 4, hits
 
 
 def _three():

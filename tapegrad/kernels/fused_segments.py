@@ -283,7 +283,9 @@ def seg_plan_stored(T, r0, r1, gslot, root, g):
             if out_const:
                 v = cval[q] * ((da + db) if both else (da if j == 0 else db))
                 if inside and (first or const[pq]):
-                    cval[pq] = v + (0.0 if first else cval[pq])
+                    # rounded as the loops store an adjoint (float32 in a
+                    # float32 sweep), so that the two sweeps agree bit for bit
+                    cval[pq] = float_dtype(T)(v + (0.0 if first else cval[pq]))
                     const[pq] = True
                 else:
                     cfill[s] = True
