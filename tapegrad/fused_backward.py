@@ -42,7 +42,8 @@ import numpy as np
 from .kernels import codes as C
 from .kernels import interpret
 from .kernels._jit import cached_bytes, kernel_cache_name
-from .kernels._views import APTR, PTRS, REACHED, RIX, V1
+from .kernels._views import APTR, PTRS, REACHED, RIX
+from .kernels.dtypes import float_dtype
 from .kernels.fused_segments import STORED_CHUNK, seg_backward_stored, seg_plan_stored
 from .tape import Tape
 
@@ -178,7 +179,7 @@ def sweep_run(T, r0, r1, n, mask, root=-1, g=0.0):
     internal = mask & ~reached[r0:r1]
     gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
     plan = seg_plan_stored(T, r0, r1, gslot, root, g)
-    gs = np.empty((max(int(internal.sum()), 1), STORED_CHUNK), T[V1].dtype)
+    gs = np.empty((max(int(internal.sum()), 1), STORED_CHUNK), float_dtype(T))
     seg_backward_stored(T, r0, r1, n, gslot, *plan, gs)
     # the run's records count as reached, as after the record-by-record
     # sweep (the graph is freed, and checked for stale values, by that mark)
@@ -211,7 +212,7 @@ def _constant_root(tape, T, r1):
     if k >= 0 and T[PTRS][k] == 0:
         return -1, 0.0  # a released value: the sweep reports it
     # r1's adjoint: one element of the sweep's dtype (float32 or float64)
-    c = ctypes.c_float if T[V1].itemsize == 4 else ctypes.c_double
+    c = ctypes.c_float if float_dtype(T) == np.float32 else ctypes.c_double
     g = c.from_address(int(T[APTR][r1])).value
     if int(tape.op[r1]) == _FULL[1]:
         n = int(tape.size[p])

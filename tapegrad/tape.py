@@ -128,7 +128,7 @@ class Tape(_Liveness, _Writes):
         self.graph = None          # the last graph search's key and result (autograd.Adjoints)
         self.zeroed = {}           # dtype -> an all-zero scratch array (Tape.zeros)
         self.kept_bytes = 0        # bytes of the values in refs (Tape.keep)
-        self.held32 = 0            # float32 values kept (an upper bound: see arrays)
+        self.held32 = 0            # float32 values in refs (see arrays)
         self.check_bytes = self.CHECK_BYTES  # kept bytes from which to try compact()
         self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
         # across epochs, so a tape that regularly grows large is not scanned

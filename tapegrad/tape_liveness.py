@@ -92,6 +92,7 @@ class _Liveness:
                     self.refs[k] = None
                 self.nheld.clear()
                 self.kept_bytes = 0
+                self.held32 = 0
                 self.ptrs[:self.nptrs] = 0
         elif order is None or bool(np.any(self.rix[order] >= 0)):
             # only the graph's records can have lost their last reader now
@@ -158,6 +159,7 @@ class _Liveness:
             if a is not None:
                 refs[k] = None
                 self.kept_bytes -= a.nbytes
+                self.held32 -= a.dtype == np.float32
                 if k < nptrs:
                     self.ptrs[k] = 0
                 c = nheld.get(id(a))

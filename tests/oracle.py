@@ -6,6 +6,7 @@ with the directional derivative of ``<v, f(x)>`` along random directions,
 as HIPS autograd's ``check_grads`` does: one scalar per (input, direction),
 cheap enough to run on every op for many drawn shapes.
 """
+import contextlib
 import threading
 
 import numpy as np
@@ -42,6 +43,24 @@ def in_fresh_thread(fn):
     if "error" in box:
         raise box["error"]
     return box.get("result")
+
+
+@contextlib.contextmanager
+def sweep_dtypes():
+    """Within the block, the dtype of each backward's adjoints, one entry per
+    sweep as it starts (float32 for a float32 sweep: autograd.Adjoints)."""
+    from tapegrad import autograd as AG
+    seen = []
+    real = AG.Adjoints.tape_arrays
+
+    def spy(adj, tape):
+        seen.append(adj.A.dtype)
+        return real(adj, tape)
+    AG.Adjoints.tape_arrays = spy
+    try:
+        yield seen
+    finally:
+        AG.Adjoints.tape_arrays = real
 
 
 def _plain_forward(fn, arrays):

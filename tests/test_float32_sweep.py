@@ -11,7 +11,6 @@ inputs themselves (their float64 copies are exact), so the oracles and the
 float32 program differentiate at the same point and differ only by float32
 rounding.  tests/test_dtypes.py covers the same ground on 2 x 3 arrays.
 """
-import threading
 import zlib
 
 import numpy as np
@@ -22,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 import tapegrad as tg
 from tapegrad import fused_backward as FB
 
-from oracle import close
+from oracle import close, in_fresh_thread, sweep_dtypes
 from op_cases import (ABOVE1, ANY, DIVISOR, FRACTION, NONZERO, OFF_POLES, POS, UNIT,
                       _SinCos, _a_sin_b, _distinct, _distinct_sv, _off_integers, _softplus,
                       _sym, _well_conditioned)
@@ -1222,44 +1221,12 @@ def test_anomaly_mode_names_a_nan_in_a_float32_graph():
 
 
 # -- the float32 sweep itself ------------------------------------------------------------
-def _sweeps(monkeypatch):
-    """The dtype of every backward's adjoints, as the sweeps run."""
-    from tapegrad import autograd as AG
-    seen = []
-    real = AG.Adjoints.tape_arrays
-
-    def spy(self, tape):
-        seen.append(self.A.dtype)
-        return real(self, tape)
-    monkeypatch.setattr(AG.Adjoints, "tape_arrays", spy)
-    return seen
-
-
-def _on_a_fresh_tape(fn):
-    """``fn()`` on a thread of its own, whose tape holds nothing else (the
-    rules below look at every record of a tape laid out whole)."""
-    out = []
-    worker = threading.Thread(target=lambda: out.append(_outcome(fn)))
-    worker.start()
-    worker.join()
-    kind, value = out[0]
-    if kind == "raised":
-        raise value
-    return value
-
-
-def _outcome(fn):
-    try:
-        return "returned", fn()
-    except BaseException as e:  # handed to the test's thread
-        return "raised", e
-
-
-def test_a_float32_graph_keeps_float32_values_and_sweeps_in_float32(monkeypatch):
+def test_a_float32_graph_keeps_float32_values_and_sweeps_in_float32():
     """The values a float32 graph's VJPs read are the float32 arrays
-    themselves (no float64 copy), and its adjoints are float32."""
+    themselves (no float64 copy), and its adjoints are float32 (on a thread
+    of its own: a fresh tape, as the rules look at every record of a tape
+    laid out whole)."""
     from tapegrad.tape import current
-    seen = _sweeps(monkeypatch)
     rng = _rng("sweep dtype")
     a32 = rng.uniform(0.5, 1.5, L).astype(F32)
 
@@ -1270,7 +1237,8 @@ def test_a_float32_graph_keeps_float32_values_and_sweeps_in_float32(monkeypatch)
         assert kept and all(r.dtype == F32 for r in kept)
         y.sum().backward()
         return a.grad
-    grad = _on_a_fresh_tape(run)
+    with sweep_dtypes() as seen:
+        grad = in_fresh_thread(run)
     assert seen == [np.dtype(F32)]
     x = a32.astype(F64)
     close32(grad, np.exp(x) * (np.sin(x) + np.cos(x)))
@@ -1278,11 +1246,10 @@ def test_a_float32_graph_keeps_float32_values_and_sweeps_in_float32(monkeypatch)
 
 
 @pytest.mark.parametrize("case", ["float64 leaf", "float64 array", "small only", "float64 root"])
-def test_anything_float64_keeps_the_sweep_in_float64(monkeypatch, case):
+def test_anything_float64_keeps_the_sweep_in_float64(case):
     """A graph with a float64 leaf, a large float64 value, only small values,
     or a float64 root sweeps in float64; its gradients are right and have
-    each leaf's dtype."""
-    seen = _sweeps(monkeypatch)
+    each leaf's dtype (on a fresh tape, as above)."""
     rng = _rng(f"float64 {case}")
     shape = (3, 4) if case == "small only" else A
     a32 = rng.uniform(0.5, 1.5, shape).astype(F32)
@@ -1301,25 +1268,26 @@ def test_anything_float64_keeps_the_sweep_in_float64(monkeypatch, case):
             loss = tg.exp(a).sum()
         loss.backward()
         return a.grad
-    grad = _on_a_fresh_tape(run)
+    with sweep_dtypes() as seen:
+        grad = in_fresh_thread(run)
     assert seen == [np.dtype(F64)]
     assert grad.dtype == F32
     x = a32.astype(F64)
     close32(grad, np.exp(x) * {"float64 leaf": 1.5, "float64 array": k64}.get(case, 1.0))
 
 
-def test_float32_sweep_beside_a_float64_graph_on_one_tape(monkeypatch):
+def test_float32_sweep_beside_a_float64_graph_on_one_tape():
     """A float32 graph and a float64 graph kept alive on one tape: each sweeps
     in its own dtype, and a float64 transform (jvp) of the float64 graph
     reads its values unchanged while the tape also holds float32 values."""
-    seen = _sweeps(monkeypatch)
     rng = _rng("two graphs")
     a32, b64 = rng.uniform(0.5, 1.5, A).astype(F32), rng.uniform(0.5, 1.5, A)
     a, b = tg.tensor(a32, requires_grad=True), tg.tensor(b64, requires_grad=True)
     la, lb = (tg.exp(a) * a).sum(), (tg.exp(b) * b).sum()
-    lb.backward(retain_graph=True)
-    la.backward()
-    lb.backward()
+    with sweep_dtypes() as seen:
+        lb.backward(retain_graph=True)
+        la.backward()
+        lb.backward()
     assert seen == [np.dtype(F64), np.dtype(F32), np.dtype(F64)]
     x = a32.astype(F64)
     close32(a.grad, np.exp(x) * (1 + x))

@@ -20,6 +20,8 @@ import tapegrad as tg
 from tapegrad import fused_backward as FB
 from tapegrad.kernels import interpret
 
+from oracle import sweep_dtypes
+
 try:
     import torch
 except ImportError:  # pragma: no cover - depends on the environment
@@ -219,18 +221,12 @@ def test_the_programs_reach_the_fused_sweep():
 def test_float32_programs_reach_the_fused_float32_sweep():
     """Enough of the programs stay float32 on float32 leaves that their
     float32 check (``_check_float32``) runs the fused sweep in float32."""
-    from tapegrad import autograd as AG
     hits = 0
     for s in range(12):
         prog, xs = _program(s, 10), [x.astype(np.float32) for x in _inputs(s)]
-        swept = []
-        real = AG.Adjoints.tape_arrays
-        AG.Adjoints.tape_arrays = lambda adj, tape: (swept.append(adj.float32), real(adj, tape))[1]
-        try:
+        with sweep_dtypes() as swept:
             runs = _fused_runs_seen(prog, xs)
-        finally:
-            AG.Adjoints.tape_arrays = real
-        hits += runs > 0 and all(swept)
+        hits += runs > 0 and all(d == np.float32 for d in swept)
     assert hits >= 4, hits
 
 

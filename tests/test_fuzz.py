@@ -48,6 +48,8 @@ from hypothesis import strategies as st
 
 import tapegrad as tg
 
+from oracle import sweep_dtypes
+
 try:  # the PyTorch oracle is optional
     import torch
 except ImportError:  # pragma: no cover - depends on the environment
@@ -1026,21 +1028,15 @@ def _check_float32(prog, arrays, v, grads):
     scale = max(1.0, float(np.abs(y64).max(initial=0.0)))
     if y.dtype != np.float32 or not np.allclose(y.numpy(), y64, rtol=1e-3, atol=1e-3 * scale):
         return False
-    from tapegrad import autograd as AG
-    swept = []
-    real = AG.Adjoints.tape_arrays
-    AG.Adjoints.tape_arrays = lambda adj, tape: (swept.append(adj.float32), real(adj, tape))[1]
-    try:
+    with sweep_dtypes() as swept:
         y.backward(v.astype(np.float32))
-    finally:
-        AG.Adjoints.tape_arrays = real
     for i, (t, g) in enumerate(zip(leaves, grads)):
         g32 = np.zeros(g.shape, np.float32) if t.grad is None else t.grad.numpy()
         assert g32.dtype == np.float32, f"leaf {i}: float32 gradient is {g32.dtype}\n{prog}"
         s = max(1.0, float(np.abs(g).max(initial=0.0)))
         np.testing.assert_allclose(g32.astype(np.float64), g, rtol=F32_RTOL, atol=F32_ATOL * s,
                                    err_msg=f"leaf {i}: float32 VJP differs from float64\n{prog}")
-    return bool(swept and swept[0])
+    return bool(swept and swept[0] == np.float32)
 
 
 def _check_replay(prog, arrays, v, want, grads):

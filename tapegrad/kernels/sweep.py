@@ -12,6 +12,7 @@ from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1, RIX, PTRS, REACHED  #
 from ._views import (SMALL, adjoint, adjoint_span, alias, borrowed_tape, claim, claim_zeroed,
                      fparam, parent, value)
 from .dispatch import FAILED, MISSING, TABLE, VJP, VJP32, call_entry, slot
+from .dtypes import float_dtype
 from .interpret import estimate_as
 from .rules import d_binary, d_scalar, d_unary
 from .structural import strided, strided_add
@@ -200,7 +201,7 @@ def sweep(T, freed, start, stop, order=None, mmk=NO_MATMULS):
     """
     if order is None:
         order = np.arange(start, stop, -1)
-    if T[V1].dtype == np.float32:  # a float32 sweep: the float32 families
+    if float_dtype(T) == np.float32:  # a float32 sweep: the float32 families
         return VJP32.run(_sweep, (T, freed, order, start, stop, mmk, VJP32.table), 3)
     return VJP.run(_sweep, (T, freed, order, start, stop, mmk, TABLE), 3)
 
