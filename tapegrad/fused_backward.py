@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 
+from . import fused_codegen
 from .kernels import codes as C
 from .kernels import interpret
 from .kernels._jit import cached_bytes, kernel_cache_name
@@ -179,8 +180,16 @@ def sweep_run(T, r0, r1, n, mask, root=-1, g=0.0):
     internal = mask & ~reached[r0:r1]
     gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
     plan = seg_plan_stored(T, r0, r1, gslot, root, g)
-    gs = np.empty((max(int(internal.sum()), 1), STORED_CHUNK), float_dtype(T))
-    seg_backward_stored(T, r0, r1, n, gslot, *plan, gs)
+    loop = fused_codegen.plan(T, r0, r1, gslot, *plan) if float_dtype(T) == np.float64 else None
+    fn = fused_codegen.loop_for(loop) if loop is not None else None
+    if fn is not None:
+        fused_codegen.run(fn, loop, n)
+    else:
+        gs = np.empty((max(int(internal.sum()), 1), STORED_CHUNK), float_dtype(T))
+        t0 = time.perf_counter()
+        seg_backward_stored(T, r0, r1, n, gslot, *plan, gs)
+        if loop is not None:
+            fused_codegen.spent(loop, time.perf_counter() - t0)
     # the run's records count as reached, as after the record-by-record
     # sweep (the graph is freed, and checked for stale values, by that mark)
     reached[r0:r1] |= plan[0]

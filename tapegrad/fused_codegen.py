@@ -1,0 +1,241 @@
+"""One compiled loop per fused run: the planned reverse sweep of a run of
+large elementwise records (tapegrad/fused_backward.py) as a single pass over
+the elements.
+
+The shared kernel (kernels/fused_segments.py ``seg_backward_stored``) sweeps
+a run block by block and record by record: each record's VJP loop streams
+its block once, and the adjoints internal to the run live in a block
+scratch.  Here the same plan is written out as Python source of one loop
+over the elements -- every internal adjoint a local variable, every record's
+op code a literal -- and compiled by Numba.  Element for element it is the
+same arithmetic in the same order as the shared kernel (``g * d`` from the
+rules of kernels/rules.py, each write ``v + 0.0`` on the first write and
+``v + old`` after), so the two give the same bits.
+
+A loop is keyed by the run's structure and plan (op codes, which operands
+are inside the run, which writes assign, which values are kept), never by
+its numbers: the scalar constants and the plan's constant adjoints are
+arguments.  Compiling one costs about a second, so a structure is compiled
+once the shared kernel has spent that long on it in this process (a rent
+rule, as the interpreted tier's, kernels/interpret.py), or at once when its
+source and machine code are in the cache from an earlier process
+(``<cache>/fused/``; the cache directory's stamp changes with the kernel
+sources, so a cached loop never outlives the rules it inlines).
+``TAPEGRAD_FUSE_LOOPS`` = ``0`` turns the loops off, ``now`` compiles each
+structure at its first sweep (the tests use it).
+
+Float64 sweeps only: a float32 sweep keeps the shared kernel.
+"""
+import hashlib
+import importlib.util
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .kernels import codes as C
+from .kernels._jit import OPTIONS, cache_dir, compile_lock
+from .kernels._views import APTR, ARG0, ARGS, FP, OP, PTRS, RIX
+
+ENV = "TAPEGRAD_FUSE_LOOPS"
+#: seconds the shared kernel may spend on one structure before its own loop
+#: is compiled (about what a compilation costs, measured: 0.4-1.2 s)
+RENT = 1.0
+
+_CONST = C.code(C.K_NONE, C.CONST)
+_UNARY, _SCALAR, _NARY = C.K_UNARY, C.K_SCALAR, C.K_NARY
+
+
+class _State:
+    lock = threading.Lock()
+    loops = {}      # key -> compiled loop (None: its compilation failed)
+    spent = {}      # key -> seconds the shared kernel spent on it
+
+
+def setting():
+    """``"0"`` (off), ``"now"`` (compile at first sight) or ``""`` (rent)."""
+    v = os.environ.get(ENV, "").strip().lower()
+    return v if v in ("0", "now") else ""
+
+
+class Plan:
+    """A run's loop: its source, key, and the arguments of one call."""
+
+    __slots__ = ("source", "key", "addrs", "consts")
+
+    def __init__(self, source, addrs, consts):
+        self.source = source
+        self.key = hashlib.sha256(source.encode()).hexdigest()[:24]
+        self.addrs = np.array(addrs, np.int64)
+        self.consts = np.array(consts, np.float64)
+
+
+def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill, cv, cval):
+    """The loop that sweeps records ``r0 .. r1-1`` as ``seg_plan_stored``
+    planned them (the same arguments ``seg_backward_stored`` takes)."""
+    op, arg0, args, fp, rix, ptrs, aptr = (T[OP], T[ARG0], T[ARGS], T[FP], T[RIX], T[PTRS],
+                                           T[APTR])
+    k = r1 - r0
+    addrs, consts = [], []
+    arrays = {}       # ("v" | "g", record) -> local array name
+    body = []
+
+    def array(kind, p):
+        name = arrays.get((kind, p))
+        if name is None:
+            name = f"{kind}{len(arrays)}"
+            arrays[(kind, p)] = name
+            addrs.append(int(ptrs[rix[p]]) if kind == "v" else int(aptr[p]))
+        return name
+
+    def const(x):
+        consts.append(float(x))
+        return f"c[{len(consts) - 1}]"
+
+    def inside(p):
+        q = p - r0
+        return 0 <= q < k and gslot[q] >= 0
+
+    def value(p):
+        return f"{array('v', p)}[i]" if rix[p] >= 0 else "0.0"
+
+    def adjoint(p):
+        return f"a{p - r0}" if inside(p) else f"{array('g', p)}[i]"
+
+    def put(p, v, first):
+        t = adjoint(p)
+        body.append(f"{t} = {v} + {'0.0' if first else t}")
+
+    for r in range(r1 - 1, r0 - 1, -1):
+        q = r - r0
+        code = int(op[r])
+        kind, sub = code >> C.SHIFT, code & C.MASK
+        if kind == C.K_NONE or not reach[q]:
+            continue
+        a0, na = int(arg0[r]), int(arg0[r + 1] - arg0[r])
+        ps = [int(args[a0 + j]) for j in range(na)]
+        if linear[q]:
+            for j, p in enumerate(ps):
+                if cfill[2 * q + j]:
+                    put(p, const(cv[2 * q + j]), assign[2 * q + j])
+            continue
+        for j, p in enumerate(ps):
+            if prefill[2 * q + j]:
+                body.append(f"{adjoint(p)} = {const(cval[p - r0])}")
+        g = const(cval[q]) if fillown[q] else adjoint(r)
+        body.append(f"g = {g}")
+        y = value(r)
+        pa = ps[0]
+        xa = value(pa)
+        if kind == _UNARY:
+            if write[2 * q]:
+                put(pa, f"g * d_unary({sub}, {xa}, {y})", assign[2 * q])
+        elif kind == _SCALAR:
+            if write[2 * q]:
+                put(pa, f"g * d_scalar({sub}, {xa}, {y}, {const(fp[r])})", assign[2 * q])
+        elif kind == _NARY and na == 2:
+            pb = ps[1]
+            xb = value(pb)
+            wa, wb = write[2 * q], write[2 * q + 1]
+            if pb == pa:
+                if wa:
+                    body.append(f"da, db = d_binary({sub}, {xa}, {xa}, {y})")
+                    put(pa, "g * (da + db)", assign[2 * q])
+            elif wa or wb:
+                body.append(f"da, db = d_binary({sub}, {xa}, {xb}, {y})")
+                if wa:
+                    put(pa, "g * da", assign[2 * q])
+                if wb:
+                    put(pb, "g * db", assign[2 * q + 1])
+        else:
+            return None   # not a run the loops know: the shared kernel sweeps it
+    views = [f"    {name} = carray(voidptr(p[{j}]), (n,), np.float64)"
+             for j, name in enumerate(arrays.values())]
+    src = "\n".join([
+        "import numpy as np",
+        "from numba import carray",
+        "from tapegrad.kernels._numba import voidptr",
+        "from tapegrad.kernels.rules import d_binary, d_scalar, d_unary",
+        "",
+        "",
+        "def loop(n, p, c):",
+        *views,
+        "    for i in range(n):",
+        *("        " + line for line in body),
+        "",
+    ])
+    return Plan(src, addrs, consts)
+
+
+def _load(key, source):
+    """The compiled loop of ``source``: its file in the cache (written once,
+    atomically, so that Numba's cache of it stays valid), imported and
+    compiled, or loaded from Numba's cache."""
+    base = cache_dir()
+    if base is None:
+        import tempfile
+        base = tempfile.mkdtemp(prefix="tapegrad-fused-")
+    folder = os.path.join(base, "fused")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"loop_{key}.py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    name = f"tapegrad_fused_loop_{key}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    # Numba's cache names the module of a loop's environment and imports it
+    # when it loads the machine code: it must be importable by that name
+    sys.modules[name] = mod
+    with compile_lock:
+        spec.loader.exec_module(mod)
+        import numba
+        fn = numba.njit(**OPTIONS)(mod.loop)
+        fn.compile("(int64, int64[::1], float64[::1])")
+    return fn
+
+
+def _in_cache(key):
+    base = cache_dir()
+    return base is not None and os.path.exists(os.path.join(base, "fused", f"loop_{key}.py"))
+
+
+def loop_for(p):
+    """The compiled loop for plan ``p`` if it is compiled, cached or due
+    (see the module docstring); None: sweep with the shared kernel and
+    count the time (``spent``)."""
+    fn = _State.loops.get(p.key, False)
+    if fn is not False:
+        return fn
+    mode = setting()
+    if mode == "0":
+        return None
+    if mode == "now" or _State.spent.get(p.key, 0.0) >= RENT or _in_cache(p.key):
+        with _State.lock:
+            fn = _State.loops.get(p.key, False)
+            if fn is False:
+                try:
+                    fn = _load(p.key, p.source)
+                except Exception:   # noqa: BLE001 -- the shared kernel still sweeps it
+                    if mode == "now":
+                        raise
+                    fn = None
+                _State.loops[p.key] = fn
+        return fn
+    return None
+
+
+def spent(p, seconds):
+    _State.spent[p.key] = _State.spent.get(p.key, 0.0) + seconds
+
+
+def run(fn, p, n):
+    fn(n, p.addrs, p.consts)
+
+
+def clock():
+    return time.perf_counter()
