@@ -61,6 +61,10 @@ import os
 # Warm hot paths: every kernel compiles on its first call, none runs in the
 # interpreted tier (kernels/interpret.py) while it is being timed.
 os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
+# and every fused run sweeps with its own compiled loop from its first sweep
+# (tapegrad/fused_codegen.py), as a process does once the loop has paid its
+# compilation: the steady state, as JAX's column is after its jit compiles
+os.environ.setdefault("TAPEGRAD_FUSE_LOOPS", "now")
 
 
 import argparse
@@ -682,6 +686,7 @@ def measure(impls, fns, args, log):
         # and with the library's default tiers, as a user's script starts
         # (this script compiles every kernel for the in-process timings)
         env.pop("TAPEGRAD_INTERPRET", None)
+        env.pop("TAPEGRAD_FUSE_LOOPS", None)
         if "tapegrad" in names:
             env = wl.subprocess_env(warm_cache, base=env)
         srep = args.subprocess_repeat

@@ -52,6 +52,7 @@ class _State:
     lock = threading.Lock()
     loops = {}      # key -> compiled loop (None: its compilation failed)
     spent = {}      # key -> seconds the shared kernel spent on it
+    scratch = []    # a temporary folder for the sources, with no cache directory
 
 
 def setting():
@@ -75,11 +76,21 @@ class Plan:
 def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill, cv, cval):
     """The loop that sweeps records ``r0 .. r1-1`` as ``seg_plan_stored``
     planned them (the same arguments ``seg_backward_stored`` takes)."""
-    op, arg0, args, fp, rix, ptrs, aptr = (T[OP], T[ARG0], T[ARGS], T[FP], T[RIX], T[PTRS],
-                                           T[APTR])
+    # Python lists of the few records' fields: an element of a NumPy array
+    # costs a scalar object per look, and a plan looks at each several times
+    op = T[OP][r0:r1].tolist()
+    arg0 = T[ARG0][r0:r1 + 1].tolist()
+    a_lo = arg0[0]
+    args = T[ARGS][a_lo:arg0[-1]].tolist()
+    fp = T[FP][r0:r1].tolist()
+    rix, ptrs, aptr = T[RIX], T[PTRS], T[APTR]
+    gslot, reach, write, assign = gslot.tolist(), reach.tolist(), write.tolist(), assign.tolist()
+    linear, fillown, prefill, cfill = linear.tolist(), fillown.tolist(), prefill.tolist(), cfill.tolist()
+    cv, cval = cv.tolist(), cval.tolist()
     k = r1 - r0
     addrs, consts = [], []
     arrays = {}       # ("v" | "g", record) -> local array name
+    kept = {}         # record -> whether its value is kept (in storage)
     body = []
 
     def array(kind, p):
@@ -91,7 +102,7 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
         return name
 
     def const(x):
-        consts.append(float(x))
+        consts.append(x)
         return f"c[{len(consts) - 1}]"
 
     def inside(p):
@@ -99,7 +110,10 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
         return 0 <= q < k and gslot[q] >= 0
 
     def value(p):
-        return f"{array('v', p)}[i]" if rix[p] >= 0 else "0.0"
+        v = kept.get(p)
+        if v is None:
+            v = kept[p] = bool(rix[p] >= 0)
+        return f"{array('v', p)}[i]" if v else "0.0"
 
     def adjoint(p):
         return f"a{p - r0}" if inside(p) else f"{array('g', p)}[i]"
@@ -110,12 +124,12 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
 
     for r in range(r1 - 1, r0 - 1, -1):
         q = r - r0
-        code = int(op[r])
+        code = op[q]
         kind, sub = code >> C.SHIFT, code & C.MASK
         if kind == C.K_NONE or not reach[q]:
             continue
-        a0, na = int(arg0[r]), int(arg0[r + 1] - arg0[r])
-        ps = [int(args[a0 + j]) for j in range(na)]
+        a0, na = arg0[q] - a_lo, arg0[q + 1] - arg0[q]
+        ps = args[a0:a0 + na]
         if linear[q]:
             for j, p in enumerate(ps):
                 if cfill[2 * q + j]:
@@ -134,7 +148,7 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
                 put(pa, f"g * d_unary({sub}, {xa}, {y})", assign[2 * q])
         elif kind == _SCALAR:
             if write[2 * q]:
-                put(pa, f"g * d_scalar({sub}, {xa}, {y}, {const(fp[r])})", assign[2 * q])
+                put(pa, f"g * d_scalar({sub}, {xa}, {y}, {const(fp[q])})", assign[2 * q])
         elif kind == _NARY and na == 2:
             pb = ps[1]
             xb = value(pb)
@@ -174,13 +188,20 @@ def _load(key, source):
     atomically, so that Numba's cache of it stays valid), imported and
     compiled, or loaded from Numba's cache."""
     base = cache_dir()
-    if base is None:
-        import tempfile
-        base = tempfile.mkdtemp(prefix="tapegrad-fused-")
+    if base is None:   # nothing writable to cache in: one folder for this process
+        if not _State.scratch:
+            import tempfile
+            _State.scratch.append(tempfile.mkdtemp(prefix="tapegrad-fused-"))
+        base = _State.scratch[0]
     folder = os.path.join(base, "fused")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"loop_{key}.py")
-    if not os.path.exists(path):
+    try:
+        with open(path) as f:
+            same = f.read() == source
+    except OSError:
+        same = False
+    if not same:   # absent, or not what its name says: (re)written whole
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(tmp, "w") as f:
             f.write(source)
