@@ -89,7 +89,8 @@ class Tape(_Liveness, _Writes):
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
                  "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed",
-                 "kept_bytes", "check_bytes", "f32", "held32", "scratch32", "max_size", "__weakref__")
+                 "kept_bytes", "check_bytes", "f32", "held32", "scratch32", "max_size", "exp_memo",
+                 "__weakref__")
 
     #: anomaly mode (tapegrad.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -168,6 +169,7 @@ class Tape(_Liveness, _Writes):
         self.base = _getrefcount(self.tok)
         self.lkey = object()       # identifies the epoch to leaves, uncounted
         self.graph = None
+        self.exp_memo = None       # the last large logsumexp's exponentials (ops/exp_memo.py)
 
     # -- growth ----------------------------------------------------------------
     @staticmethod

@@ -14,7 +14,7 @@ from . import matrix as L
 from . import reductions as Rd
 from . import shape as S
 from .. import views as V
-from . import view_writes
+from . import exp_memo, view_writes
 from . import complex_tensor as Z
 from .registry import BY_NAME
 from .numpy_api import (HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, special_ufunc,
@@ -218,6 +218,7 @@ def _set_value(self, value):
     value = value.astype(o.dtype, copy=False)
     what = f"a tensor of shape {o.shape} and dtype {o.dtype}"
     old = o._data
+    exp_memo.forget()  # its exponentials may be of this value
     tape = _local.__dict__.get("tape")
     noted = isinstance(old, np.ndarray) and tape is not None and tape.wrote(old, what)
     if isinstance(old, np.ndarray) and old.flags.writeable:

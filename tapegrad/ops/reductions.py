@@ -13,6 +13,7 @@ from ..kernels import codes as C
 from ..tape import current
 from ..tensor import Tensor, _node, _plain, _result
 from .elementwise import _bstrides
+from .exp_memo import recall, remember
 from .registry import register
 
 
@@ -169,6 +170,7 @@ def _logsumexp_parts(a, axis, keepdims, in_place):
     else:
         e = E.exp(d)
     s = sum(e, axis=axes, keepdims=True)
+    remember(current(), a, _node(current(), a), axes, m, e._data, s._data)
     with np.errstate(divide="ignore"):
         out = E.add(E.log(s), m)
     if keepdims:
@@ -251,7 +253,16 @@ def _softmax_like(code, x, axis, log):
     xd = x._data if isinstance(x, Tensor) else np.asarray(x)
     shape = np.shape(xd)
     axes = normalize_axis(axis, len(shape), "softmax")
-    if log:
+    tape = current()
+    memo = (recall(tape, x, axes) if isinstance(x, Tensor) and x._requires_grad
+            and tape.enabled else None)
+    if memo is not None and memo[1].dtype == np.result_type(xd, np.float32):
+        # the logsumexp of x along these axes computed exp(x - m): the same
+        # arrays this function's own passes would make
+        m, e, s = memo
+        with np.errstate(invalid="ignore", divide="ignore"):
+            data = xd - (np.log(s) + m) if log else e / s
+    elif log:
         data = xd - _logsumexp(xd, axis=axes, keepdims=True)
     else:  # exp(x - m) / sum(exp(x - m)): one exp pass, in place
         data, _ = _shifted_exp(xd, axes)
@@ -259,7 +270,6 @@ def _softmax_like(code, x, axis, log):
             data /= np.sum(data, axis=axes, keepdims=True)
         if np.ndim(xd) == 0:
             data = data[()]
-    tape = current()
     if not (isinstance(x, Tensor) and x._requires_grad and tape.enabled):
         return _plain(data)
     kshape = tuple(1 if d in axes else n for d, n in enumerate(shape))
