@@ -180,7 +180,7 @@ def sweep_run(T, r0, r1, n, mask, root=-1, g=0.0):
     internal = mask & ~reached[r0:r1]
     gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
     plan = seg_plan_stored(T, r0, r1, gslot, root, g)
-    loop = fused_codegen.plan(T, r0, r1, gslot, *plan) if float_dtype(T) == np.float64 else None
+    loop = fused_codegen.plan(T, r0, r1, gslot, *plan, dtype=float_dtype(T))
     fn = fused_codegen.loop_for(loop) if loop is not None else None
     if fn is not None:
         fused_codegen.run(fn, loop, n)

@@ -24,7 +24,8 @@ sources, so a cached loop never outlives the rules it inlines).
 ``TAPEGRAD_FUSE_LOOPS`` = ``0`` turns the loops off, ``now`` compiles each
 structure at its first sweep (the tests use it).
 
-Float64 sweeps only: a float32 sweep keeps the shared kernel.
+Float64 and float32 sweeps: a float32 loop rounds what it stores as the
+shared kernel's float32 scratch does.
 """
 import hashlib
 import importlib.util
@@ -73,9 +74,21 @@ class Plan:
         self.consts = np.array(consts, np.float64)
 
 
-def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill, cv, cval):
+def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill, cv, cval,
+         dtype=np.float64):
     """The loop that sweeps records ``r0 .. r1-1`` as ``seg_plan_stored``
-    planned them (the same arguments ``seg_backward_stored`` takes)."""
+    planned them (the same arguments ``seg_backward_stored`` takes), over
+    values and adjoints of ``dtype`` (the sweep's: float64 or float32).
+
+    In a float32 sweep the shared kernel stores every adjoint, internal ones
+    included, as float32: here each one written is rounded the same way
+    (``np.float32(...)``), and the constants it reads back from its float32
+    block scratch are rounded as they were stored."""
+    f32 = dtype == np.float32
+    dname = "np.float32" if f32 else "np.float64"
+
+    def stored(v):
+        return f"np.float32({v})" if f32 else v
     # Python lists of the few records' fields: an element of a NumPy array
     # costs a scalar object per look, and a plan looks at each several times
     op = T[OP][r0:r1].tolist()
@@ -113,14 +126,15 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
         v = kept.get(p)
         if v is None:
             v = kept[p] = bool(rix[p] >= 0)
-        return f"{array('v', p)}[i]" if v else "0.0"
+        return f"{array('v', p)}[i]" if v else ("np.float32(0.0)" if f32 else "0.0")
 
     def adjoint(p):
         return f"a{p - r0}" if inside(p) else f"{array('g', p)}[i]"
 
     def put(p, v, first):
         t = adjoint(p)
-        body.append(f"{t} = {v} + {'0.0' if first else t}")
+        old = "0.0" if first else t
+        body.append(f"{t} = {stored(f'{v} + {old}')}")
 
     for r in range(r1 - 1, r0 - 1, -1):
         q = r - r0
@@ -137,8 +151,8 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
             continue
         for j, p in enumerate(ps):
             if prefill[2 * q + j]:
-                body.append(f"{adjoint(p)} = {const(cval[p - r0])}")
-        g = const(cval[q]) if fillown[q] else adjoint(r)
+                body.append(f"{adjoint(p)} = {stored(const(cval[p - r0]))}")
+        g = stored(const(cval[q])) if fillown[q] else adjoint(r)
         body.append(f"g = {g}")
         y = value(r)
         pa = ps[0]
@@ -165,7 +179,7 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
                     put(pb, "g * db", assign[2 * q + 1])
         else:
             return None   # not a run the loops know: the shared kernel sweeps it
-    views = [f"    {name} = carray(voidptr(p[{j}]), (n,), np.float64)"
+    views = [f"    {name} = carray(voidptr(p[{j}]), (n,), {dname})"
              for j, name in enumerate(arrays.values())]
     src = "\n".join([
         "import numpy as np",

@@ -1,6 +1,7 @@
 """One compiled loop per fused run (tapegrad/fused_codegen.py).
 
-The random programs of test_fused_backward.py, swept three ways: by the
+The random programs of test_fused_backward.py, on float64 and on float32
+leaves, swept three ways: by the
 run's own generated loop (``TAPEGRAD_FUSE_LOOPS=now``), by the shared fused
 kernel (``=0``) and record by record.  The three must give the same bits,
 and the generated loop must be the one that ran.  Then the rules that
@@ -132,13 +133,42 @@ def test_a_failed_compilation_falls_back_to_the_shared_kernel(monkeypatch):
         _brief()
 
 
-def test_float32_sweeps_keep_the_shared_kernel(monkeypatch):
+@pytest.mark.parametrize("seed", range(16))
+def test_float32_programs_same_bits_three_ways(seed, monkeypatch):
+    """float32 leaves: the generated loop rounds what it stores as the shared
+    kernel's float32 block scratch does -- the same bits again."""
+    prog, xs = P._program(seed, 10), [x.astype(np.float32) for x in P._inputs(seed)]
+    monkeypatch.setenv(FC.ENV, "0")
+    shared = P._grads(prog, xs)
+    plain = P._grads(prog, xs, fused=False)
+    monkeypatch.setenv(FC.ENV, "now")
+    looped = P._grads(prog, xs)
+    for a, b, c in zip(looped, shared, plain):
+        assert a.dtype == b.dtype == c.dtype
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_float32_sweeps_run_float32_loops(monkeypatch):
     monkeypatch.setenv(FC.ENV, "now")
     ran = _loops_run(monkeypatch)
     rng = np.random.default_rng(1)
     x = tg.tensor(rng.uniform(0.5, 1.5, P.N).astype(np.float32), requires_grad=True)
     with interpret.mode(0):
         (2 * x * x + tg.log(x)).sum().backward()
-    assert not ran and x.grad.dtype == np.float32
+    assert ran and x.grad.dtype == np.float32
     xd = x.numpy().astype(np.float64)
-    np.testing.assert_allclose(x.grad.numpy(), 4 * xd + 1 / xd, rtol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), 4 * xd + 1 / xd, rtol=1e-6)
+    # a float32 loop is not the float64 loop of the same program
+    x64 = tg.tensor(x.numpy().astype(np.float64), requires_grad=True)
+    with interpret.mode(0):
+        (2 * x64 * x64 + tg.log(x64)).sum().backward()
+    assert len(ran) == 2 and ran[0] != ran[1]
+
+
+def test_float32_programs_reach_the_generated_loops(monkeypatch):
+    monkeypatch.setenv(FC.ENV, "now")
+    ran = _loops_run(monkeypatch)
+    for seed in range(16):
+        P._grads(P._program(seed, 10), [x.astype(np.float32) for x in P._inputs(seed)])
+    assert len(set(ran)) >= 8
