@@ -126,7 +126,7 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
         v = kept.get(p)
         if v is None:
             v = kept[p] = bool(rix[p] >= 0)
-        return f"{array('v', p)}[i]" if v else ("np.float32(0.0)" if f32 else "0.0")
+        return f"{array('v', p)}[i]" if v else stored("0.0")
 
     def adjoint(p):
         return f"a{p - r0}" if inside(p) else f"{array('g', p)}[i]"

@@ -5,8 +5,9 @@ the same value.
 ``s = sum(e)``; ``softmax(x, axis)`` is ``e / s`` and ``log_softmax(x,
 axis)`` is ``x - (log(s) + m)``.  A loss that uses both (a cross-entropy
 beside the probabilities, an entropy) would compute the exponentials twice,
-and ``exp`` is the most expensive pass of the three functions: NumPy's
-float64 ``exp`` runs at scalar speed on a CPU without AVX-512.  So the
+and ``exp`` is the most expensive pass of the three functions (NumPy's
+float64 ``exp`` took 5-11 ms per million elements on a CPU without
+AVX-512).  So the
 logsumexp of a differentiated tensor remembers ``(m, e, s)`` on the
 thread's tape and the softmax of the same tensor, along the same axes,
 takes them instead of computing them again: the same arrays, so the same

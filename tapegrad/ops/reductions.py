@@ -170,7 +170,8 @@ def _logsumexp_parts(a, axis, keepdims, in_place):
     else:
         e = E.exp(d)
     s = sum(e, axis=axes, keepdims=True)
-    remember(current(), a, _node(current(), a), axes, m, e._data, s._data)
+    tape = current()
+    remember(tape, a, _node(tape, a), axes, m, e._data, s._data)
     with np.errstate(divide="ignore"):
         out = E.add(E.log(s), m)
     if keepdims:
