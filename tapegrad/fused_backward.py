@@ -4,7 +4,10 @@ A record-by-record sweep takes one pass over memory per record: on
 ``3*a + 2*b*b + log(c)`` over a million elements that is seven passes,
 most of them writing an intermediate adjoint that the next VJP reads back
 once.  Here a run of consecutive same-size elementwise records (with leaves
-and constants between them) is swept block by block instead
+and constants between them; an add or subtraction may also take a smaller
+constant broadcast into it, as ``x - m`` with the row maxima m of a
+logsumexp, since only its other operand gets an adjoint) is swept block by
+block instead
 (kernels/fused_segments.py ``seg_backward_stored``, ``STORED_CHUNK`` elements at
 a time): the adjoints that only the run's own records write and read live
 in a block scratch that stays in cache, and only the adjoints of the
@@ -56,6 +59,7 @@ from .tape import Tape
 FUSE_MIN = 1 << 18
 
 _PASSIVE_MAX = C.CONST   # K_NONE subs a run may hold: leaves and constants
+_CONST = C.code(C.K_NONE, C.CONST)
 
 
 class _Rent:
@@ -117,9 +121,17 @@ def runs(tape, T, start, stop, order):
     cand = np.flatnonzero(fus)
     a0, a1 = tape.arg0[recs[cand]], tape.arg0[recs[cand] + 1]
     args, psize = tape.args, tape.size
-    same = psize[args[a0]] == size[cand]
     two = (a1 - a0) == 2
-    same[two] &= psize[args[a0[two] + 1]] == size[cand][two]
+    pa = args[a0]
+    pb = np.where(two, args[np.where(two, a0 + 1, a0)], pa)
+    fa, fb = psize[pa] == size[cand], psize[pb] == size[cand]
+    # an add or subtraction may take a smaller constant broadcast into it
+    # (``x - m`` with m the row maxima): the other operand's adjoint is the
+    # record's, and the constant's is never written (see fused_codegen.plan
+    # and fused_segments._record_backward for the values that stand in)
+    lin = two & (kind[cand] == C.K_NARY) & ((sub[cand] == C.ADD) | (sub[cand] == C.SUB))
+    ca, cb = tape.op[pa] == _CONST, tape.op[pb] == _CONST
+    same = (fa & fb) | (lin & ((fa & cb) | (fb & ca)))
     fus[cand] &= same & ~tape.freed[recs[cand]]
     passive = (kind == C.K_NONE) & (sub <= _PASSIVE_MAX)
     # the scan over a few records, on Python lists (an element of a NumPy

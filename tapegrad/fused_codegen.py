@@ -38,7 +38,7 @@ import numpy as np
 
 from .kernels import codes as C
 from .kernels._jit import OPTIONS, cache_dir, compile_lock
-from .kernels._views import APTR, ARG0, ARGS, FP, OP, PTRS, RIX
+from .kernels._views import APTR, ARG0, ARGS, FP, OP, PTRS, RIX, SIZE
 
 ENV = "TAPEGRAD_FUSE_LOOPS"
 #: seconds the shared kernel may spend on one structure before its own loop
@@ -96,7 +96,7 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
     a_lo = arg0[0]
     args = T[ARGS][a_lo:arg0[-1]].tolist()
     fp = T[FP][r0:r1].tolist()
-    rix, ptrs, aptr = T[RIX], T[PTRS], T[APTR]
+    rix, ptrs, aptr, size = T[RIX], T[PTRS], T[APTR], T[SIZE]
     gslot, reach, write, assign = gslot.tolist(), reach.tolist(), write.tolist(), assign.tolist()
     linear, fillown, prefill, cfill = linear.tolist(), fillown.tolist(), prefill.tolist(), cfill.tolist()
     cv, cval = cv.tolist(), cval.tolist()
@@ -156,7 +156,11 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
         body.append(f"g = {g}")
         y = value(r)
         pa = ps[0]
-        xa = value(pa)
+        # a constant smaller than the record, broadcast into an add or a
+        # subtraction (fused_backward.runs lets only those in): its partial
+        # reads no value, and indexing it by the run's elements would read
+        # past its end
+        xa = value(pa) if size[pa] == size[r] else stored("0.0")
         if kind == _UNARY:
             if write[2 * q]:
                 put(pa, f"g * d_unary({sub}, {xa}, {y})", assign[2 * q])
@@ -165,7 +169,7 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
                 put(pa, f"g * d_scalar({sub}, {xa}, {y}, {const(fp[q])})", assign[2 * q])
         elif kind == _NARY and na == 2:
             pb = ps[1]
-            xb = value(pb)
+            xb = value(pb) if size[pb] == size[r] else stored("0.0")
             wa, wb = write[2 * q], write[2 * q + 1]
             if pb == pa:
                 if wa:

@@ -12,7 +12,7 @@ import numpy as np
 from . import codes as C
 from ._jit import inline, inner, kernel
 from .interpret import estimate_as
-from ._views import OP, ARG0, ARGS, FP, V1, RIX, PTRS, APTR, REACHED  # tape fields
+from ._views import OP, ARG0, SIZE, ARGS, FP, V1, RIX, PTRS, APTR, REACHED  # tape fields
 from ._views import _voidptr, borrowed_tape, carray, float_dtype
 # the VJP loops of a segment's records: one compiled function per family, a
 # call per block and record (inlined, they made one function too large to
@@ -394,6 +394,15 @@ def _record_backward(T, r, r0, lo, m, vslot, gslot, write, assign, vb, gb, w):
         return
     pb = args[a0 + 1]
     xb = _view(T, _vaddr_or_adjoint(T, pb, r0, vslot, vb, gslot, gb, lo, w), m)
+    size = T[SIZE]
+    # a constant smaller than the record, broadcast into an add or a
+    # subtraction (fused_backward.runs lets only those in): its partial reads
+    # no value, and its own memory is shorter than the block, so the other
+    # operand's block stands in for the values the shared loop loads
+    if size[pb] != size[r]:
+        xb = xa
+    elif size[pa] != size[r]:
+        xa = xb
     if pb == pa:  # x op x: both partials to one adjoint
         if wa:
             _binary_self_into(sub, g, xa, y, ga, fa)
