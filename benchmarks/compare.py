@@ -47,9 +47,11 @@ Rows:
 Method: every implementation's gradients are first checked against the
 hand-written ones (``numpy.allclose``); each in-process measurement is the
 median of ``--repeat`` samples of ``time.perf_counter`` after warm-up calls
-(which also trigger any JIT compilation), one implementation after the
-other; the garbage collector runs once before a measurement's samples and
-is off during them, as ``timeit`` does.  Leaves are
+(which also trigger any JIT compilation), taken in 5 blocks per row with
+the implementations taking turns block by block (:func:`interleaved_ms`:
+the machine's drift over the row's minute falls on every column alike);
+the garbage collector runs once before each block and is off during it,
+as ``timeit`` does.  Leaves are
 created once; their ``.grad`` is reset inside the timed call.  By default the
 BLAS, OpenMP, Numba, PyTorch and XLA thread pools are limited to one thread
 (``--threads``), so that every column runs on one core.
@@ -93,6 +95,10 @@ RTOL, ATOL = 1e-7, 1e-10
 # --------------------------------------------------------------------------
 # Set-up
 # --------------------------------------------------------------------------
+
+#: blocks each in-process cell's samples are taken in (see interleaved_ms)
+ROUNDS = 5
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -140,31 +146,47 @@ def import_heavy():
 # Timing
 # --------------------------------------------------------------------------
 
-def median_ms(fn, repeat, warmup, setup=None):
-    """Median wall time of ``fn()`` in ms (of ``fn(setup())``, timing ``fn``
-    only, when ``setup`` is given), after ``warmup`` untimed calls.
-
-    As ``timeit`` does, the garbage collector runs once before the timed
-    calls and is off during them: a collection before every sample walks
-    every object of the loaded libraries and times each call with cold
-    caches.  One implementation's samples run one after another, in the
-    steady state a loop of its own reaches.
-    """
-    for _ in range(warmup):
-        fn() if setup is None else fn(setup())
+def _samples(fn, n, setup=None):
+    """``n`` wall times of ``fn()`` in seconds (of ``fn(setup())``, timing
+    ``fn`` only, when ``setup`` is given), one after another."""
     times = []
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(repeat):
-            state = None if setup is None else setup()
-            t0 = time.perf_counter()
-            fn() if setup is None else fn(state)
-            times.append(time.perf_counter() - t0)
-            del state
-    finally:
-        gc.enable()
-    return statistics.median(times) * 1e3
+    for _ in range(n):
+        state = None if setup is None else setup()
+        t0 = time.perf_counter()
+        fn() if setup is None else fn(state)
+        times.append(time.perf_counter() - t0)
+        del state
+    return times
+
+
+def interleaved_ms(cells, repeat, warmup, rounds=ROUNDS):
+    """Median wall time in ms of each cell's ``fn`` (``cells``: name ->
+    ``(fn, setup)``), its ``repeat`` samples taken in ``rounds`` blocks, the
+    cells' blocks taking turns: A's block, B's block, ..., then A's again.
+
+    A shared machine's speed drifts by tens of percent over a minute; with
+    every implementation's samples spread over the same stretch of time, a
+    ratio of two medians compares them under the same conditions.  Within a
+    block the samples run one after another (after one untimed call), in
+    the steady state a loop of the implementation's own reaches.  As
+    ``timeit`` does, the garbage collector runs once before each block and
+    is off during it: a collection before every sample walks every object
+    of the loaded libraries and times each call with cold caches.
+    """
+    for fn, setup in cells.values():
+        _samples(fn, warmup, setup)
+    per = -(-repeat // rounds)
+    times = {name: [] for name in cells}
+    for _ in range(rounds):
+        for name, (fn, setup) in cells.items():
+            _samples(fn, 1, setup)
+            gc.collect()
+            gc.disable()
+            try:
+                times[name] += _samples(fn, per, setup)
+            finally:
+                gc.enable()
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def subprocess_ms(code, env, repeat, cwd, fresh_env=None):
@@ -647,26 +669,22 @@ def measure(impls, fns, args, log):
     def cell(label, name, value):
         rows.setdefault(label, {n: None for n in names})[name] = value
 
-    for impl in impls:
-        log(f"timing {impl.name} ...")
-        cell("chain fwd+bwd (ms)", impl.name,
-             median_ms(fns[impl.name, "chain"], rep, warm))
-        if hasattr(impl, "chain_backward"):
-            setup, backward = impl.chain_backward()
-            ms = median_ms(backward, rep, warm, setup)
-            cell("chain backward alone (ms)", impl.name, ms)
-            cell(f"chain backward per record (ns, /{wl.CHAIN_RECORDS})",
-                 impl.name, ms * 1e6 / wl.CHAIN_RECORDS)
-        else:
-            cell("chain backward alone (ms)", impl.name, None)
-            cell(f"chain backward per record (ns, /{wl.CHAIN_RECORDS})",
-                 impl.name, None)
-        cell("small step fwd+bwd, 3 elements (us)", impl.name,
-             1e3 * median_ms(fns[impl.name, "small"], rep * 20, warm))
-        cell("elementwise fwd+bwd, 1e6 (ms)", impl.name,
-             median_ms(fns[impl.name, "elementwise"], rep, warm))
-        cell("MLP fwd+bwd (ms)", impl.name,
-             median_ms(fns[impl.name, "mlp"], rep, warm))
+    def row(label, cells, repeat=rep, scale=1.0):
+        log(f"timing {label} ...")
+        for name, ms in interleaved_ms(cells, repeat, warm).items():
+            cell(label, name, scale * ms)
+
+    row("chain fwd+bwd (ms)", {n: (fns[n, "chain"], None) for n in names})
+    backs = {i.name: i.chain_backward() for i in impls if hasattr(i, "chain_backward")}
+    row("chain backward alone (ms)", {n: (b, s) for n, (s, b) in backs.items()})
+    per_record = f"chain backward per record (ns, /{wl.CHAIN_RECORDS})"
+    for n in names:
+        ms = rows["chain backward alone (ms)"][n]
+        cell(per_record, n, None if ms is None else ms * 1e6 / wl.CHAIN_RECORDS)
+    row("small step fwd+bwd, 3 elements (us)", {n: (fns[n, "small"], None) for n in names},
+        rep * 20, 1e3)
+    row("elementwise fwd+bwd, 1e6 (ms)", {n: (fns[n, "elementwise"], None) for n in names})
+    row("MLP fwd+bwd (ms)", {n: (fns[n, "mlp"], None) for n in names})
 
     # Start-up, in fresh interpreters.
     tmp = tempfile.mkdtemp(prefix="tapegrad-compare-")
