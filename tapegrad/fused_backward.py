@@ -32,6 +32,14 @@ and are written out only where an array needs them (a leaf's gradient, a
 VJP that reads values).  For that, one record followed by a full sum or
 mean of it is a run too (``(W * x).sum()``, ``exp(x).mean()``).
 
+A run under a sum over its trailing or its leading axes (a logsumexp's
+row sums of its exponentials) starts from the sum's adjoint in the same
+way, when the run has its own compiled loop (fused_codegen.py): each
+element reads its row's number (``_sweep_summed``), where the sum's VJP
+would broadcast it into an array of the run record's size that the run then
+reads back.  Until that loop is compiled, the sum's VJP and the run are
+swept as before and their time counts towards the loop's rent.
+
 Fusion needs the compiled kernel; it follows the interpreted tier's rule
 (kernels/interpret.py): with nothing compiled or cached the runs are swept
 record by record, and the time that takes is counted until compiling the
@@ -219,6 +227,71 @@ def _reduces_run(tape, r0, r1, start, mask):
             and mask[int(tape.args[tape.arg0[r1]]) - r0])
 
 
+_SUM = C.code(C.K_REDUCE, C.SUM)
+
+
+def _sums_run(tape, r0, r1, start, mask):
+    """Whether record r1, the one after the run, is a sum over some axes of a
+    run record (a logsumexp's row sums of its exponentials), whose VJP
+    broadcasts its adjoint into that record's."""
+    if not (r1 <= start and int(tape.op[r1]) == _SUM and tape.size[r1] > 1
+            and tape.arg0[r1 + 1] - tape.arg0[r1] == 1):
+        return False
+    p = int(tape.args[tape.arg0[r1]])
+    return r0 <= p < r1 and bool(mask[p - r0])
+
+
+def _summed_axes(tape, r):
+    """``(inner, leading)`` of sum record r: element i of its operand reads
+    element ``i // inner`` of its adjoint (``leading`` False: the trailing
+    axes were summed) or ``i % inner`` (True: the leading ones) -- or None
+    for any other choice of axes."""
+    ip, b = tape.ip, int(tape.ip0[r])
+    nd = int(ip[b])
+    shape = ip[b + 1:b + 1 + nd].tolist()
+    strides = ip[b + 1 + nd:b + 1 + 2 * nd].tolist()
+    summed = [st == 0 for st, d in zip(strides, shape) if d != 1]
+    dims = [d for d in shape if d != 1]
+    k = summed.index(True) if True in summed else len(summed)
+    if 0 < k < len(summed) and all(summed[k:]):        # trailing axes
+        return int(np.prod(dims[k:])), False
+    k = summed.index(False) if False in summed else len(summed)
+    if 0 < k < len(summed) and not any(summed[k:]):    # leading axes
+        return int(np.prod(dims[k:])), True
+    return None
+
+
+def _sweep_summed(tape, T, r0, r1, n, mask):
+    """The run swept from the sum r1's adjoint, broadcast in its own loop
+    (fused_codegen.plan's ``bcast``): True when done.  Else nothing is
+    changed, and the caller sweeps r1's VJP and then the run; the return is
+    then the loop that would have run (its rent is what that costs: see
+    fused_codegen.loop_for), or None."""
+    reached = T[REACHED]
+    p = int(tape.args[tape.arg0[r1]])
+    if not reached[r1] or reached[p] or tape.freed[r1]:
+        return None
+    k = T[RIX][p]
+    if k >= 0 and T[PTRS][k] == 0:
+        return None   # a released value: the sweep reports it
+    axes = _summed_axes(tape, r1)
+    if axes is None:
+        return None
+    saved = reached.copy()   # the plan marks the run's outside operands reached
+    internal = mask & ~reached[r0:r1]
+    gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
+    plan = seg_plan_stored(T, r0, r1, gslot, p, np.nan)
+    loop = fused_codegen.plan(T, r0, r1, gslot, *plan, dtype=float_dtype(T),
+                              bcast=(p, int(T[APTR][r1]), *axes))
+    fn = fused_codegen.loop_for(loop) if loop is not None else None
+    if fn is None:
+        reached[:] = saved
+        return loop
+    fused_codegen.run(fn, loop, n)
+    reached[r0:r1] |= plan[0]
+    return True
+
+
 def _constant_root(tape, T, r1):
     """``(p, g)``: the reduction r1's operand p and the constant that r1's
     VJP (kernels/structural.py ``full_sum_vjp``) would write into every
@@ -261,6 +334,16 @@ def run(tape, T, start, stop, order, plain):
             if p < 0:
                 plain(r1, r1 - 1)
             sweep_run(T, r0, r1, n, mask, p, g)
+        elif fuse and _sums_run(tape, r0, r1, start, mask):
+            if start > r1:
+                plain(start, r1)
+            loop = _sweep_summed(tape, T, r0, r1, n, mask)
+            if loop is not True:  # swept as the sum's VJP, then the run
+                t0 = time.perf_counter()
+                plain(r1, r1 - 1)
+                sweep_run(T, r0, r1, n, mask)
+                if loop is not None:
+                    fused_codegen.spent(loop, time.perf_counter() - t0)
         else:
             plain(start, r1 - 1)
             if fuse:

@@ -75,7 +75,7 @@ class Plan:
 
 
 def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill, cv, cval,
-         dtype=np.float64):
+         dtype=np.float64, bcast=None):
     """The loop that sweeps records ``r0 .. r1-1`` as ``seg_plan_stored``
     planned them (the same arguments ``seg_backward_stored`` takes), over
     values and adjoints of ``dtype`` (the sweep's: float64 or float32).
@@ -83,7 +83,14 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
     In a float32 sweep the shared kernel stores every adjoint, internal ones
     included, as float32: here each one written is rounded the same way
     (``np.float32(...)``), and the constants it reads back from its float32
-    block scratch are rounded as they were stored."""
+    block scratch are rounded as they were stored.
+
+    ``bcast = (root, address, inner, leading)``: record ``root`` of the run
+    enters with the adjoint of a sum over some of its axes, broadcast back
+    (planned with ``seg_plan_stored``'s NaN root): element i reads element
+    ``i // inner`` (the trailing axes were summed) or ``i % inner`` (the
+    leading ones) of the sum's adjoint at ``address`` -- what the sum's VJP
+    would write into the root's adjoint, which here is never written."""
     f32 = dtype == np.float32
     dname = "np.float32" if f32 else "np.float64"
 
@@ -136,6 +143,13 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
         old = "0.0" if first else t
         body.append(f"{t} = {stored(f'{v} + {old}')}")
 
+    pre = []
+    if bcast is not None:
+        root, address, inner, leading = bcast
+        addrs.append(int(address))
+        arrays[("b", root)] = "gr"
+        pre.append(f"    dv = np.int64({const(float(inner))})")
+        body.append(f"a{root - r0} = {'gr[j]' if leading else 'go'}")
     for r in range(r1 - 1, r0 - 1, -1):
         q = r - r0
         code = op[q]
@@ -194,8 +208,14 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
         "",
         "def loop(n, p, c):",
         *views,
-        "    for i in range(n):",
-        *("        " + line for line in body),
+        *pre,
+        *(["    for i in range(n):"] if bcast is None else [
+            # rows of the sum's operand: no division per element
+            "    for o in range(n // dv):",
+            *([] if bcast[3] else ["        go = gr[o]"]),
+            "        for j in range(dv):",
+            "            i = o * dv + j"]),
+        *(("        " if bcast is None else "            ") + line for line in body),
         "",
     ])
     return Plan(src, addrs, consts)

@@ -168,9 +168,16 @@ def test_logsumexp_and_softmax_against_the_closed_form(dtype, loops, monkeypatch
     X, W = rng.standard_normal((R, C)).astype(dtype), rng.standard_normal((R, C)).astype(dtype)
     x = tg.tensor(X, requires_grad=True)
     runs = []
-    saved = FB.sweep_run
+    saved, summed = FB.sweep_run, FB._sweep_summed
     monkeypatch.setattr(FB, "sweep_run", lambda T, r0, r1, *a: (runs.append((r0, r1)),
                                                                 saved(T, r0, r1, *a)))
+
+    def spy(tape, T, r0, r1, *a):
+        done = summed(tape, T, r0, r1, *a)
+        if done is True:
+            runs.append((r0, r1, "from the row sums"))
+        return done
+    monkeypatch.setattr(FB, "_sweep_summed", spy)
     with interpret.mode(0):
         (tg.logsumexp(x, axis=1).sum() + (W * tg.softmax(x, axis=1)).sum()).backward()
     X64, W64 = X.astype(np.float64), W.astype(np.float64)
@@ -180,5 +187,104 @@ def test_logsumexp_and_softmax_against_the_closed_form(dtype, loops, monkeypatch
     tol = 1e-12 if dtype == np.float64 else 2e-6
     assert x.grad.dtype == dtype
     np.testing.assert_allclose(x.grad.numpy(), expect, rtol=tol * 100, atol=tol)
-    # the shift by the row maxima and the exponential swept as one run
-    assert any(r1 - r0 >= 2 for r0, r1 in runs)
+    # the shift by the row maxima and the exponential swept as one run, from
+    # the row sums' adjoint when the run has its own loop
+    # (a loop compiled earlier in the process is used under "0" too)
+    assert any(r[1] - r[0] >= 2 for r in runs), runs
+    if loops == "now":
+        assert any(len(r) == 3 for r in runs), runs
+
+
+# -- a run swept from the adjoint of a sum over some axes --------------------------
+def _summed(x, how, lib):
+    """A run on x, summed over some axes, then a scalar (``lib``: tg or np)."""
+    ex, lg, sn = (np.exp, np.log, np.sin) if lib == "np" else (tg.exp, tg.log, tg.sin)
+    c = _constants(x.dtype)[0 if x.ndim == 2 else 4]
+    e = ex(sn(x) * 0.5 - c)
+    if how == "rows":
+        return lg(e.sum(axis=1)).sum()
+    if how == "rows_keep":
+        return (lg(e.sum(axis=1, keepdims=True)) * 0.3).sum()
+    if how == "cols":
+        return lg(e.sum(axis=0)).sum()
+    if how == "last2":      # a 3-D operand, its two trailing axes summed
+        return lg(e.sum(axis=(1, 2))).sum()
+    if how == "first2":     # ... its two leading axes
+        return lg(e.sum(axis=(0, 1))).sum()
+    if how == "middle":     # neither: the sum's VJP and then the run
+        return lg(e.sum(axis=1)).sum()
+    if how == "read_again":  # e read again above the sum: its VJP reaches e first
+        return lg(e.sum(axis=1)).sum() + (e * 0.25).sum()
+    raise ValueError(how)
+
+
+HOWS = ("rows", "rows_keep", "cols", "last2", "first2", "middle", "read_again")
+
+
+def _summed_input(how, dtype):
+    rng = np.random.default_rng(len(how))
+    shape = (41, 79, 83) if how in ("last2", "first2", "middle") else (R, C)
+    return rng.uniform(-1.0, 1.0, shape).astype(dtype)
+
+
+def _summed_grad(x, how, fused=True):
+    t = tg.tensor(x, requires_grad=True)
+    saved = FB.runs
+    if not fused:
+        FB.runs = lambda *a: []
+    try:
+        with interpret.mode(0):
+            _summed(t, how, "tg").backward()
+    finally:
+        FB.runs = saved
+    return t.grad.numpy()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("how", HOWS)
+def test_a_run_under_a_sum_over_axes_same_bits_three_ways(how, dtype, monkeypatch):
+    x = _summed_input(how, dtype)
+    took = []
+    real = FB._sweep_summed
+    monkeypatch.setattr(FB, "_sweep_summed", lambda *a: (took.append(real(*a)), took[-1])[1])
+    monkeypatch.setattr(FC._State, "loops", {})   # none compiled yet
+    monkeypatch.setenv(FC.ENV, "0")
+    shared = _summed_grad(x, how)
+    assert True not in took   # the shared kernel takes the sum's VJP, then the run
+    monkeypatch.setenv(FC.ENV, "now")
+    looped = _summed_grad(x, how)
+    assert (True in took) == (how not in ("middle", "read_again")), took
+    plain = _summed_grad(x, how, fused=False)
+    np.testing.assert_array_equal(looped, shared)
+    np.testing.assert_array_equal(looped, plain)
+    if dtype == np.float64:   # against central differences along a direction
+        d = np.random.default_rng(9).standard_normal(x.shape)
+        h = 1e-6
+        fd = (_summed(x + h * d, how, "np") - _summed(x - h * d, how, "np")) / (2 * h)
+        an = float((looped * d).sum())
+        assert abs(fd - an) <= 1e-6 * max(1.0, abs(fd)), (fd, an)
+
+
+def test_the_sums_axes_are_read_from_its_parameters():
+    for shape, axis, want in [((4, 5), 1, (5, False)), ((4, 5), 0, (5, True)),
+                              ((3, 4, 5), (1, 2), (20, False)), ((3, 4, 5), (0, 1), (5, True)),
+                              ((3, 4, 5), 1, None), ((3, 1, 5), 2, (5, False)),
+                              ((3, 4, 5), (0, 2), None)]:
+        x = tg.tensor(np.ones(shape), requires_grad=True)
+        s = (x * 1.0).sum(axis=axis)
+        from tapegrad.tape import current
+        assert FB._summed_axes(current(), s._rec) == want, (shape, axis)
+
+
+def test_the_summed_loop_pays_rent_before_it_is_compiled(monkeypatch):
+    # in the default mode the sum's VJP and the run sweep it until they have
+    # cost what a compilation does; the time is counted against the loop
+    monkeypatch.setenv(FC.ENV, "")
+    spent = []
+    monkeypatch.setattr(FC, "spent", lambda p, s: spent.append((p.key, s)))
+    monkeypatch.setattr(FC, "_in_cache", lambda key: False)
+    monkeypatch.setattr(FC._State, "loops", {})
+    x = _summed_input("rows", np.float64)
+    g = _summed_grad(x, "rows")
+    np.testing.assert_array_equal(g, _summed_grad(x, "rows", fused=False))
+    assert spent and all(s > 0 for _, s in spent)

@@ -223,7 +223,8 @@ def seg_plan_stored(T, r0, r1, gslot, root, g):
 
     ``root >= 0``: record ``root`` of the segment (one of ``gslot``'s) enters
     with the constant adjoint ``g`` (a full sum's or mean's VJP, which then
-    writes no array).  A record whose adjoint is a constant and whose
+    writes no array), or, with ``g`` NaN, with an adjoint the caller's loop
+    sets (a sum over some axes broadcast back: fused_codegen.plan).  A record whose adjoint is a constant and whose
     partials are constants (``_linear``) gives its operands constants: those
     of records in the block scratch stay numbers of the plan (``cval``), and
     are written into a block only where an array meets them (``prefill``:
@@ -251,8 +252,9 @@ def seg_plan_stored(T, r0, r1, gslot, root, g):
     const = np.zeros(k, np.bool_)
     if root >= 0:
         reach[root - r0] = True
-        const[root - r0] = True
-        cval[root - r0] = g
+        if g == g:   # NaN: the root enters with an array (fused_codegen.plan's ``bcast``)
+            const[root - r0] = True
+            cval[root - r0] = g
     for r in range(r1 - 1, r0 - 1, -1):
         q = r - r0
         code = op[r]
