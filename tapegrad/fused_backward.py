@@ -280,7 +280,7 @@ def _sweep_summed(tape, T, r0, r1, n, mask):
     saved = reached.copy()   # the plan marks the run's outside operands reached
     internal = mask & ~reached[r0:r1]
     gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
-    plan = seg_plan_stored(T, r0, r1, gslot, p, np.nan)
+    plan = seg_plan_stored(T, r0, r1, gslot, -2 - p, 0.0)
     loop = fused_codegen.plan(T, r0, r1, gslot, *plan, dtype=float_dtype(T),
                               bcast=(p, int(T[APTR][r1]), *axes))
     fn = fused_codegen.loop_for(loop) if loop is not None else None

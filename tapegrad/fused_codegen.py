@@ -87,7 +87,7 @@ def plan(T, r0, r1, gslot, reach, write, assign, linear, fillown, prefill, cfill
 
     ``bcast = (root, address, inner, leading)``: record ``root`` of the run
     enters with the adjoint of a sum over some of its axes, broadcast back
-    (planned with ``seg_plan_stored``'s NaN root): element i reads element
+    (planned with ``seg_plan_stored``'s root ``-2 - root``): element i reads element
     ``i // inner`` (the trailing axes were summed) or ``i % inner`` (the
     leading ones) of the sum's adjoint at ``address`` -- what the sum's VJP
     would write into the root's adjoint, which here is never written."""

@@ -223,8 +223,9 @@ def seg_plan_stored(T, r0, r1, gslot, root, g):
 
     ``root >= 0``: record ``root`` of the segment (one of ``gslot``'s) enters
     with the constant adjoint ``g`` (a full sum's or mean's VJP, which then
-    writes no array), or, with ``g`` NaN, with an adjoint the caller's loop
-    sets (a sum over some axes broadcast back: fused_codegen.plan).  A record whose adjoint is a constant and whose
+    writes no array); ``root <= -2``: record ``-2 - root`` enters with an
+    adjoint the caller's loop sets (a sum over some axes broadcast back:
+    fused_codegen.plan), ``g`` unused.  A record whose adjoint is a constant and whose
     partials are constants (``_linear``) gives its operands constants: those
     of records in the block scratch stay numbers of the plan (``cval``), and
     are written into a block only where an array meets them (``prefill``:
@@ -252,9 +253,10 @@ def seg_plan_stored(T, r0, r1, gslot, root, g):
     const = np.zeros(k, np.bool_)
     if root >= 0:
         reach[root - r0] = True
-        if g == g:   # NaN: the root enters with an array (fused_codegen.plan's ``bcast``)
-            const[root - r0] = True
-            cval[root - r0] = g
+        const[root - r0] = True
+        cval[root - r0] = g
+    elif root <= -2:  # record -2 - root enters with an array (fused_codegen.plan's ``bcast``)
+        reach[-2 - root - r0] = True
     for r in range(r1 - 1, r0 - 1, -1):
         q = r - r0
         code = op[r]
