@@ -289,3 +289,22 @@ def test_the_summed_loop_pays_rent_before_it_is_compiled(monkeypatch):
     g = _summed_grad(x, "rows")
     np.testing.assert_array_equal(g, _summed_grad(x, "rows", fused=False))
     assert spent and all(s > 0 for _, s in spent)
+
+
+@pytest.mark.parametrize("seed", [np.inf, np.nan])
+def test_a_nonfinite_seed_reaches_a_summed_run_as_the_plain_sweep(seed, monkeypatch):
+    monkeypatch.setenv(FC.ENV, "now")
+    x = _summed_input("rows", np.float64)
+    grads = []
+    for fused in (True, False):
+        t = tg.tensor(x, requires_grad=True)
+        saved = FB.runs
+        if not fused:
+            FB.runs = lambda *a: []
+        try:
+            with interpret.mode(0):
+                _summed(t, "rows", "tg").backward(np.asarray(seed))
+        finally:
+            FB.runs = saved
+        grads.append(t.grad.numpy())
+    np.testing.assert_array_equal(grads[0], grads[1])
