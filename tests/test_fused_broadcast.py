@@ -132,7 +132,7 @@ def test_float32_programs_same_bits_three_ways(seed, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-5 * np.abs(b).max())
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(ops=st.lists(st.sampled_from(OPS), min_size=2, max_size=6),
        shape=st.integers(0, len(SHAPES) - 1), seed=st.integers(0, 1000))
 def test_hypothesis_chains_same_bits_as_record_by_record(ops, shape, seed):
