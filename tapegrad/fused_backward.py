@@ -131,7 +131,7 @@ def runs(tape, T, start, stop, order):
     args, psize = tape.args, tape.size
     two = (a1 - a0) == 2
     pa = args[a0]
-    pb = np.where(two, args[np.where(two, a0 + 1, a0)], pa)
+    pb = args[a0 + two]   # the second parent, or the first again
     fa, fb = psize[pa] == size[cand], psize[pb] == size[cand]
     # an add or subtraction may take a smaller constant broadcast into it
     # (``x - m`` with m the row maxima): the other operand's adjoint is the
@@ -197,15 +197,12 @@ def sweep_run(T, r0, r1, n, mask, root=-1, g=0.0):
     reached = T[REACHED]
     if root < 0 and not reached[r0:r1][mask].any():
         return  # nothing above reaches the run (another graph on the tape)
-    internal = mask & ~reached[r0:r1]
-    gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
-    plan = seg_plan_stored(T, r0, r1, gslot, root, g)
-    loop = fused_codegen.plan(T, r0, r1, gslot, *plan, dtype=float_dtype(T))
-    fn = fused_codegen.loop_for(loop) if loop is not None else None
+    gslot, plan, loop, fn = _planned(T, r0, r1, mask, root, g)
     if fn is not None:
         fused_codegen.run(fn, loop, n)
     else:
-        gs = np.empty((max(int(internal.sum()), 1), STORED_CHUNK), float_dtype(T))
+        gs = np.empty((max(int(np.count_nonzero(gslot >= 0)), 1), STORED_CHUNK),
+                      float_dtype(T))
         t0 = time.perf_counter()
         seg_backward_stored(T, r0, r1, n, gslot, *plan, gs)
         if loop is not None:
@@ -213,6 +210,20 @@ def sweep_run(T, r0, r1, n, mask, root=-1, g=0.0):
     # the run's records count as reached, as after the record-by-record
     # sweep (the graph is freed, and checked for stale values, by that mark)
     reached[r0:r1] |= plan[0]
+
+
+def _planned(T, r0, r1, mask, root, g, bcast=None):
+    """``(gslot, plan, loop, fn)`` of a run: the block-scratch slots of the
+    records reached only inside it, ``seg_plan_stored``'s plan (which marks
+    the run's outside operands reached), the generated loop's plan (None if
+    the loops do not know the run) and its compiled loop (None while the
+    shared kernel sweeps that structure)."""
+    internal = mask & ~T[REACHED][r0:r1]
+    gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
+    plan = seg_plan_stored(T, r0, r1, gslot, root, g)
+    loop = fused_codegen.plan(T, r0, r1, gslot, *plan, dtype=float_dtype(T), bcast=bcast)
+    fn = fused_codegen.loop_for(loop) if loop is not None else None
+    return gslot, plan, loop, fn
 
 
 _FULL = (C.code(C.K_REDUCE, C.SUM), C.code(C.K_REDUCE, C.MEAN))
@@ -278,12 +289,7 @@ def _sweep_summed(tape, T, r0, r1, n, mask):
     if axes is None:
         return None
     saved = reached.copy()   # the plan marks the run's outside operands reached
-    internal = mask & ~reached[r0:r1]
-    gslot = np.where(internal, np.cumsum(internal) - 1, -1).astype(np.int64)
-    plan = seg_plan_stored(T, r0, r1, gslot, -2 - p, 0.0)
-    loop = fused_codegen.plan(T, r0, r1, gslot, *plan, dtype=float_dtype(T),
-                              bcast=(p, int(T[APTR][r1]), *axes))
-    fn = fused_codegen.loop_for(loop) if loop is not None else None
+    _, plan, loop, fn = _planned(T, r0, r1, mask, -2 - p, 0.0, (p, int(T[APTR][r1]), *axes))
     if fn is None:
         reached[:] = saved
         return loop

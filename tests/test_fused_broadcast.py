@@ -61,17 +61,23 @@ def _inputs(seed, dtype=np.float64):
     return [rng.uniform(-1.0, 1.0, (R, C)).astype(dtype) for _ in range(2)]
 
 
-def _grads(prog, xs, fused=True):
+def _backward(f, xs, fused=True, seed=None):
+    """The gradients of ``f(*leaves)`` at ``xs`` (zeros for an unused leaf),
+    its runs fused, or swept record by record (``fused=False``)."""
     leaves = [tg.tensor(x, requires_grad=True) for x in xs]
     saved = FB.runs
     if not fused:
         FB.runs = lambda *a: []
     try:
         with interpret.mode(0):
-            _run(prog, leaves, "tg").backward()
+            f(*leaves).backward(seed)
     finally:
         FB.runs = saved
     return [np.zeros_like(x) if t.grad is None else t.grad.numpy() for x, t in zip(xs, leaves)]
+
+
+def _grads(prog, xs, fused=True):
+    return _backward(lambda *leaves: _run(prog, list(leaves), "tg"), xs, fused)
 
 
 def _three_ways(prog, xs, monkeypatch):
@@ -227,17 +233,8 @@ def _summed_input(how, dtype):
     return rng.uniform(-1.0, 1.0, shape).astype(dtype)
 
 
-def _summed_grad(x, how, fused=True):
-    t = tg.tensor(x, requires_grad=True)
-    saved = FB.runs
-    if not fused:
-        FB.runs = lambda *a: []
-    try:
-        with interpret.mode(0):
-            _summed(t, how, "tg").backward()
-    finally:
-        FB.runs = saved
-    return t.grad.numpy()
+def _summed_grad(x, how, fused=True, seed=None):
+    return _backward(lambda t: _summed(t, how, "tg"), [x], fused, seed)[0]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -295,16 +292,6 @@ def test_the_summed_loop_pays_rent_before_it_is_compiled(monkeypatch):
 def test_a_nonfinite_seed_reaches_a_summed_run_as_the_plain_sweep(seed, monkeypatch):
     monkeypatch.setenv(FC.ENV, "now")
     x = _summed_input("rows", np.float64)
-    grads = []
-    for fused in (True, False):
-        t = tg.tensor(x, requires_grad=True)
-        saved = FB.runs
-        if not fused:
-            FB.runs = lambda *a: []
-        try:
-            with interpret.mode(0):
-                _summed(t, "rows", "tg").backward(np.asarray(seed))
-        finally:
-            FB.runs = saved
-        grads.append(t.grad.numpy())
-    np.testing.assert_array_equal(grads[0], grads[1])
+    fused = _summed_grad(x, "rows", seed=np.asarray(seed))
+    plain = _summed_grad(x, "rows", fused=False, seed=np.asarray(seed))
+    np.testing.assert_array_equal(fused, plain)
