@@ -70,7 +70,6 @@ os.environ.setdefault("TAPEGRAD_FUSE_LOOPS", "now")
 
 
 import argparse
-import gc
 import platform
 import shutil
 import statistics
@@ -84,6 +83,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+from _interleave import interleaved_ms  # noqa: E402
+
 # Heavy libraries are imported only after the thread limits are in the
 # environment (OpenBLAS, Numba and XLA read them when they load).
 np = hw = wl = None
@@ -96,8 +97,6 @@ RTOL, ATOL = 1e-7, 1e-10
 # Set-up
 # --------------------------------------------------------------------------
 
-#: blocks each in-process cell's samples are taken in (see interleaved_ms)
-ROUNDS = 5
 
 
 def parse_args(argv=None):
@@ -145,49 +144,6 @@ def import_heavy():
 # --------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------
-
-def _samples(fn, n, setup=None):
-    """``n`` wall times of ``fn()`` in seconds (of ``fn(setup())``, timing
-    ``fn`` only, when ``setup`` is given), one after another."""
-    times = []
-    for _ in range(n):
-        state = None if setup is None else setup()
-        t0 = time.perf_counter()
-        fn() if setup is None else fn(state)
-        times.append(time.perf_counter() - t0)
-        del state
-    return times
-
-
-def interleaved_ms(cells, repeat, warmup, rounds=ROUNDS):
-    """Median wall time in ms of each cell's ``fn`` (``cells``: name ->
-    ``(fn, setup)``), its ``repeat`` samples taken in ``rounds`` blocks, the
-    cells' blocks taking turns: A's block, B's block, ..., then A's again.
-
-    A shared machine's speed drifts by tens of percent over a minute; with
-    every implementation's samples spread over the same stretch of time, a
-    ratio of two medians compares them under the same conditions.  Within a
-    block the samples run one after another (after one untimed call), in
-    the steady state a loop of the implementation's own reaches.  As
-    ``timeit`` does, the garbage collector runs once before each block and
-    is off during it: a collection before every sample walks every object
-    of the loaded libraries and times each call with cold caches.
-    """
-    for fn, setup in cells.values():
-        _samples(fn, warmup, setup)
-    per = -(-repeat // rounds)
-    times = {name: [] for name in cells}
-    for _ in range(rounds):
-        for name, (fn, setup) in cells.items():
-            _samples(fn, 1, setup)
-            gc.collect()
-            gc.disable()
-            try:
-                times[name] += _samples(fn, per, setup)
-            finally:
-                gc.enable()
-    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
-
 
 def subprocess_ms(code, env, repeat, cwd, fresh_env=None):
     """Median time of ``code`` in fresh interpreters (start-up excluded).

@@ -1,6 +1,9 @@
 #!/usr/bin/env python
 """Side-by-side table of the NumPy-coverage workloads (see ops_workloads.py):
-tapegrad, hand-written NumPy VJPs and PyTorch CPU on one thread, medians in ms.
+tapegrad, hand-written NumPy VJPs and PyTorch CPU on one thread, medians in ms,
+each row's samples taken in blocks with the columns taking turns
+(``_interleave.interleaved_ms``): a ratio compares columns timed over the same
+stretch of a shared machine's drift.
 
 The last column is the project's goal for the workload's tapegrad/numpy
 ratio (:data:`GOALS`) and whether this run met it.
@@ -22,7 +25,7 @@ import _timing  # noqa: F401  (first: pins every library to one thread)
 import numpy as np  # noqa: E402
 
 import ops_workloads as ow  # noqa: E402
-from _timing import median_ms  # noqa: E402
+from _interleave import interleaved_ms  # noqa: E402
 
 
 #: tapegrad/numpy goals: at most this ratio
@@ -51,7 +54,8 @@ def main():
     print("| workload (fwd+bwd, ms) | " + " | ".join(heads) + " |")
     print("|---|" + "---:|" * (len(heads) - 1) + "---|")
     for work in ow.WORKLOADS:
-        ms = {c: median_ms(f[work], data[work], args.repeat) for c, f in columns.items()}
+        ms = interleaved_ms({c: (lambda f=f: f[work](*data[work]), None)
+                             for c, f in columns.items()}, args.repeat, warmup=3)
         cells = [f"{ms[c]:.2f}" for c in columns]
         cells.append(f"{ms['tapegrad'] / ms['numpy']:.2f}x")
         if "torch" in ms:

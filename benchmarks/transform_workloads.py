@@ -106,7 +106,8 @@ def tapegrad_fns(tg):
         return tg.grad(lambda a, b, c: W.tg_elementwise(tg, a, b, c), argnums=(0, 1, 2))(a, b, c)
 
     def backward_elementwise(a, b, c):
-        ts = [tg.tensor(v, requires_grad=True) for v in (a, b, c)]
+        # leaves that share the arrays, as tg.grad's do
+        ts = [tg.from_numpy(v).requires_grad_() for v in (a, b, c)]
         W.tg_elementwise(tg, *ts).backward()
         return tuple(t.grad.numpy() for t in ts)
 

@@ -456,7 +456,10 @@ def _sweep_and_store(tape, root, seed, retain_graph, float32=False):
     check_stale(tape, reached, upto, graph=adj.order)
     check_nested(tape, reached, upto)
     graph = adj.order
-    if graph is None:
+    if graph is None or len(tape.leaves) < graph.size:
+        # (only the graph's records are ever reached: with fewer leaves on
+        # the tape than records in the graph, the leaves are the shorter list,
+        # and both are in record order)
         updates = [(leaf, adj[r]) for r, leaf in tape.leaves.items()
                    if r < upto and reached[r]]
     else:

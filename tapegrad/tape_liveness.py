@@ -42,6 +42,19 @@ _getrefcount = sys.getrefcount
 TOKEN_HOLDERS = set()
 
 
+def _kernels():
+    """kernels/sweep.py, imported on the first backward (importing it here,
+    at the tape's import, would be a cycle)."""
+    global _sweep_module
+    if _sweep_module is None:
+        from .kernels import sweep
+        _sweep_module = sweep
+    return _sweep_module
+
+
+_sweep_module = None
+
+
 class _Liveness:
     """The methods of :class:`~tapegrad.tape.Tape` that free records and
     values: after a backward, by compaction, at a reset."""
@@ -63,15 +76,19 @@ class _Liveness:
         from the counts (``n_none``, ``n_freed``), confirmed by a scan only
         when they say so, and large values can only become unneeded if the
         graph holds some."""
-        from .kernels.sweep import free_reached
         if order is None:
-            all_freed, self.n_freed = free_reached(self.op, self.freed, reached, self.n)
-        else:
+            all_freed, self.n_freed = _kernels().free_reached(self.op, self.freed, reached, self.n)
+        elif self.host and not self.keeps_freed_values:
+            # the host records among those freed now drop what they kept
             mine = order[reached[order] & (self.op[order] >= _FIRST_OP) & ~self.freed[order]]
             self.freed[mine] = True
             self.n_freed += mine.size
             all_freed = self.n - self.n_none - self.n_freed <= 0 and bool(
                 np.all(self.freed[:self.n] | (self.op[:self.n] < _FIRST_OP)))
+        else:
+            all_freed, k = _kernels().free_graph(self.op, self.freed, reached, order, self.n,
+                                                 self.n - self.n_none - self.n_freed)
+            self.n_freed += k
         if self.hooks:  # a freed record's hooks can never fire again
             self.hooks = {r: h for r, h in self.hooks.items() if not self.freed[r]}
         if self.host and not self.keeps_freed_values:

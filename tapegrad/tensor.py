@@ -116,15 +116,27 @@ class Tensor:
 
     @property
     def shape(self):
-        return np.shape(self._data)
+        # an array's or NumPy scalar's own attribute: np.shape(x) costs ten
+        # times as much, on paths (a backward's seed, each leaf's gradient)
+        # that run once per step of a small loop
+        try:
+            return self._data.shape
+        except AttributeError:
+            return np.shape(self._data)
 
     @property
     def ndim(self):
-        return np.ndim(self._data)
+        try:
+            return self._data.ndim
+        except AttributeError:
+            return np.ndim(self._data)
 
     @property
     def size(self):
-        return np.size(self._data)
+        try:
+            return self._data.size
+        except AttributeError:
+            return np.size(self._data)
 
     @property
     def dtype(self):

@@ -233,3 +233,35 @@ def test_the_graph_search_scratch_is_all_zeros_after_each_backward(search):
                                3 * np.exp(0.5 * big.numpy()) * (1 + 0.5 * big.numpy()),
                                rtol=1e-13)
     assert kept.grad_fn is not None
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["no host record", "a solve"])
+def test_the_records_freed_are_the_whole_tape_walk_s(host):
+    """A backward of a searched graph marks freed exactly the op records a
+    walk of the whole tape marks (and counts them): the compiled pass over
+    the graph (kernels/sweep.py: free_graph), or the array pass that also
+    lets the graph's host records drop what they kept."""
+    def program():
+        gc.collect()
+        _, kept = _unrelated(30)
+        x = tg.tensor(np.linspace(0.2, 0.8, 4), requires_grad=True)
+        y = tg.sin(x) * x
+        if host:
+            y = tg.linalg.solve(tg.tensor(np.eye(4) * 3.0) + 0.1, y)
+        y.sum().backward()
+        tape = current()
+        n = tape.n
+        marks = tape.freed[:n].copy(), tape.n_freed, tape.all_freed, sorted(tape.host)
+        kept.sum().backward()
+        return marks + (tape.all_freed, x.grad.numpy())
+    try:
+        A.GRAPH_SEARCH_FROM = 0
+        searched = program()
+        A.GRAPH_SEARCH_FROM = 10**12
+        whole = program()
+    finally:
+        A.GRAPH_SEARCH_FROM = 4096
+    np.testing.assert_array_equal(searched[0], whole[0])
+    assert searched[1:4] == whole[1:4]
+    assert not searched[2] and searched[4] and whole[4]   # freed in full by the second
+    np.testing.assert_array_equal(searched[5], whole[5])
