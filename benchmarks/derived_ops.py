@@ -28,7 +28,7 @@ import math  # noqa: E402
 import _timing  # noqa: F401  (first: pins every library to one thread)
 import numpy as np  # noqa: E402
 
-from _timing import median_ms  # noqa: E402
+from _interleave import interleaved_ms  # noqa: E402
 
 DELTA = 1.0
 NU = 4.0
@@ -153,7 +153,7 @@ def main():
     print("| gradient of sum(f(x)), fwd+bwd | " + " | ".join(heads) + " |")
     print("|---|" + "---:|" * len(heads))
     for w in WORKLOADS:
-        ms = {c: median_ms(f[w], (), args.repeat) for c, f in grads.items()}
+        ms = interleaved_ms({c: (f[w], None) for c, f in grads.items()}, args.repeat, warmup=3)
         cells = [f"{ms[c]:.1f}" for c in grads]
         cells.append(f"{ms['tapegrad array ops'] / ms['derived']:.2f}x")
         print(f"| {w} | " + " | ".join(cells) + " |")
@@ -162,7 +162,7 @@ def main():
     print("| tg.hvp (gradient and H v) | " + " | ".join(heads) + " |")
     print("|---|" + "---:|" * len(heads))
     for w in WORKLOADS:
-        ms = {c: median_ms(f[w], (), args.repeat) for c, f in hvps.items()}
+        ms = interleaved_ms({c: (f[w], None) for c, f in hvps.items()}, args.repeat, warmup=3)
         cells = [f"{ms[c]:.1f}" for c in hvps]
         cells.append(f"{ms['tapegrad array ops'] / ms['derived']:.2f}x")
         print(f"| {w} | " + " | ".join(cells) + " |")

@@ -21,7 +21,7 @@ import _timing  # noqa: F401,E402  (first: pins every library to one thread)
 import numpy as np  # noqa: E402
 
 import handwritten as hw  # noqa: E402
-from _timing import median_ms  # noqa: E402
+from _interleave import interleaved_ms  # noqa: E402
 from benchmarks import workloads as wl  # noqa: E402
 
 
@@ -100,7 +100,8 @@ def main():
                     assert g.dtype == dtype, (name, work, g.dtype)
                     np.testing.assert_allclose(g, w, rtol=1e-4 if dtype == np.float32 else 1e-10,
                                                atol=1e-6, err_msg=f"{name} {work}")
-            ms = {name: median_ms(fns[work], (), args.repeat) for name, fns in columns.items()}
+            ms = interleaved_ms({name: (fns[work], None) for name, fns in columns.items()},
+                              args.repeat, warmup=3)
             cells = [f"{ms[c]:.2f}" for c in columns] + [f"{ms['tapegrad'] / ms['numpy']:.2f}x"]
             if torch:
                 cells.append(f"{ms['torch'] / ms['tapegrad']:.2f}x")
