@@ -22,6 +22,40 @@ def close(actual, expected, rtol=RTOL, atol=1e-14):
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
 
+@contextlib.contextmanager
+def record_by_record():
+    """Backwards inside sweep record by record: no run of large elementwise
+    records is fused (tapegrad/fused_backward.py), the reference the fused
+    sweep must match bit for bit."""
+    from tapegrad import fused_backward
+    saved = fused_backward.runs
+    fused_backward.runs = lambda *a: []
+    try:
+        yield
+    finally:
+        fused_backward.runs = saved
+
+
+def compiled_grads(f, xs, fused=True, seed=None, retain=False, twice=False):
+    """The gradients of ``f(*leaves)`` at arrays ``xs``, every kernel
+    compiled: the backward's runs fused, or swept record by record
+    (``fused=False``); seeded with ``seed``; the graph retained (``retain``),
+    or swept twice, accumulating (``twice``).  Copies, and zeros of x's shape
+    and dtype for a leaf the output does not reach."""
+    from tapegrad.kernels import interpret
+    leaves = [tg.tensor(x, requires_grad=True) for x in xs]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(interpret.mode(0))
+        if not fused:
+            stack.enter_context(record_by_record())
+        y = f(*leaves)
+        y.backward(seed, retain_graph=retain or twice)
+        if twice:
+            y.backward(seed)
+    return [np.zeros_like(x) if t.grad is None else t.grad.numpy().copy()
+            for x, t in zip(xs, leaves)]
+
+
 def leaf(data):
     """A float64 leaf that requires grad."""
     return tg.tensor(np.asarray(data, dtype=np.float64), requires_grad=True)

@@ -20,7 +20,7 @@ import tapegrad as tg
 from tapegrad import fused_backward as FB
 from tapegrad.kernels import interpret
 
-from oracle import sweep_dtypes
+from oracle import compiled_grads, sweep_dtypes
 
 try:
     import torch
@@ -128,16 +128,7 @@ def _inputs(seed):
 
 def _grads(prog, xs, fused=True):
     """The leaves' gradients (zeros of the leaves' dtype for an unused one)."""
-    leaves = [tg.tensor(x, requires_grad=True) for x in xs]
-    with interpret.mode(0):
-        saved = FB.runs
-        if not fused:
-            FB.runs = lambda *a: []
-        try:
-            _run(prog, leaves, "tg").backward()
-        finally:
-            FB.runs = saved
-    return [np.zeros(N, x.dtype) if x.grad is None else x.grad.numpy() for x in leaves]
+    return compiled_grads(lambda *leaves: _run(prog, list(leaves), "tg"), xs, fused)
 
 
 def _fused_runs_seen(prog, xs):
@@ -154,6 +145,28 @@ def _fused_runs_seen(prog, xs):
     finally:
         FB.sweep_run = saved
     return len(seen)
+
+
+def test_the_record_by_record_reference_fuses_nothing():
+    """``compiled_grads(..., fused=False)``, the reference the fused sweep is
+    held to bit for bit, sweeps record by record; the fused one takes runs."""
+    calls, saved = [], FB.sweep_run
+
+    def spy(*a):
+        calls.append(a[1:3])
+        return saved(*a)
+    xs = [np.linspace(0.5, 1.5, N), np.linspace(-1.0, 1.0, N)]
+    f = lambda a, b: (tg.exp(a) * b + tg.sin(b) * 2.0).sum()  # noqa: E731
+    FB.sweep_run = spy
+    try:
+        plain = compiled_grads(f, xs, fused=False)
+        assert calls == []
+        fused = compiled_grads(f, xs)
+        assert calls
+    finally:
+        FB.sweep_run = saved
+    for g, h in zip(fused, plain):
+        np.testing.assert_array_equal(g, h)
 
 
 def _check(seed, steps=10):

@@ -18,6 +18,8 @@ from tapegrad import fused_backward as FB
 from tapegrad import fused_codegen as FC
 from tapegrad.kernels import interpret
 
+from oracle import compiled_grads
+
 R, C = 513, 521            # R * C > FUSE_MIN, and a partial last block
 assert R * C >= FB.FUSE_MIN
 
@@ -61,23 +63,8 @@ def _inputs(seed, dtype=np.float64):
     return [rng.uniform(-1.0, 1.0, (R, C)).astype(dtype) for _ in range(2)]
 
 
-def _backward(f, xs, fused=True, seed=None):
-    """The gradients of ``f(*leaves)`` at ``xs`` (zeros for an unused leaf),
-    its runs fused, or swept record by record (``fused=False``)."""
-    leaves = [tg.tensor(x, requires_grad=True) for x in xs]
-    saved = FB.runs
-    if not fused:
-        FB.runs = lambda *a: []
-    try:
-        with interpret.mode(0):
-            f(*leaves).backward(seed)
-    finally:
-        FB.runs = saved
-    return [np.zeros_like(x) if t.grad is None else t.grad.numpy() for x, t in zip(xs, leaves)]
-
-
 def _grads(prog, xs, fused=True):
-    return _backward(lambda *leaves: _run(prog, list(leaves), "tg"), xs, fused)
+    return compiled_grads(lambda *leaves: _run(prog, list(leaves), "tg"), xs, fused)
 
 
 def _three_ways(prog, xs, monkeypatch):
@@ -234,7 +221,7 @@ def _summed_input(how, dtype):
 
 
 def _summed_grad(x, how, fused=True, seed=None):
-    return _backward(lambda t: _summed(t, how, "tg"), [x], fused, seed)[0]
+    return compiled_grads(lambda t: _summed(t, how, "tg"), [x], fused, seed)[0]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
