@@ -97,8 +97,6 @@ RTOL, ATOL = 1e-7, 1e-10
 # Set-up
 # --------------------------------------------------------------------------
 
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-n", "--repeat", type=int, default=15,

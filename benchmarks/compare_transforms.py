@@ -60,5 +60,6 @@ def main():
         g, b = ms["grad"], ms["backward"]
         print(f"| {name} | {g:.2f} | {b:.2f} | {g / b:.2f} |")
 
+
 if __name__ == "__main__":
     main()

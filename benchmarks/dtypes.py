@@ -101,7 +101,7 @@ def main():
                     np.testing.assert_allclose(g, w, rtol=1e-4 if dtype == np.float32 else 1e-10,
                                                atol=1e-6, err_msg=f"{name} {work}")
             ms = interleaved_ms({name: (fns[work], None) for name, fns in columns.items()},
-                              args.repeat, warmup=3)
+                                args.repeat, warmup=3)
             cells = [f"{ms[c]:.2f}" for c in columns] + [f"{ms['tapegrad'] / ms['numpy']:.2f}x"]
             if torch:
                 cells.append(f"{ms['torch'] / ms['tapegrad']:.2f}x")
