@@ -25,6 +25,7 @@ import numpy as np
 
 from .kernels import codes as C
 from .kernels._views import SMALL
+from .kernels.sweep import free_graph, free_reached
 from .tape_writes import Flipped, SavedIndex
 
 _INT = np.int64
@@ -40,19 +41,6 @@ _getrefcount = sys.getrefcount
 #: graph's Node), registered by their modules: ``compact`` renumbers records
 #: only when every holder of the token is one of these
 TOKEN_HOLDERS = set()
-
-
-def _kernels():
-    """kernels/sweep.py, imported on the first backward (importing it here,
-    at the tape's import, would be a cycle)."""
-    global _sweep_module
-    if _sweep_module is None:
-        from .kernels import sweep
-        _sweep_module = sweep
-    return _sweep_module
-
-
-_sweep_module = None
 
 
 class _Liveness:
@@ -77,18 +65,11 @@ class _Liveness:
         when they say so, and large values can only become unneeded if the
         graph holds some."""
         if order is None:
-            all_freed, self.n_freed = _kernels().free_reached(self.op, self.freed, reached, self.n)
-        elif self.host and not self.keeps_freed_values:
-            # the host records among those freed now drop what they kept
-            mine = order[reached[order] & (self.op[order] >= _FIRST_OP) & ~self.freed[order]]
-            self.freed[mine] = True
-            self.n_freed += mine.size
-            all_freed = self.n - self.n_none - self.n_freed <= 0 and bool(
-                np.all(self.freed[:self.n] | (self.op[:self.n] < _FIRST_OP)))
+            all_freed, self.n_freed = free_reached(self.op, self.freed, reached, self.n)
         else:
-            all_freed, k = _kernels().free_graph(self.op, self.freed, reached, order, self.n,
-                                                 self.n - self.n_none - self.n_freed)
-            self.n_freed += k
+            all_freed, mine = free_graph(self.op, self.freed, reached, order, self.n,
+                                         self.n - self.n_none - self.n_freed)
+            self.n_freed += mine.size
         if self.hooks:  # a freed record's hooks can never fire again
             self.hooks = {r: h for r, h in self.hooks.items() if not self.freed[r]}
         if self.host and not self.keeps_freed_values:

@@ -547,22 +547,24 @@ def layout(op, size, n, small):
 @kernel
 def free_graph(op, freed, reached, order, n, unfreed):
     """Mark the reached op records of ``order`` (a graph search's records)
-    freed; ``(no op record below n is left unfreed, how many it freed)``.
+    freed; ``(no op record below n is left unfreed, the records it freed)``.
     ``unfreed``: how many op records the tape's counts say were unfreed
     before; the scan of the tape that confirms the first answer runs only
     when none is left by that count."""
+    mine = np.empty(order.size, np.int64)
     k = 0
     for i in range(order.size):
         r = order[i]
         if reached[r] and (op[r] >> C.SHIFT) != C.K_NONE and not freed[r]:
             freed[r] = True
+            mine[k] = r
             k += 1
     if unfreed - k > 0:
-        return False, k
+        return False, mine[:k]
     for r in range(n):
         if (op[r] >> C.SHIFT) != C.K_NONE and not freed[r]:
-            return False, k
-    return True, k
+            return False, mine[:k]
+    return True, mine[:k]
 
 
 @kernel
