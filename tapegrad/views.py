@@ -1,15 +1,21 @@
-"""Writes through views: ``v[1:-1][:] = x`` reaches ``v``, value and gradient.
+"""NumPy's aliasing model, with gradients: a write through a view reaches
+its base and every other live view, in value and gradient.
 
-A basic index (ints, slices, ``None``, ``...``) of a tensor gives a *view*
-tensor that remembers its base and key (``Tensor._vw``), as NumPy's basic
-indexing returns a view.  Without a graph, a write into a view is a NumPy
-write into the shared memory.  With one, the write is recorded: the view
-takes its new value (a recorded op), each base up the chain becomes
-``index_put(base, key, view)``, and the other live views of a changed base
-are taken again from its new value -- what PyTorch does when it rebases a
-base's history after an in-place write through a view.  Advanced indexing
-(integer arrays, masks) copies, in NumPy and here, so writes into its result
-stay there.
+An op returns a *view* exactly when NumPy's does: basic indexing (ints,
+slices, ``None``, ``...``) except a full integer index (NumPy gives a scalar,
+a copy), reshape/ravel when no copy is needed, transposes, squeeze,
+expand_dims, flip, the pieces of split, and -- read-only, as in NumPy --
+diagonal and broadcast_to.  A view tensor remembers its base and how it was
+taken (``Tensor._vw = (base, key)``): ``key`` is a basic index, or a
+:class:`ViewOf` for every other view op, so that one mechanism serves them
+all.  Without a graph, a write into a view is a NumPy write into the shared
+memory.  With one, the write is recorded: the view takes its new value (a
+recorded op), each base up the chain becomes its old value with the view's
+elements replaced (a recorded scatter), and the other live views of a
+changed base are taken again from its new value -- what PyTorch does when
+it rebases a base's history after an in-place write through a view.
+Advanced indexing (integer arrays, masks) copies, in NumPy and here, so
+writes into its result stay there.
 
 This module keeps the bookkeeping (which tensor is a view of which, and
 whether a write is allowed); ``ops/view_writes.py`` carries a write up the
@@ -34,20 +40,61 @@ def is_basic(key):
     return True
 
 
+class ViewOf:
+    """How a view that no basic index describes is taken from its base:
+    ``np_fn(d, *args)`` is NumPy's view of an array ``d`` of the base's shape
+    (the view tensor's value and, applied to a grid of element numbers,
+    which base element each view element is: a write's scatter);
+    ``tg_fn(base, *args)`` takes the view tensor again, recorded, after the
+    base changed.  ``writeable`` is False for NumPy's read-only views."""
+    __slots__ = ("name", "np_fn", "tg_fn", "args", "writeable")
+
+    def __init__(self, name, np_fn, tg_fn, args, writeable=True):
+        self.name, self.np_fn, self.tg_fn = name, np_fn, tg_fn
+        self.args, self.writeable = args, writeable
+
+    def array(self, d):
+        return self.np_fn(d, *self.args)
+
+    def again(self, base):
+        return self.tg_fn(base, *self.args)
+
+    def __repr__(self):
+        return f"ViewOf({self.name}{self.args})"
+
+
+def array_of(d, key):
+    """The NumPy view of array ``d`` that ``key`` (a basic index or a
+    :class:`ViewOf`) takes."""
+    return key.array(d) if type(key) is ViewOf else d[key]
+
+
 def note_view(base, view, key):
-    """Remember that ``view`` is ``base[key]`` (a basic index)."""
+    """Remember that ``view`` is a view of ``base`` taken by ``key`` (a basic
+    index or a :class:`ViewOf`)."""
     view._vw = (base, key)
     tok = view._tok
     if tok is not None and tok is tok.tape.tok:
         # its record shares the base record's memory: a write the graph does not
         # see into the base reaches what the view's consumers saved (check_stale)
         tok.tape.aliases.add(view._rec)
-    if base._requires_grad:  # recorded writes re-derive the base's other views
-        track(base, view)
+    # a recorded write into the base, even one that gives a plain base a graph
+    # (a[0] = x), gives the base a new value: its views are taken again
+    track(base, view)
+
+
+def is_full_index(key, ndim):
+    """Whether ``key`` is one integer per axis (``a[1, 2]``): NumPy gives a
+    scalar, a copy, not a view (so ``t = a[0]; a[0] = a[1]; a[1] = t`` swaps)."""
+    if type(key) is not tuple:
+        return ndim == 1 and isinstance(key, (int, np.integer)) \
+            and not isinstance(key, (bool, np.bool_))
+    return len(key) == ndim and all(
+        isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in key)
 
 
 def track(base, view):
-    """Add ``view`` to the live views of ``base`` (which requires grad)."""
+    """Add ``view`` to the live views of ``base``."""
     views = getattr(base, "_views", None)  # unset on most tensors: cheaper than raising
     if views is None:
         views = base._views = []
@@ -68,9 +115,26 @@ def _chain(t):
         v = vw[0]
 
 
+def check_read_only(t):
+    """Refuse a write into a read-only view (diagonal, broadcast_to, and the
+    views of those), as NumPy does, before anything changes."""
+    v = t
+    while True:
+        vw = getattr(v, "_vw", None)
+        if vw is None:
+            return
+        if type(vw[1]) is ViewOf and not vw[1].writeable:
+            raise ValueError(
+                f"assignment destination is read-only: the tensor is a view made by "
+                f"{vw[1].name}, which NumPy makes read-only; write into a copy "
+                f"(d = {vw[1].name}(...).copy()) or into the array it was taken from")
+        v = vw[0]
+
+
 def check_writable(t):
-    """Refuse a recorded write into a view of a leaf that requires grad
-    (PyTorch's rule), before anything changes."""
+    """Refuse a recorded write into a read-only view, or into a view of a
+    leaf that requires grad (PyTorch's rule), before anything changes."""
+    check_read_only(t)
     chain, root = _chain(t)
     if chain and root._requires_grad and root._tok is None and current().enabled:
         raise RuntimeError(

@@ -61,10 +61,10 @@ checks that oracle wherever PyTorch itself gives a result.
 
 Left out of generation, and why:
 
-* views made by ``reshape``, ``transpose`` and the like: writes through them
-  do not reach their base in tapegrad (README, "In-place writes, views and
-  nesting"); only basic indexing makes views here, and no op that PyTorch
-  answers with a view (``reshape``, ``.T``, ``expand``) is generated at all;
+* views made by ``reshape``, ``transpose`` and the like: only basic indexing
+  makes views here (``test_fuzz_views.py`` draws programs of every view op
+  against NumPy and central differences); a full integer index (``v[2]`` of
+  a 1-d tensor) is NumPy's scalar, a copy, which the PyTorch oracle clones;
 * a right-hand side that shares memory with the tensor written into
   (``h[1:] += h[:2]``): PyTorch refuses partial overlaps, NumPy (and tapegrad)
   copy first; the value of a write is never from the written family;
@@ -536,11 +536,6 @@ class Gen:
         key = self.basic_key(v.shape)
         shape = key_shape(v.shape, key)
         if 0 in shape:
-            return False
-        if self.exclude and shape == () and self.vars[v.root].gradient:
-            # DIFFERENCE (test_known_difference_item_of_a_plain_tensor_is_a_copy): a 0-d
-            # item of a tensor that requires no grad (a gradient without a graph) is a
-            # copy in tapegrad, a view in PyTorch.  No such items of gradients.
             return False
         k = self.add(Var(shape, False, v.bound, v.deps, base=i, key=key, root=v.root))
         del k
@@ -1233,8 +1228,15 @@ def run(prog, lib, functional=False):
                     f = B.m.sum if s[1] == "sum" else B.m.mean
                     vals.append(f(x, dim=dim, keepdim=s[4]))
             elif kind == "view":
-                parent[len(vals)] = (s[1], B.key(s[2]))
-                vals.append(vals[s[1]][B.key(s[2])])
+                x = vals[s[1]]
+                if len(s[2]) == x.ndim and all(p[0] == "i" for p in s[2]):
+                    # one integer per axis: NumPy's scalar, a copy, which
+                    # tapegrad follows where PyTorch makes a view
+                    v = x[B.key(s[2])]
+                    vals.append(v if lib == "tg" else v.clone())
+                else:
+                    parent[len(vals)] = (s[1], B.key(s[2]))
+                    vals.append(x[B.key(s[2])])
             elif kind == "take":
                 vals.append(vals[s[1]][B.key(s[2])])
             elif kind == "tview":

@@ -208,6 +208,7 @@ def _set_value(self, value):
     a backward that needs them raises PyTorch's in-place error.
     """
     o = _owner(self)
+    V.check_read_only(o)
     value = np.asarray(value)
     if value.shape != o.shape:
         raise ValueError(f"in-place update would change the shape from {o.shape} "
@@ -230,9 +231,9 @@ def _set_value(self, value):
     elif getattr(o, "_vw", None) is not None:  # a view: write into its base
         base, key = o._vw
         whole = np.array(base._data, copy=True)
-        whole[key] = value
+        V.array_of(whole, key)[...] = value
         _set_value(base, whole)   # takes o (a live view of base) again
-        o._data = base._data[key]
+        o._data = V.array_of(base._data, key)
     else:  # a scalar, or read-only for a reason of its own: copy on write
         o._data = value.copy() if value.ndim else value[()]
     _written(o, what)
@@ -384,11 +385,13 @@ Tensor.__setitem__ = _setitem
 
 
 def _iter(self):
+    """``for row in t``: NumPy's ``t[i]`` one after the other (views of t,
+    scalars of a 1-d tensor)."""
     if self.ndim == 0:
         raise TypeError("iteration over a 0-d tensor")
     if self._requires_grad:
         return iter(S.unbind(self, 0))
-    return iter([_plain(d) for d in self._data])
+    return iter([S.getitem(self, i) for i in range(len(self))])
 
 
 Tensor.__iter__ = _iter
@@ -441,7 +444,7 @@ def _sum(self, axis=None, keepdims=False, where=None, initial=None):
 # NumPy-named methods
 _METHODS = {
     "sum": _sum, "mean": Rd.mean, "prod": Rd.prod, "max": Rd.max, "min": Rd.min,
-    "reshape": S.reshape, "ravel": S.ravel, "flatten": S.ravel,
+    "reshape": S.reshape, "ravel": S.ravel, "flatten": S.flatten,
     "transpose": lambda self, *axes: S.transpose(
         self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)),
     "swapaxes": S.swapaxes, "squeeze": S.squeeze, "clip": K.clip, "dot": K.dot,

@@ -163,8 +163,7 @@ def _plain_values(fn):
     """Run ``fn`` on the tensors' values: its result carries no gradient.
 
     In a trace the result depends on the traced values, so it is guarded
-    (:func:`composite.on_values`); ``np.copyto`` writes traced values into an
-    array the trace cannot follow, so their exact values are guarded.
+    (:func:`composite.on_values`).
     """
     if fn in _STATIC:
         def run(*args, **kwargs):
@@ -174,10 +173,8 @@ def _plain_values(fn):
                     for a in args]
             return fn(*args, **{k: conv(v) for k, v in kwargs.items()})
     else:
-        exact = fn is np.copyto
-
         def run(*args, **kwargs):
-            return K.on_values(fn, *args, _exact=exact, **kwargs)
+            return K.on_values(fn, *args, **kwargs)
     run.__name__ = run.__qualname__ = getattr(fn, "__name__", "run")
     run.plain_values = True  # docs/make_function_table.py lists these as plain values
     return run
@@ -187,12 +184,13 @@ for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort,
            np.nonzero, np.isnan, np.isfinite, np.isinf, np.allclose, np.isclose,
            np.array_equal, np.result_type, np.count_nonzero, np.any, np.all,
            np.searchsorted, np.iscomplexobj, np.isrealobj, np.may_share_memory,
-           np.shares_memory, np.copyto, np.array_repr, np.array_str, np.linalg.matrix_rank,
+           np.shares_memory, np.array_repr, np.array_str, np.linalg.matrix_rank,
            np.flatnonzero, np.argwhere, np.digitize, np.argpartition, np.lexsort,
            np.array_equiv, np.nanargmax, np.nanargmin, np.isposinf, np.isneginf):
     HANDLED_FUNCTIONS[_f] = _plain_values(_f)
 HANDLED_FUNCTIONS.update(F.FUNCTIONS)  # numpy.fft: ops/fft.py
 HANDLED_FUNCTIONS[np.sort] = K.sort
+HANDLED_FUNCTIONS[np.copyto] = S.copyto
 HANDLED_FUNCTIONS[np.unique] = K.unique
 
 

@@ -8,13 +8,14 @@ record which input and position each output element comes from.
 """
 import numpy as np
 
-from ..views import is_basic, note_view, track as track_view
+from ..views import ViewOf, is_basic, is_full_index, note_view, track as track_view
 
 from ..kernels import codes as C
 from ..kernels._views import SMALL as _SMALL
 from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current
 from ..tensor import Tensor, _node, _plain, _result
-from .elementwise import _operand
+from .elementwise import _operand, where as _where
+from .guarded import on_values
 from .registry import register
 
 
@@ -29,6 +30,22 @@ def _view(code, fn, x, *args, **kwargs):
     if not tape.enabled:
         return _plain(data)
     return _result(tape, tape.record(code, (_node(tape, x),), data), data)
+
+
+def _aliased(x, out, name, np_fn, tg_fn, args, writeable=True):
+    """``out`` (an op's result on tensor x), noted as a view of x when it is
+    one (it shares x's memory, as NumPy's result does), so that writes
+    through either reach the other (tapegrad/views.py)."""
+    if isinstance(out, Tensor) and isinstance(x, Tensor) and type(out._data) is _ND \
+            and np.may_share_memory(out._data, x._data):
+        note_view(x, out, ViewOf(name, np_fn, tg_fn, args, writeable))
+    return out
+
+
+def flat_view(a, shape):
+    """``reshape`` recorded without being noted as a view (a write's own
+    reshapes, ops/view_writes.py)."""
+    return _view(_RESHAPE, np.reshape, a, shape)
 
 
 _RESHAPE = register("Reshape", C.K_UNARY, C.VIEW_FIRST, np.reshape)
@@ -50,22 +67,33 @@ def reshape(a, shape, *more, order="C"):
         raise NotImplementedError("tapegrad.reshape supports order='C' only")
     if more:
         shape = (shape, *more)
-    return _view(_RESHAPE, np.reshape, a, shape)
+    # a view when NumPy needs no copy (a.T.reshape(-1) copies)
+    return _aliased(a, _view(_RESHAPE, np.reshape, a, shape),
+                    "reshape", np.reshape, reshape, (shape,))
 
 
 def ravel(a):
-    """``numpy.ravel``: a flat view (C order)."""
+    """``numpy.ravel``: a flat view (C order) when no copy is needed."""
     return reshape(a, -1)
 
 
+def flatten(a):
+    """``ndarray.flatten``: a flat copy (C order), never a view."""
+    if not isinstance(a, Tensor):
+        return np.asarray(a).flatten()
+    return _view(_RESHAPE, lambda d: np.array(d, copy=True).reshape(-1), a)
+
+
 def squeeze(a, axis=None):
-    """``numpy.squeeze``."""
-    return _view(_SQUEEZE, np.squeeze, a, axis=axis)
+    """``numpy.squeeze``: a view."""
+    return _aliased(a, _view(_SQUEEZE, np.squeeze, a, axis=axis),
+                    "squeeze", np.squeeze, squeeze, (axis,))
 
 
 def expand_dims(a, axis):
-    """``numpy.expand_dims``."""
-    return _view(_EXPAND, np.expand_dims, a, axis)
+    """``numpy.expand_dims``: a view."""
+    return _aliased(a, _view(_EXPAND, np.expand_dims, a, axis),
+                    "expand_dims", np.expand_dims, expand_dims, (axis,))
 
 
 def astype(a, dtype):
@@ -285,13 +313,15 @@ _PAD = register("Pad", C.K_GATHER, 18, np.pad)
 
 
 def moveaxis(a, source, destination):
-    """``numpy.moveaxis``."""
-    return _view_of(_MOVEAXIS, lambda d: np.moveaxis(d, source, destination), a)
+    """``numpy.moveaxis``: a view."""
+    return _aliased(a, _view_of(_MOVEAXIS, lambda d: np.moveaxis(d, source, destination), a),
+                    "moveaxis", np.moveaxis, moveaxis, (source, destination))
 
 
 def flip(m, axis=None):
-    """``numpy.flip``."""
-    return _view_of(_FLIP, lambda d: np.flip(d, axis), m)
+    """``numpy.flip``: a view."""
+    return _aliased(m, _view_of(_FLIP, lambda d: np.flip(d, axis), m),
+                    "flip", np.flip, flip, (axis,))
 
 
 def fliplr(m):
@@ -320,11 +350,11 @@ def repeat(a, repeats, axis=None):
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
-    """``numpy.diagonal``."""
+    """``numpy.diagonal``: a read-only view, as NumPy's."""
     def view(d):
         return np.diagonal(d, offset, axis1, axis2)
-    # a copy (NumPy's diagonal is a read-only view), recorded as the view
-    return _gather(_DIAGONAL, lambda d: view(d).copy(), a, view=view)
+    return _aliased(a, _gather(_DIAGONAL, view, a, view=view), "diagonal", np.diagonal,
+                    diagonal, (offset, axis1, axis2), writeable=False)
 
 
 def take(a, indices, axis=None):
@@ -446,19 +476,56 @@ def index_put(a, key, value):
     return where(mask, placed, a)
 
 
+def copyto(dst, src, casting="same_kind", where=True):
+    """``numpy.copyto``: into a tensor, ``dst[...] = src`` (only where
+    ``where`` is true), a write like any other -- through a view it reaches
+    the base, and in a graph the gradient reaches ``src``.  Into an ndarray,
+    NumPy's copy of a value that carries no gradient.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> a = tg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    >>> np.copyto(a.T[0], [7.0, 8.0])
+    >>> a
+    tensor([[7.0, 2.0],
+            [8.0, 4.0]])
+    """
+    if not isinstance(dst, Tensor):
+        if isinstance(src, Tensor) and src._requires_grad and current().enabled:
+            raise RuntimeError(
+                "np.copyto into an ndarray would drop the gradient of the tensor copied "
+                "into it; copy into a tensor (dst = tg.tensor(array); np.copyto(dst, t)) "
+                "or copy t.detach() to keep only the value")
+        # the values leave a trace here: a replay must see the same ones
+        return on_values(np.copyto, dst, src, casting, where, _exact=True)
+    sd = src._data if isinstance(src, Tensor) else np.asarray(src)
+    if not np.can_cast(np.result_type(sd), dst.dtype, casting):
+        raise TypeError(f"Cannot cast array data from {np.result_type(sd)} to {dst.dtype} "
+                        f"according to the rule {casting!r}")
+    if not isinstance(where, (bool, np.bool_)) or not where:
+        mask = np.asarray(where._data if isinstance(where, Tensor) else where, bool)
+        src = _where(mask, src, dst)
+    dst[...] = src
+
+
 def transpose(a, axes=None):
-    """``numpy.transpose``."""
-    return _view_of(_TRANSPOSE, lambda d: np.transpose(d, axes), a)
+    """``numpy.transpose``: a view."""
+    return _aliased(a, _view_of(_TRANSPOSE, lambda d: np.transpose(d, axes), a),
+                    "transpose", np.transpose, transpose, (axes,))
 
 
 def swapaxes(a, axis1, axis2):
-    """``numpy.swapaxes``."""
-    return _view_of(_SWAPAXES, lambda d: np.swapaxes(d, axis1, axis2), a)
+    """``numpy.swapaxes``: a view."""
+    return _aliased(a, _view_of(_SWAPAXES, lambda d: np.swapaxes(d, axis1, axis2), a),
+                    "swapaxes", np.swapaxes, swapaxes, (axis1, axis2))
 
 
 def broadcast_to(a, shape):
-    """``numpy.broadcast_to``; the gradient sums over the broadcast axes."""
-    return _view_of(_BROADCAST, lambda d: np.broadcast_to(d, shape), a)
+    """``numpy.broadcast_to``: a read-only view; the gradient sums over the
+    broadcast axes."""
+    return _aliased(a, _view_of(_BROADCAST, lambda d: np.broadcast_to(d, shape), a),
+                    "broadcast_to", np.broadcast_to, broadcast_to, (shape,), writeable=False)
 
 
 def _index_key(key):
@@ -524,14 +591,11 @@ def getitem(a, key):
                 except BaseException:
                     tape.abandon(r, na)
                     raise
-                t = Tensor()
+                t = Tensor()  # a scalar: a copy, as NumPy's a[i] (no view)
                 t._data = data
                 t._requires_grad = True
                 t._tok = tape.tok
                 t._rec = r
-                t._vw = (a, key)  # what note_view does for a base that requires grad
-                tape.aliases.add(r)
-                track_view(a, t)
                 return t
     if type(key) is slice and type(a) is Tensor:
         out = _slice_fast(a, key)
@@ -539,16 +603,17 @@ def getitem(a, key):
             return out
     key = _index_key(key)
     if isinstance(a, Tensor):
+        full = is_full_index(key, a.ndim)  # a scalar: a copy, as in NumPy
         code = _reshape_code(np.shape(a._data), key)
         if code is not None:  # the elements in their order: an identity-VJP view
             out = _view(code, lambda d: d[key], a)
-            if isinstance(out, Tensor):
+            if isinstance(out, Tensor) and not full:
                 note_view(a, out, key)
             return out
     basic = is_basic(key)
     out = _gather(_INDEX, lambda d: d[key], a, basic=key if basic else _NO_KEY,
                   map_of=None if basic else lambda shape: _advanced_map(shape, key))
-    if isinstance(a, Tensor) and isinstance(out, Tensor) and basic:
+    if isinstance(a, Tensor) and isinstance(out, Tensor) and basic and not full:
         note_view(a, out, key)
     return out
 
@@ -690,14 +755,28 @@ def unbind(a, axis=0):
     """
     a = a if isinstance(a, Tensor) else _plain(np.asarray(a))
     n = a.shape[axis]
-    return _multi(_UNBIND, a, lambda d: [np.take(d, i, axis=axis) for i in range(n)],
+    axis %= a.ndim
+    # NumPy's a[..., i, ...]: views, except the scalars of a 1-d tensor
+    outs = _multi(_UNBIND, a, lambda d: [np.moveaxis(d, axis, 0)[i] for i in range(n)],
                   view=lambda d: np.moveaxis(d, axis, 0))
+    if a.ndim > 1:
+        for i, t in enumerate(outs):
+            note_view(a, t, (_FULL,) * axis + (i,))
+    return outs
 
 
 def split(a, indices_or_sections, axis=0, _fn=np.split):
-    """``numpy.split``: a list of tensors, one record with several outputs."""
+    """``numpy.split``: a list of tensors, one record with several outputs;
+    each piece is a view of ``a``, as NumPy's are."""
     a = a if isinstance(a, Tensor) else _plain(np.asarray(a))
-    return list(_multi(_SPLIT, a, lambda d: _fn(d, indices_or_sections, axis=axis)))
+    pieces = list(_multi(_SPLIT, a, lambda d: _fn(d, indices_or_sections, axis=axis)))
+    axis %= max(a.ndim, 1)
+    lo = 0
+    for t in pieces:
+        hi = lo + t.shape[axis]
+        note_view(a, t, (_FULL,) * axis + (slice(lo, hi),))
+        lo = hi
+    return pieces
 
 
 # -- concatenate / stack ----------------------------------------------------------------

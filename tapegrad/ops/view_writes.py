@@ -1,13 +1,32 @@
 """A write into a view tensor carried up to its bases, recorded
 (``tapegrad/views.py`` has the bookkeeping and the rules): the view takes its
-new value, each base up the chain becomes ``index_put(base, key, view)``, and
-the other live views of a changed base are taken again from its new value.
+new value, each base up the chain becomes its old value with the view's
+elements replaced (:func:`put`), and the other live views of a changed base
+are taken again from its new value (:func:`take`).
 """
 import numpy as np
 
 from ..grad_mode import enable_grad
-from ..views import _chain, check_writable
-from .shape import getitem, index_put
+from ..views import ViewOf, _chain, array_of, check_writable
+from .shape import flat_view, getitem, index_put
+
+
+def take(base, key):
+    """The view of tensor ``base`` that ``key`` takes, recorded."""
+    return key.again(base) if type(key) is ViewOf else getitem(base, key)
+
+
+def put(base, key, value):
+    """``base`` with the elements of its view ``key`` replaced by tensor
+    ``value`` (of the view's shape), recorded: one scatter for every view op.
+    A basic index is its own scatter's key; any other view's key is the base
+    element each view element is, read off the view of a grid of element
+    numbers."""
+    if type(key) is not ViewOf:
+        return index_put(base, key, value)
+    shape = base.shape
+    where = key.array(np.arange(base.size).reshape(shape)).ravel()
+    return flat_view(index_put(flat_view(base, -1), where, flat_view(value, -1)), shape)
 
 
 def write(t, new, become):
@@ -18,13 +37,13 @@ def write(t, new, become):
     # compute every new value first: a failure leaves every tensor as it was
     values = [new]
     for _, base, key in chain:
-        values.append(index_put(base, key, values[-1]))
+        values.append(put(base, key, values[-1]))
     become(t, new)
     for (_, base, key), value in zip(chain, values[1:]):
         if not base._requires_grad and isinstance(base._data, np.ndarray) \
                 and base._data.flags.writeable:
             # a plain base: NumPy views of its memory see the numbers too
-            base._data[key] = value._data[key]
+            array_of(base._data, key)[...] = array_of(value._data, key)
         become(base, value)
     # every view down from the outermost base, t among them, is taken again
     # from its base's new value: they share its memory, as NumPy views do
@@ -35,7 +54,9 @@ def retake(base, skip, stale=None):
     """Take the live views of ``base`` (other than ``skip``) again from its
     new value, and theirs from theirs.  ``stale=(tape, what)`` (a write no
     graph records) also marks their old records stale on that tape: a graph
-    that saved a view's old value raises at backward, as in PyTorch."""
+    that saved a view's old value raises at backward, as in PyTorch.  A
+    view without a graph of a base without one shares its memory: it sees
+    the write as it is."""
     views = getattr(base, "_views", None)
     if not views:
         return
@@ -43,10 +64,12 @@ def retake(base, skip, stale=None):
     for w in live:
         if w is None or w is skip or getattr(w, "_vw", (None,))[0] is not base:
             continue
+        if not base._requires_grad and not w._requires_grad:
+            continue
         if stale is not None and w._tok is not None and w._tok is stale[0].tok:
             stale[0].stale[w._rec] = stale[1]
         with enable_grad():   # under no_grad too: the view stays in the graph
-            fresh = getitem(base, w._vw[1])
+            fresh = take(base, w._vw[1])
         for slot in ("_data", "_requires_grad", "_tok", "_rec"):
             if hasattr(fresh, slot):
                 setattr(w, slot, getattr(fresh, slot))
