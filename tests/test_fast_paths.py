@@ -340,16 +340,28 @@ def test_integer_index_no_grad_and_plain_tensors():
     assert p.is_leaf and not p.requires_grad
 
 
-def test_integer_index_is_a_view():
-    # a recorded write into y[0] reaches y, value and gradient, on both paths
+def test_integer_index_is_a_copy():
+    # y[0] of a 1-d tensor is NumPy's scalar, a copy, on both paths: a write
+    # into it leaves y as it was, value and gradient
     def f(y):
         v = y[0]
         v += 3.0
-        return y * y
+        return y * v
     same_both_ways(f, [0.5, 2.0])
     x = tg.tensor([0.5, 2.0], requires_grad=True)
     y = x * 1.0
     v = y[1]
+    v *= 2.0
+    assert y.tolist() == [0.5, 2.0] and v.tolist() == 4.0
+    (y * y).sum().backward()
+    assert x.grad.tolist() == [1.0, 4.0]
+
+
+def test_integer_index_with_an_ellipsis_is_a_view():
+    # y[1, ...] is a 0-d view in NumPy: a write into it reaches y
+    x = tg.tensor([0.5, 2.0], requires_grad=True)
+    y = x * 1.0
+    v = y[1, ...]
     v *= 2.0
     assert y.tolist() == [0.5, 4.0]
     (y * y).sum().backward()

@@ -47,6 +47,13 @@ def test_argmax_index_is_guarded():
     assert v == 21.0 and ft.retraces == 1
 
 
+def _off(v):
+    """A traced value as a plain number's source: float(t) of a traced tensor
+    raises (a number carries no gradient), float(t.detach()) is guarded; an
+    ndarray's item stays as it is (the NumPy oracle)."""
+    return v.detach() if isinstance(v, tg.Tensor) else v
+
+
 #: functions whose value or gradient depends on a NumPy call with a plain
 #: result; each is valid NumPy code on ndarrays (the value oracle)
 PLAIN_CALLS = {
@@ -67,9 +74,9 @@ PLAIN_CALLS = {
     "any": lambda x: (x ** 2).sum() if np.any(x > 2.8) else x.sum(),
     "unique": lambda x: (np.unique(np.round(x))[: 2] ** 2).sum() + x.sum(),
     "unique_inverse": lambda x: (x * np.unique(np.floor(x), return_inverse=True)[1]).sum(),
-    "int": lambda x: x.sum() * int(x[0]),
-    "float": lambda x: x * float(x[1]),
-    "item": lambda x: x ** 2 * x[2].item(),
+    "int": lambda x: x.sum() * int(_off(x[0])),
+    "float": lambda x: x * float(_off(x[1])),
+    "item": lambda x: x ** 2 * _off(x[2]).item(),
 }
 
 # (trace at, replay at): every pair changes the call's result
@@ -162,14 +169,37 @@ def test_detached_traced_value_is_guarded_and_gets_no_gradient():
 
 
 def test_copyto_from_a_traced_value_guards_it():
+    # its value copied on purpose (detach) into an ndarray: a constant the
+    # replay must see again
     def f(x):
         buf = np.zeros(2)
-        np.copyto(buf, x)
+        np.copyto(buf, x.detach())
         return (x * buf).sum()
     ft = tg.trace(f, np.array([1.0, 2.0]))
     v, g = ft.value_and_grad(np.array([3.0, 4.0]))
     assert v == 25.0
     np.testing.assert_allclose(g, [3.0, 4.0])
+
+
+def test_copyto_of_a_traced_value_into_an_ndarray_raises():
+    # the copy would carry no gradient: refused, naming the fix
+    def f(x):
+        buf = np.zeros(2)
+        np.copyto(buf, x)
+        return (x * buf).sum()
+    with pytest.raises(RuntimeError, match="copyto into an ndarray .* t.detach"):
+        tg.trace(f, np.array([1.0, 2.0]))
+
+
+def test_copyto_into_a_tensor_is_traced():
+    def f(x):
+        buf = tg.zeros((2, 2))
+        np.copyto(buf.T[1], x ** 2)    # the column buf[:, 1]
+        return (buf * x[:, None]).sum()
+    ft = tg.trace(f, np.array([1.0, 2.0]))
+    v, g = ft.value_and_grad(np.array([3.0, 4.0]))
+    assert v == 9.0 * 3.0 + 16.0 * 4.0
+    np.testing.assert_allclose(g, [27.0, 48.0])
 
 
 def test_mean_with_a_traced_where_mask():
@@ -326,7 +356,7 @@ def test_fuzz_traced_data_dependent_results_equal_eager_and_numpy(name):
 @pytest.mark.parametrize("how", ["numpy", "tolist"])
 def test_values_leaving_through_tensor_methods(how):
     def f(x):
-        vals = x.numpy() if how == "numpy" else x.tolist()
+        vals = x.numpy() if how == "numpy" else x.detach().tolist()
         return x[int(np.argmax(vals))] ** 2
     ft = tg.trace(f, np.array([1.0, 2.0, 3.0]))
     assert ft(np.array([3.0, 2.0, 1.0])) == 9.0
