@@ -96,7 +96,7 @@ def _nan_input(x, w):
     z = _leaf([1.0, np.nan, np.inf, -np.inf])
     y = (z * z).sum()
     y.backward()
-    return f"value {y.item()}, grad {z.grad.numpy().tolist()} (2z, as NumPy computes it)"
+    return f"value {y.detach().item()}, grad {z.grad.numpy().tolist()} (2z, as NumPy computes it)"
 
 
 def _nan_domain(x, w):
@@ -175,6 +175,23 @@ def _asarray_nonleaf(x, w):
 def _store_into_ndarray(x, w):
     out = np.zeros(5)
     out[1:4] = w
+
+
+def _python_number_in_grad(x, w):
+    import math
+    tg.grad(lambda v: v[1] * math.sin(v[0]))(w.detach().numpy())
+
+
+def _python_number_in_trace(x, w):
+    tg.trace(lambda v: v * float(v.sum()), w.detach().numpy())
+
+
+def _masked(x, w):
+    return w * np.ma.masked_array([1.0, 2.0, 3.0], [False, True, False])
+
+
+def _masked_left(x, w):
+    return np.ma.masked_array([1.0, 2.0, 3.0], [False, True, False]) * w
 
 
 def _tape_file(edit, raw=None):
@@ -274,6 +291,10 @@ CASES = [
     ("`np.asarray(x)`, x requires grad", _asarray),
     ("`np.array(w * 2.0)`", _asarray_nonleaf),
     ("`out[1:4] = w` into an ndarray", _store_into_ndarray),
+    ("`math.sin(v[0])` inside `tg.grad`", _python_number_in_grad),
+    ("`float(v.sum())` while `tg.trace` records", _python_number_in_trace),
+    ("`w * m`, m a masked array", _masked),
+    ("`m * w`, m a masked array", _masked_left),
     ("`np.median(w)` (no VJP)", lambda x, w: np.median(w)),
     ("`np.fft.hfft(w)` (no VJP)", lambda x, w: np.fft.hfft(w)),
     ("`np.add.at(w, [0], 1.0)`", lambda x, w: np.add.at(w, [0], 1.0)),

@@ -53,7 +53,7 @@ def fit(steps=400, lr=0.02, seed=0):
             with tg.no_grad():  # update the leaf itself (not a detached copy)
                 p -= step_size * mk / (np.sqrt(vk) + 1e-8)
             p.grad = None
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))  # a number for the log, on purpose
     return losses
 
 

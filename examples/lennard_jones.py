@@ -47,7 +47,7 @@ def main():
         e = np.zeros_like(x0)
         e[k] = eps
         numeric[k] = -(lj_energy(x0 + e) - lj_energy(x0 - e)) / (2 * eps)
-    print(f"energy            {energy.item(): .10f}  (NumPy: {lj_energy(x0): .10f})")
+    print(f"energy            {energy.detach().item(): .10f}  (NumPy: {lj_energy(x0): .10f})")
     print(f"max |tapegrad - closed form|      {np.abs(forces - exact).max():.2e}")
     print(f"max |tapegrad - finite difference| {np.abs(forces - numeric).max():.2e}")
     return forces, exact, numeric

@@ -56,7 +56,7 @@ from .ops.shape import (
     getitem, index_put, moveaxis, pad, ravel, repeat, reshape, roll, sort, split, squeeze, stack,
     swapaxes, take, take_along_axis, tile, transpose, tril, triu, unbind)
 from .stats import tape_stats
-from .tensor import Tensor, tensor
+from .tensor import ConcretizationError, Tensor, tensor
 from . import viz
 
 __version__ = "0.1.0"

@@ -73,6 +73,12 @@ class differentiating:
         _nesting.stack.pop()
 
 
+def in_transform():
+    """Whether a function transform is running a function on this thread
+    (``Tensor.item`` and ``float()`` refuse to drop a gradient there)."""
+    return bool(_nesting.__dict__.get("stack"))
+
+
 def check_nested(tape, reached, upto, inputs=()):
     """Raise if a backward reached a leaf an enclosing transform differentiates
     (see :class:`differentiating`); nothing has changed yet when it raises."""
@@ -446,6 +452,8 @@ def _sweep_and_store(tape, root, seed, retain_graph, float32=False):
     adj.add(root, seed)
     reached = adj.reached
     retained = []  # (non-leaf that retains its grad, gradient)
+    if tape.hooks:
+        H.follow_retained(tape)
     if type(tape) is not Tape:  # anomaly mode swaps the tape's class (anomaly.py)
         from .anomaly import checked_sweep
         checked_sweep(tape, adj, T, root, retained, _run)
@@ -553,4 +561,4 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
 
 
 # Tensor.backward runs this (create_graph and inputs= run functional.py's)
-bound.bind(backward=backward)
+bound.bind(backward=backward, in_transform=in_transform)

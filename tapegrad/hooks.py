@@ -145,6 +145,25 @@ def retain_grad(t):
     _RETAINING[id(t)] = weakref.ref(t, lambda _, key=id(t): _RETAINING.pop(key, None))
 
 
+def follow_retained(tape):
+    """Before a backward: move each ``retain_grad`` to its tensor's record now.
+
+    An in-place op recorded on a tensor (``h *= 3``, ``h[0] = v``, a write
+    through a view of it) gives the tensor a new record; its retained
+    gradient is that of the value it holds now, as in PyTorch, so the retain
+    follows the tensor there.  Its hooks stay on the record they were
+    registered on (PyTorch's hooks stay with the old version).  A write no
+    graph records keeps the tensor's record (``origin``), and its retain.
+    """
+    for h in list(tape.hooks.values()):
+        owner = h.retain() if h.retain is not None else None
+        if owner is None or owner._tok is not tape.tok:
+            continue
+        now = _hooks_of(owner, True)
+        if now is not h:
+            now.retain, h.retain = h.retain, None
+
+
 #: id(t) -> weakref of the non-leaf tensors that called retain_grad(): the flag
 #: belongs to the tensor, and stays when a backward frees the graph (and with it
 #: the record's Hooks), as in PyTorch

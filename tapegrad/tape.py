@@ -40,6 +40,28 @@ _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
 _getrefcount = sys.getrefcount
 
 
+def masked(x):
+    """Whether x is a NumPy masked array (np.ma is imported only by programs
+    that use it: until then nothing can be one)."""
+    ma = sys.modules.get("numpy.ma")
+    return ma is not None and isinstance(x, ma.MaskedArray)
+
+
+def masked_operand(m):
+    """The TypeError for a masked array ``m`` that meets a tensor being
+    differentiated: the recorded gradient takes every element, masked ones
+    included, while the value may follow the mask (NumPy's masked
+    arithmetic) -- refused rather than silently wrong."""
+    n = int(np.count_nonzero(np.ma.getmaskarray(m)))
+    return TypeError(
+        f"a NumPy masked array (shape {np.shape(m)}, {n} of {np.size(m)} elements masked) "
+        "is an operand of an op on a tensor that requires grad: the gradient tapegrad "
+        "records ignores the mask (the value may follow it), so the two would disagree. Say "
+        "what the masked elements are: np.ma.filled(m, fill) gives a plain array (e.g. "
+        "x * np.ma.filled(m, 0.0)), or use m.data and apply the mask explicitly, "
+        "tg.where(m.mask, fill, f(x, m.data))")
+
+
 class Epoch:
     """Token held by the tensors and nodes of one tape epoch."""
 
@@ -448,6 +470,8 @@ class Tape(_Liveness, _Writes):
         A view of someone else's memory is copied: making the view read-only
         would not stop writes through its base.
         """
+        if type(value) is not np.ndarray and masked(value):
+            raise masked_operand(value)
         value = given = np.asarray(value)
         if value.dtype.kind == "c":  # the cast below would drop the imaginary part silently
             raise TypeError(f"complex numbers are not supported: an operand of dtype "

@@ -8,6 +8,8 @@ current tape uses it, so parameters reused across many graphs never keep an
 old graph alive.  Operators, NumPy-named methods and the NumPy
 protocol are bound in :mod:`tapegrad.ops.methods`.
 """
+import warnings
+
 import numpy as np
 
 from .ops import registry as R
@@ -61,6 +63,60 @@ def _converter_hint():
                     "(same arguments). ")
         f = f.f_back
     return ""
+
+
+class ConcretizationError(RuntimeError):
+    """A tensor being differentiated was turned into a plain Python number or
+    NumPy array, which carries no gradient.
+
+    Raised by ``float(t)``, ``int(t)``, ``t.item()`` and ``t.tolist()`` inside
+    a function transform (``tg.grad``, ``tg.jacobian``, ``tg.hessian``,
+    ``tg.vjp``, ``tg.jvp``, ...) or while ``tg.trace`` records, as JAX raises
+    for its tracers, and by ``np.asarray(t)`` of a tensor that requires grad
+    anywhere.  A RuntimeError, as tapegrad's other refusals to drop a gradient.
+    """
+
+
+#: what the conversion error suggests, per conversion (``_concrete``)
+_DETACHED = {"float(t)": "float(t.detach())", "int(t)": "int(t.detach())",
+             "t.item()": "t.detach().item()", "t.tolist()": "t.detach().tolist()"}
+
+
+def _concrete(t, what, stacklevel, warn=True):
+    """Called before ``what`` (float(t), t.item(), ...) turns the value of t,
+    a tensor that requires grad, into Python numbers, which no gradient can
+    follow: a derivative through them would silently be 0.  Inside a function
+    transform or a trace -- where the derivative is the point -- that raises
+    ConcretizationError; elsewhere it warns (``stacklevel`` names the user's
+    line, so Python's default filter shows it once per place; ``warn=False``
+    for the explicit ways to ask for values, ``item()``, ``int()`` and
+    ``tolist()``, which PyTorch leaves quiet too).  Under no_grad
+    nothing is being differentiated: it says nothing."""
+    tape = _local.__dict__.get("tape")
+    if tape is not None and not tape.enabled:
+        return
+    fix = ("Keep the gradient by staying with tensors: np.sin(t) or tg.sin(t), not "
+           "math.sin(t); tg.stack or a tensor, not an ndarray filled by out[i] = t. For a "
+           f"value meant only for logging or control flow, write {_DETACHED[what]} "
+           "(`if t > 0:` works as it is).")
+    via = (" (called by math.sin(t), np.float64(t), complex(t) and out[i] = t too)"
+           if what == "float(t)" else "")
+    if tape is not None and tape.tracing:
+        where = "while tg.trace records (the number would be a constant of the trace)"
+    elif bound.in_transform():
+        where = ("inside a function being differentiated (tg.grad, tg.jacobian, tg.hessian, "
+                 "tg.vjp, tg.jvp, ...)")
+    else:
+        if warn:
+            warnings.warn(
+                f"Converting a tensor that requires grad to a Python number: {what}{via}, "
+                f"shape {t.shape}. The number carries no gradient, so what is computed from it "
+                f"is differentiated as a constant. {fix}", UserWarning, stacklevel=stacklevel + 1)
+        return
+    raise ConcretizationError(
+        f"{what}{via} of a tensor that requires grad (shape {t.shape}) {where}: the Python "
+        f"number carries no gradient, so every derivative through it would silently be "
+        f"lost. {fix}")
 
 
 class Tensor:
@@ -225,7 +281,7 @@ class Tensor:
         # looks like any other number.  So refuse, as PyTorch and JAX do,
         # while the tensor is part of what is being differentiated.
         if self._requires_grad and getattr(_local.__dict__.get("tape"), "enabled", True):
-            raise RuntimeError(
+            raise ConcretizationError(
                 f"a tensor that requires grad (shape {self.shape}) was converted to a "
                 "NumPy array, which would drop its gradient -- e.g. by np.asarray(t) or by "
                 "storing it into an ndarray (out[i] = t). " + _converter_hint() +
@@ -238,22 +294,53 @@ class Tensor:
             return a.astype(dtype)
         return a.copy() if copy else a
 
+    @property
+    def _mask(self):
+        # NumPy's masked-array code (m * t with a masked array m on the left,
+        # np.ma.* functions) reads a tensor's value through its ``_data`` and
+        # then asks for its ``_mask``: the one point where tapegrad sees it.
+        # Its result is a masked array with no gradient, so refuse there for a
+        # tensor being differentiated; others have no mask, as NumPy expects.
+        if self._requires_grad and getattr(_local.__dict__.get("tape"), "enabled", True):
+            raise TypeError(
+                f"NumPy's masked-array code (np.ma: m * t with a masked array m on the left, "
+                f"or an np.ma function) was given a tensor that requires grad (shape "
+                f"{self.shape}); it computes with the tensor's values, so its result carries "
+                "no gradient. Turn the masked array into a plain one first: "
+                "np.ma.filled(m, fill) (e.g. np.ma.filled(m, 0.0) * t), or m.data with the "
+                "mask applied explicitly, tg.where(m.mask, fill, t * m.data)")
+        raise AttributeError("_mask")
+
     def item(self):
-        """The value of a one-element tensor as a Python number."""
+        """The value of a one-element tensor as a Python number.
+
+        A Python number carries no gradient: of a tensor that requires grad
+        this raises :class:`ConcretizationError` inside a function transform
+        or a trace (``t.detach().item()`` says the value is meant to leave
+        the graph); elsewhere it is the logging idiom (``loss.item()``) and
+        says nothing, as in PyTorch, where ``float(t)`` warns.
+        """
+        return self._number("t.item()")
+
+    def __float__(self):
+        return float(self._number("float(t)"))
+
+    def __int__(self):
+        return int(self._number("int(t)"))
+
+    def _number(self, what):
+        """``item()``, ``float()`` and ``int()``: the one element as a Python
+        number, once ``_concrete`` allows it."""
         if self.size != 1:
             raise ValueError(
                 f"item() needs a tensor with one element, this one has shape {self.shape}")
+        if self._requires_grad:  # outside transforms PyTorch warns for float() alone
+            _concrete(self, what, 3, warn=what == "float(t)")
         v = np.asarray(self._data).item()
         tape = _local.__dict__.get("tape")
         if tape is not None and tape.tracing:  # a traced value steers Python
             tape.guard(self, v, False)
         return v
-
-    def __float__(self):
-        return float(self.item())
-
-    def __int__(self):
-        return int(self.item())
 
     def __bool__(self):
         if self.size != 1:
@@ -283,6 +370,10 @@ class Tensor:
         return t
 
     def tolist(self):
+        """The value as nested Python lists (raises inside a transform for a
+        tensor that requires grad, as ``item()`` does)."""
+        if self._requires_grad:
+            _concrete(self, "t.tolist()", 2, warn=False)
         tape = _local.__dict__.get("tape")
         if tape is not None and tape.tracing:
             tape.leave(self)

@@ -165,9 +165,15 @@ class TraceTape(Tape):
         return _plain(data)
 
     def guard(self, t, v, truth):
+        """``bool(t)``, ``float(t)``, ...: a replay must give the same truth
+        (``truth``) or value.  A detached traced value (``float(t.detach())``,
+        what the conversion error of a traced tensor suggests) is guarded too:
+        it is the same record's value."""
         r = self.traced(t)
         if r is None:
-            return
+            r = self.source(t)
+            if r is None:
+                return
         old = self.guards.get(r)
         if truth and (old is None or old[0] == RK.G_TRUTH):
             self.guards[r] = (RK.G_TRUTH, 1.0 if v else 0.0)

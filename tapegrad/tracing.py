@@ -35,8 +35,11 @@ What a trace fixes
 * A traced value that leaves the tape is guarded: a replay whose guard no
   longer holds traces again transparently (``ft.retraces`` counts these; a
   warning is issued past ``RETRACE_WARNING``).  That covers Python control
-  flow (``bool()``, ``float()``, ``int()``, ``.item()``, an ``if`` on a
-  comparison: the truth or the exact value is checked), NumPy functions
+  flow (``bool()``, an ``if`` on a comparison, and ``float()``, ``int()``,
+  ``.item()`` of a detached traced value, ``float(t.detach())``: the truth
+  or the exact value is checked; of the traced tensor itself these raise
+  ``tg.ConcretizationError``, as in every transform, since the number
+  would carry no gradient), NumPy functions
   with plain results (``np.argmax``, ``np.argsort``, ``np.searchsorted``,
   ``np.nonzero``, ``np.isnan``, ``np.allclose``, ...: the function runs
   again on the replayed values and its result must not change), the

@@ -358,13 +358,12 @@ def _record(f, args, nums, who, complex_ok):
             return leaves, out, pairs
         if any(leaf._ltok is not None for leaf in leaves):
             # f computed with its inputs, but its result left the graph
-            # (float(t), t.item(), t.numpy(), np.asarray(t), ...): the
+            # (t.numpy(), t.detach(); float(t) and t.item() raise before): the
             # derivative is not 0, and there is no way to compute it
             raise TypeError(
                 f"{who}: the function returned a {type(out).__name__} computed from its "
-                "inputs outside the graph (float(), .item(), .numpy() or np.asarray() of a "
-                "tensor cut it off), so its derivative cannot be computed; return the "
-                "tensor itself")
+                "inputs outside the graph (.numpy() or .detach() of a tensor cut it off), "
+                "so its derivative cannot be computed; return the tensor itself")
         try:
             out = tensor(np.asarray(out, dtype=np.float64))
         except (TypeError, ValueError):

@@ -60,7 +60,7 @@ def test_same_as_the_general_path_and_the_eager_function(argnums):
 
 def test_other_inputs_than_the_traced_ones_and_a_retrace():
     def f(x, y):
-        if float(x.sum()) > 0:  # a guard: the other sign traces again
+        if x.sum() > 0:  # a guard: the other sign traces again
             return (x * y).sum() + np.exp(x).sum()
         return (x * x * y).sum()
     ft = tg.trace(f, A, B)

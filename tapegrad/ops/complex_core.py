@@ -27,7 +27,7 @@ import numbers
 
 import numpy as np
 
-from ..tensor import Tensor, _plain
+from ..tensor import ConcretizationError, Tensor, _concrete, _plain
 from . import elementwise as E
 from . import reductions as Rd
 
@@ -118,8 +118,9 @@ class ComplexTensor:
 
     def __array__(self, dtype=None, copy=None):
         if self.requires_grad:
-            raise RuntimeError("a complex tensor that requires grad was converted to a NumPy "
-                               "array, which would drop its gradient; use z.detach().numpy()")
+            raise ConcretizationError(
+                "a complex tensor that requires grad was converted to a NumPy array, which "
+                "would drop its gradient; use z.detach().numpy()")
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
 
@@ -127,6 +128,10 @@ class ComplexTensor:
         return ComplexTensor(self.real.detach(), self.imag.detach())
 
     def item(self):
+        """The one element as a Python complex; of a tensor that requires grad
+        it raises inside a transform and warns elsewhere, as ``Tensor.item``."""
+        if self.requires_grad:
+            _concrete(self.real if self.real._requires_grad else self.imag, "t.item()", 2)
         return builtins.complex(self.numpy().item())
 
     def __len__(self):

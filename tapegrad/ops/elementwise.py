@@ -12,7 +12,7 @@ import numpy as np
 from ..kernels import codes as C
 from ..kernels._views import SMALL as _SMALL
 from ..kernels.special_arrays import values_into
-from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current
+from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand
 from ..tensor import Tensor, _node, _plain, _result
 from .registry import register
 
@@ -556,6 +556,8 @@ def where(condition, x, y):
     tape = current()
     if not need or not tape.enabled:
         return _plain(data)
+    if masked(condition):  # the one operand np.asarray above converted, mask dropped
+        raise masked_operand(condition)
     rc = tape.constant(cond)
     rx, ry = _operand(tape, x), _operand(tape, y)
     p = broadcast_params(data.shape, (cond.shape, np.shape(xd), np.shape(yd)), data.size)

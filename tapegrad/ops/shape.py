@@ -12,7 +12,7 @@ from ..views import ViewOf, is_basic, is_full_index, note_view, track as track_v
 
 from ..kernels import codes as C
 from ..kernels._views import SMALL as _SMALL
-from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current
+from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand
 from ..tensor import Tensor, _node, _plain, _result
 from .elementwise import _operand, where as _where
 from .guarded import on_values
@@ -456,6 +456,8 @@ def index_put(a, key, value):
     shape = a.shape
     mask = np.zeros(shape, bool)
     mask[key] = True
+    if masked(value) and a._requires_grad and current().enabled:
+        raise masked_operand(value)  # np.asarray below would drop its mask
     v = value if isinstance(value, Tensor) else _plain(np.asarray(value, dtype=a.dtype))
     target_shape = np.zeros(shape, np.int8)[key].shape
 
