@@ -600,7 +600,7 @@ def tensor(data, requires_grad=False, dtype=None):
                     a.dtype.kind, f"dtype {a.dtype} is not supported")
         raise TypeError(f"tapegrad.tensor: {what} (got {a.dtype}); pass real "
                         "numbers as floats or ints")
-    t = _plain(a[()] if a.ndim == 0 else a)
+    t = _plain(a)  # a 0-d array, as np.array gives: its views share its memory
     if requires_grad:
         t.requires_grad_(True)
     return t

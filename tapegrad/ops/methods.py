@@ -128,8 +128,12 @@ def _become(self, new):
     """Let ``self`` take ``new``'s place on the tape (and new take self's).
 
     ``self`` may have been a plain leaf (``out[i] = x`` with x requiring
-    grad): it becomes the non-leaf result.
+    grad): it becomes the non-leaf result.  A 0-d array stays one (NumPy
+    writes it in place; its views keep sharing it), where the op gave a
+    NumPy scalar.
     """
+    if type(getattr(self, "_data", None)) is np.ndarray and type(new._data) is not np.ndarray:
+        new._data = np.array(new._data)
     for slot in ("_data", "_requires_grad", "_tok", "_rec"):
         a, b = getattr(self, slot, _UNSET), getattr(new, slot, _UNSET)
         for obj, val in ((self, b), (new, a)):

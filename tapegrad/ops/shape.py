@@ -36,9 +36,15 @@ def _aliased(x, out, name, np_fn, tg_fn, args, writeable=True):
     """``out`` (an op's result on tensor x), noted as a view of x when it is
     one (it shares x's memory, as NumPy's result does), so that writes
     through either reach the other (tapegrad/views.py)."""
-    if isinstance(out, Tensor) and isinstance(x, Tensor) and type(out._data) is _ND \
-            and np.may_share_memory(out._data, x._data):
-        note_view(x, out, ViewOf(name, np_fn, tg_fn, args, writeable))
+    if not (isinstance(out, Tensor) and isinstance(x, Tensor)):
+        return out
+    how = ViewOf(name, np_fn, tg_fn, args, writeable)
+    if type(out._data) is _ND and np.may_share_memory(out._data, x._data):
+        note_view(x, out, how)
+    elif not writeable:
+        # NumPy's read-only view of a scalar's temporary copy: read-only all
+        # the same, a view of a base nothing else holds
+        note_view(_plain(np.array(x._data)), out, how)
     return out
 
 
@@ -73,7 +79,11 @@ def reshape(a, shape, *more, order="C"):
 
 
 def ravel(a):
-    """``numpy.ravel``: a flat view (C order) when no copy is needed."""
+    """``numpy.ravel``: a flat view of a C-contiguous value, else a copy
+    (NumPy's rule, stricter than ``reshape(-1)``: ``a[::-1]`` ravels to a
+    copy)."""
+    if isinstance(a, Tensor) and type(a._data) is _ND and not a._data.flags.c_contiguous:
+        return flatten(a)
     return reshape(a, -1)
 
 
@@ -605,7 +615,8 @@ def getitem(a, key):
             return out
     key = _index_key(key)
     if isinstance(a, Tensor):
-        full = is_full_index(key, a.ndim)  # a scalar: a copy, as in NumPy
+        # a scalar result, or any index of a NumPy scalar: a copy, as in NumPy
+        full = is_full_index(key, a.ndim) or type(a._data) is not _ND
         code = _reshape_code(np.shape(a._data), key)
         if code is not None:  # the elements in their order: an identity-VJP view
             out = _view(code, lambda d: d[key], a)
