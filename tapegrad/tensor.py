@@ -141,9 +141,11 @@ class Tensor:
     # must not hold the token: it would keep its first graph's epoch alive).
     # _base: the tensor whose value a ``detach()``/``.data`` alias shares (writes
     # through the alias go to it); _vw: how a view tensor was taken from its
-    # base (tapegrad.views).  Both are unset on most tensors.
+    # base (tapegrad.views); _scalar: a 0-d array that stands for a NumPy
+    # scalar (numpy() of one gave it memory to share), whose "views" are
+    # copies, as a scalar's are.  All are unset on most tensors.
     __slots__ = ("_data", "_requires_grad", "_tok", "_rec", "_ltok", "_lrec",
-                 "_grad", "_base", "_vw", "_views", "__weakref__")
+                 "_grad", "_base", "_vw", "_views", "_scalar", "__weakref__")
     __array_priority__ = 1000
 
     # -- basic properties ---------------------------------------------------

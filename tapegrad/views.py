@@ -46,12 +46,15 @@ class ViewOf:
     (the view tensor's value and, applied to a grid of element numbers,
     which base element each view element is: a write's scatter);
     ``tg_fn(base, *args)`` takes the view tensor again, recorded, after the
-    base changed.  ``writeable`` is False for NumPy's read-only views."""
-    __slots__ = ("name", "np_fn", "tg_fn", "args", "writeable")
+    base changed.  ``undo(value, shape)``, for a view that holds every
+    element of its base once (reshape, transposes, flip, ...), is the base of
+    ``shape`` whose view is ``value``, recorded: a write through such a view
+    needs no scatter.  ``writeable`` is False for NumPy's read-only views."""
+    __slots__ = ("name", "np_fn", "tg_fn", "args", "undo", "writeable")
 
-    def __init__(self, name, np_fn, tg_fn, args, writeable=True):
+    def __init__(self, name, np_fn, tg_fn, args, undo=None, writeable=True):
         self.name, self.np_fn, self.tg_fn = name, np_fn, tg_fn
-        self.args, self.writeable = args, writeable
+        self.args, self.undo, self.writeable = args, undo, writeable
 
     def array(self, d):
         return self.np_fn(d, *self.args)
@@ -67,6 +70,13 @@ def array_of(d, key):
     """The NumPy view of array ``d`` that ``key`` (a basic index or a
     :class:`ViewOf`) takes."""
     return key.array(d) if type(key) is ViewOf else d[key]
+
+
+def is_scalar(t):
+    """Whether tensor t stands for a NumPy scalar (a ufunc's 0-d result, an
+    item), whose views are new arrays, not views: its value is one, or a 0-d
+    array ``numpy()`` gave it (``Tensor._scalar``)."""
+    return type(t._data) is not np.ndarray or getattr(t, "_scalar", False)
 
 
 def note_view(base, view, key):

@@ -132,7 +132,8 @@ def _become(self, new):
     writes it in place; its views keep sharing it), where the op gave a
     NumPy scalar.
     """
-    if type(getattr(self, "_data", None)) is np.ndarray and type(new._data) is not np.ndarray:
+    if type(getattr(self, "_data", None)) is np.ndarray and type(new._data) is not np.ndarray \
+            and not getattr(self, "_scalar", False):
         new._data = np.array(new._data)
     for slot in ("_data", "_requires_grad", "_tok", "_rec"):
         a, b = getattr(self, slot, _UNSET), getattr(new, slot, _UNSET)
@@ -191,8 +192,9 @@ def exposed(t):
     o = _owner(t)
     d = o._data
     fresh = type(d) is not np.ndarray
-    if fresh:
+    if fresh:  # memory to share with the result; still a scalar to view ops
         d = o._data = np.array(d)
+        o._scalar = t._scalar = True
     t._data = d
     # a leaf's array is made read-only when a graph records it, and given
     # back when the last graph that reads it is freed (tape.py); a new 0-d

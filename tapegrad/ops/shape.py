@@ -8,7 +8,7 @@ record which input and position each output element comes from.
 """
 import numpy as np
 
-from ..views import ViewOf, is_basic, is_full_index, note_view, track as track_view
+from ..views import ViewOf, is_basic, is_full_index, is_scalar, note_view, track as track_view
 
 from ..kernels import codes as C
 from ..kernels._views import SMALL as _SMALL
@@ -32,16 +32,20 @@ def _view(code, fn, x, *args, **kwargs):
     return _result(tape, tape.record(code, (_node(tape, x),), data), data)
 
 
-def _aliased(x, out, name, np_fn, tg_fn, args, writeable=True):
+def _aliased(x, out, name, np_fn, tg_fn, args, undo=None, writeable=True):
     """``out`` (an op's result on tensor x), noted as a view of x when it is
     one (it shares x's memory, as NumPy's result does), so that writes
-    through either reach the other (tapegrad/views.py)."""
+    through either reach the other (tapegrad/views.py: ``ViewOf``)."""
     if not (isinstance(out, Tensor) and isinstance(x, Tensor)):
         return out
-    how = ViewOf(name, np_fn, tg_fn, args, writeable)
-    if type(out._data) is _ND and np.may_share_memory(out._data, x._data):
+    how = ViewOf(name, np_fn, tg_fn, args, undo, writeable)
+    if is_scalar(x):
+        if type(x._data) is _ND:  # numpy() gave it memory: NumPy's result of the scalar
+            out._data = how.array(x._data[()])
+    elif type(out._data) is _ND and np.may_share_memory(out._data, x._data):
         note_view(x, out, how)
-    elif not writeable:
+        return out
+    if not writeable:
         # NumPy's read-only view of a scalar's temporary copy: read-only all
         # the same, a view of a base nothing else holds
         note_view(_plain(np.array(x._data)), out, how)
@@ -50,7 +54,8 @@ def _aliased(x, out, name, np_fn, tg_fn, args, writeable=True):
 
 def flat_view(a, shape):
     """``reshape`` recorded without being noted as a view (a write's own
-    reshapes, ops/view_writes.py)."""
+    reshapes, ops/view_writes.py; the undoing of reshape, squeeze and
+    expand_dims)."""
     return _view(_RESHAPE, np.reshape, a, shape)
 
 
@@ -75,7 +80,7 @@ def reshape(a, shape, *more, order="C"):
         shape = (shape, *more)
     # a view when NumPy needs no copy (a.T.reshape(-1) copies)
     return _aliased(a, _view(_RESHAPE, np.reshape, a, shape),
-                    "reshape", np.reshape, reshape, (shape,))
+                    "reshape", np.reshape, reshape, (shape,), flat_view)
 
 
 def ravel(a):
@@ -97,13 +102,13 @@ def flatten(a):
 def squeeze(a, axis=None):
     """``numpy.squeeze``: a view."""
     return _aliased(a, _view(_SQUEEZE, np.squeeze, a, axis=axis),
-                    "squeeze", np.squeeze, squeeze, (axis,))
+                    "squeeze", np.squeeze, squeeze, (axis,), flat_view)
 
 
 def expand_dims(a, axis):
     """``numpy.expand_dims``: a view."""
     return _aliased(a, _view(_EXPAND, np.expand_dims, a, axis),
-                    "expand_dims", np.expand_dims, expand_dims, (axis,))
+                    "expand_dims", np.expand_dims, expand_dims, (axis,), flat_view)
 
 
 def astype(a, dtype):
@@ -325,13 +330,16 @@ _PAD = register("Pad", C.K_GATHER, 18, np.pad)
 def moveaxis(a, source, destination):
     """``numpy.moveaxis``: a view."""
     return _aliased(a, _view_of(_MOVEAXIS, lambda d: np.moveaxis(d, source, destination), a),
-                    "moveaxis", np.moveaxis, moveaxis, (source, destination))
+                    "moveaxis", np.moveaxis, moveaxis, (source, destination),
+                    lambda v, _: _view_of(_MOVEAXIS, lambda d: np.moveaxis(d, destination,
+                                                                            source), v))
 
 
 def flip(m, axis=None):
     """``numpy.flip``: a view."""
     return _aliased(m, _view_of(_FLIP, lambda d: np.flip(d, axis), m),
-                    "flip", np.flip, flip, (axis,))
+                    "flip", np.flip, flip, (axis,),
+                    lambda v, _: _view_of(_FLIP, lambda d: np.flip(d, axis), v))
 
 
 def fliplr(m):
@@ -523,14 +531,18 @@ def copyto(dst, src, casting="same_kind", where=True):
 
 def transpose(a, axes=None):
     """``numpy.transpose``: a view."""
+    def undo(v, _):
+        back = None if axes is None else tuple(np.argsort([k % v.ndim for k in axes]))
+        return _view_of(_TRANSPOSE, lambda d: np.transpose(d, back), v)
     return _aliased(a, _view_of(_TRANSPOSE, lambda d: np.transpose(d, axes), a),
-                    "transpose", np.transpose, transpose, (axes,))
+                    "transpose", np.transpose, transpose, (axes,), undo)
 
 
 def swapaxes(a, axis1, axis2):
     """``numpy.swapaxes``: a view."""
-    return _aliased(a, _view_of(_SWAPAXES, lambda d: np.swapaxes(d, axis1, axis2), a),
-                    "swapaxes", np.swapaxes, swapaxes, (axis1, axis2))
+    swap = lambda d: np.swapaxes(d, axis1, axis2)  # noqa: E731  (its own inverse)
+    return _aliased(a, _view_of(_SWAPAXES, swap, a), "swapaxes", np.swapaxes, swapaxes,
+                    (axis1, axis2), lambda v, _: _view_of(_SWAPAXES, swap, v))
 
 
 def broadcast_to(a, shape):
@@ -616,18 +628,23 @@ def getitem(a, key):
     key = _index_key(key)
     if isinstance(a, Tensor):
         # a scalar result, or any index of a NumPy scalar: a copy, as in NumPy
-        full = is_full_index(key, a.ndim) or type(a._data) is not _ND
+        full = is_full_index(key, a.ndim) or is_scalar(a)
         code = _reshape_code(np.shape(a._data), key)
         if code is not None:  # the elements in their order: an identity-VJP view
             out = _view(code, lambda d: d[key], a)
             if isinstance(out, Tensor) and not full:
                 note_view(a, out, key)
+            elif isinstance(out, Tensor) and is_scalar(a) and type(a._data) is _ND:
+                out._data = a._data[()][key]  # NumPy's result of the scalar: no view
             return out
     basic = is_basic(key)
     out = _gather(_INDEX, lambda d: d[key], a, basic=key if basic else _NO_KEY,
                   map_of=None if basic else lambda shape: _advanced_map(shape, key))
-    if isinstance(a, Tensor) and isinstance(out, Tensor) and basic and not full:
-        note_view(a, out, key)
+    if isinstance(a, Tensor) and isinstance(out, Tensor) and basic:
+        if not full:
+            note_view(a, out, key)
+        elif is_scalar(a) and type(a._data) is _ND:
+            out._data = a._data[()][key]  # NumPy's result of the scalar: no view
     return out
 
 

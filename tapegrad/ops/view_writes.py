@@ -18,13 +18,17 @@ def take(base, key):
 
 def put(base, key, value):
     """``base`` with the elements of its view ``key`` replaced by tensor
-    ``value`` (of the view's shape), recorded: one scatter for every view op.
-    A basic index is its own scatter's key; any other view's key is the base
-    element each view element is, read off the view of a grid of element
-    numbers."""
+    ``value`` (of the view's shape), recorded.  A view that holds every
+    element of the base once (reshape, transposes, flip, ...) undoes itself
+    (``ViewOf.undo``): the new base is a view of ``value``, no copy.  Any
+    other view is a scatter: a basic index is its own scatter's key; any
+    other view's key is the base element each view element is, read off the
+    view of a grid of element numbers."""
     if type(key) is not ViewOf:
         return index_put(base, key, value)
     shape = base.shape
+    if key.undo is not None:
+        return key.undo(value, shape)
     where = key.array(np.arange(base.size).reshape(shape)).ravel()
     return flat_view(index_put(flat_view(base, -1), where, flat_view(value, -1)), shape)
 
@@ -40,6 +44,14 @@ def write(t, new, become):
         values.append(put(base, key, values[-1]))
     become(t, new)
     for (_, base, key), value in zip(chain, values[1:]):
+        old, got = base._data, value._data
+        if type(old) is np.ndarray and type(got) is np.ndarray and got.strides != old.strides:
+            # NumPy writes in place, so the base keeps its memory layout, on
+            # which later views depend (ravel copies a transposed layout);
+            # an undone view gives the value in the view's layout
+            kept = np.empty_like(old)
+            kept[...] = got
+            value._data = kept
         if not base._requires_grad and isinstance(base._data, np.ndarray) \
                 and base._data.flags.writeable:
             # a plain base: NumPy views of its memory see the numbers too
