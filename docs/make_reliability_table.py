@@ -194,6 +194,38 @@ def _masked_left(x, w):
     return np.ma.masked_array([1.0, 2.0, 3.0], [False, True, False]) * w
 
 
+def _matrix_operand(x, w):
+    return w * np.matrix([[1.0, 2.0, 3.0]])
+
+
+def _matrix_sum(x, w):
+    return tg.sum(np.matrix([[1.0, 2.0], [3.0, 4.0]]))
+
+
+def _save_to_fifo(x, w):
+    """ft.save onto a FIFO (a rename would replace it with a plain file); the
+    temporary folder shows as <tmp> so the table is stable."""
+    import os
+    import tempfile
+    ft = tg.trace(lambda z: (z * z).sum(), np.ones(3))
+    with tempfile.TemporaryDirectory() as tmp:
+        os.mkfifo(f"{tmp}/pipe")
+        try:
+            ft.save(f"{tmp}/pipe")
+        except Exception as e:
+            raise type(e)(str(e).replace(tmp, "<tmp>")) from None
+    return "saved"
+
+
+def _checkpoint_create_graph(x, w):
+    z = _leaf([0.5, 1.5])
+    y = tg.checkpoint(lambda a: (tg.sin(a) * a).sum(), z)
+    (g,) = tg.autograd.grad(y * y, [z], create_graph=True)
+    g.sum().backward()
+    return (f"works: fn is recomputed on tensors of the graph; second derivative "
+            f"{np.round(z.grad.numpy(), 6).tolist()}")
+
+
 def _tape_file(edit, raw=None):
     """Save a small traced function, spoil the file, load it (a row about
     tg.load); the temporary folder shows as <tmp> so the table is stable."""
@@ -295,6 +327,8 @@ CASES = [
     ("`float(v.sum())` while `tg.trace` records", _python_number_in_trace),
     ("`w * m`, m a masked array", _masked),
     ("`m * w`, m a masked array", _masked_left),
+    ("`w * m`, m an `np.matrix`", _matrix_operand),
+    ("`tg.sum(m)`, m an `np.matrix`", _matrix_sum),
     ("`np.median(w)` (no VJP)", lambda x, w: np.median(w)),
     ("`np.fft.hfft(w)` (no VJP)", lambda x, w: np.fft.hfft(w)),
     ("`np.add.at(w, [0], 1.0)`", lambda x, w: np.add.at(w, [0], 1.0)),
@@ -302,7 +336,10 @@ CASES = [
     ("`np.exp(w, where=w > 0)`", lambda x, w: np.exp(w, where=np.array([True, False, True]))),
     ("`np.add(w, 1.0, casting='unsafe')`", lambda x, w: np.add(w, 1.0, casting="unsafe")),
     ("`np.add(w, 1.0, order='F')`", lambda x, w: np.add(w, 1.0, order="F")),
-    # tape files (tg.load of a spoiled ft.save file)
+    # checkpoints
+    ("`tg.checkpoint` under `create_graph=True`", _checkpoint_create_graph),
+    # tape files (ft.save to a non-file; tg.load of a spoiled ft.save file)
+    ("`ft.save(path)`, path a FIFO (or a device, a socket, a directory)", _save_to_fifo),
     ("tape file: a parent index past the end",
      _tape_file(_set("t0.args", lambda a, f: a["t0.arg0"][f(1)], 10 ** 9))),
     ("tape file: a parent that is not an earlier record",

@@ -12,6 +12,14 @@ forward pass in all (the scheme of Chen et al., "Training deep nets with
 sublinear memory cost", 2016; the binomial "revolve" schedule of Griewank
 and Walther reaches ``O(log steps)`` for more recomputation).
 
+With ``create_graph=True`` (``tg.autograd.grad``, ``backward``) the
+backward recomputes ``fn`` on the arguments as tensors of the graph and
+takes its gradients with ``create_graph=True`` (``Checkpoint.vjp_ops``), so
+gradients through a checkpoint differentiate again to any order; what the
+recomputation records stays on the tape with the gradients' graph.
+(``tg.hessian`` and forward mode need a tangent rule, which a checkpoint
+does not have: they raise.)
+
 Two rules make a wrong gradient impossible, and each breach raises at the
 backward, naming what to do:
 
@@ -99,23 +107,70 @@ class Checkpoint(Function):
         return (None, None) + tuple(per_arg)
 
 
+    @staticmethod
+    def vjp_ops(ctx, u, inputs):
+        """The VJP as recorded ops, for ``create_graph=True``: ``fn`` is
+        recomputed on the arguments as tensors of the graph (``inputs``),
+        and its gradients are taken with ``create_graph=True``, so they
+        differentiate again to any order.  ``u``: the outputs' adjoints,
+        flat and concatenated."""
+        from .autograd import grad
+        values = ctx.saved_tensors
+        tape = current()
+        args, wrt = [], []
+        for k, (v, t) in enumerate(zip(values, ctx.is_tensor)):
+            if not t:
+                args.append(v)
+                continue
+            a = inputs(k + 2, v)   # float64, as the walk computes
+            if not isinstance(a, Tensor):   # a tensor that requires no grad: a constant
+                args.append(tensor(np.asarray(v)))
+                continue
+            dtype = np.asarray(v).dtype
+            args.append(a if dtype == a.dtype else a.astype(dtype))
+            wrt.append(len(args) - 1)
+        with enable_grad():
+            start = tape.n
+            outs = _outputs(ctx.fn(*args), "tg.checkpoint")
+            _check_closed(tape, start, args, own_records=True)
+            _check_same(outs, ctx.values)
+            # sum(o * u) as one recorded scalar: its gradient is the VJP, and
+            # it depends on u (a tensor of the graph) as much as on fn's inputs
+            total, at = None, 0
+            for o, v in zip(outs, ctx.values):
+                if o.requires_grad:
+                    term = (o.reshape(-1) * u[at:at + v.size]).sum()
+                    total = term if total is None else total + term
+                at += v.size
+            got = (grad([total], [args[k] for k in wrt], create_graph=True, allow_unused=True)
+                   if total is not None and wrt else [None] * len(wrt))
+        out = [None] * len(args)
+        for k, g in zip(wrt, got):
+            out[k] = g
+        return (None, None) + tuple(out)
+
+
 def _arguments(values, is_tensor, leaves):
     """The call's arguments again: tensors (leaves that require grad, for the
     recomputation) where tensors were passed, the other values as passed."""
     return [tensor(v, requires_grad=leaves) if t else v for v, t in zip(values, is_tensor)]
 
 
-def _check_closed(tape, start, args):
+def _check_closed(tape, start, args, own_records=False):
     """Raise if the recomputed records read a tensor that requires grad and
-    is not one of the arguments (its gradient would be lost)."""
+    is not one of the arguments (its gradient would be lost).  With
+    ``own_records`` the arguments are tensors of the graph (``vjp_ops``),
+    whose records before ``start`` the recomputation may read."""
     own = {id(a) for a in args if isinstance(a, Tensor)}
+    recs = ({int(a._rec) for a in args if isinstance(a, Tensor) and a.requires_grad
+             and getattr(a, "_tok", None) is tape.tok} if own_records else set())
     op, arg0, args_ = tape.op, tape.arg0, tape.args
     from .ops.registry import CONST, LEAF
     n = tape.n
     for r in range(start, n):
         end = arg0[r + 1] if r + 1 < n else tape.na   # arg0[n] is written with record n
         foreign = [int(args_[j]) for j in range(arg0[r], end)
-                   if args_[j] < start and op[args_[j]] != CONST]
+                   if args_[j] < start and op[args_[j]] != CONST and int(args_[j]) not in recs]
         if op[r] == LEAF and id(tape.leaves.get(r)) not in own:
             foreign.append(r)   # a leaf first used here
         if foreign:

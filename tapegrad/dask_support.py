@@ -170,6 +170,92 @@ def _check_signature(ft, arrays, who):
                 f"(one row of each block); it holds traces for {list(ft.cache)}")
 
 
+def _describe(key):
+    """A signature (``trace_tape._signature``'s key) in words: the shape and
+    dtype of each argument, or its value for a static one."""
+    parts = []
+    for k in key:
+        if k and k[0] == "static":
+            parts.append(f"static {k[2]!r:.40}")
+        else:
+            parts.append(f"shape {tuple(k[0])} {np.dtype(k[1]).name}")
+    return "(" + ", ".join(parts) + ")"
+
+
+def _traced_for(ft):
+    """The signatures ``ft`` holds traces for, in words."""
+    return ", ".join(_describe(k) for k in ft.cache) or "none"
+
+
+def _retraces_on_workers(ft):
+    """Whether the workers' copy of ``ft`` can trace again: it carries its
+    Python function when that pickles (``TracedFunction.__reduce__``)."""
+    import pickle
+
+    from .tracing import LoadedFunction
+    if isinstance(ft, LoadedFunction) or getattr(ft, "f", None) is None:
+        return False
+    try:
+        pickle.dumps(ft.f)
+    except Exception:   # noqa: BLE001 -- whatever stops it pickling, it stays behind
+        return False
+    return True
+
+
+#: methods whose input is the function's arguments alone (no cotangent or tangent)
+_ARGS_ONLY = ("grad", "value_and_grad", "jacobian", "hessian", "sparse_hessian", "__call__")
+
+
+def _check_inputs(ft, batches, method, who):
+    """Refuse, before anything is sent, an input whose signature the workers'
+    copy of ``ft`` has no trace for and cannot trace (a loaded function, or
+    one whose Python function does not pickle), naming the input's index
+    and shapes and the shapes ``ft`` was traced for."""
+    from .trace_tape import _signature
+    if method not in _ARGS_ONLY or _retraces_on_workers(ft):
+        return
+    i = 0
+    for batch in batches:
+        for args in batch:
+            key = _signature(args)[0]
+            if key not in ft.cache:
+                raise ValueError(
+                    f"tapegrad.dask_support.{who}: input {i} has arguments {_describe(key)}, "
+                    f"but {ft.__name__} holds traces for {_traced_for(ft)} only and cannot "
+                    "trace again on the workers (it was loaded, or its Python function does "
+                    "not pickle: define it at module level); give inputs of a traced shape, "
+                    "or call ft once on such an input before map_inputs")
+            i += 1
+
+
+def _failed(e, who, first, args, expected, count=1):
+    """The error ``e`` of a worker's task made to name the input it came from
+    (index ``first``, None when unknown; ``count`` same-shaped inputs from
+    there when a whole stacked batch failed), its arguments' shapes, and the
+    signatures ``ft`` was traced for (``expected``)."""
+    from .trace_tape import _signature
+    try:
+        sig = f"arguments {_describe(_signature(args)[0])}"
+    except Exception:   # noqa: BLE001 -- the original error is the one to show
+        sig = "arguments of no signature"
+    if first is None:
+        what = f"an input with {sig}"
+    elif count == 1:
+        what = f"input {first}, with {sig},"
+    else:
+        what = f"inputs {first} to {first + count - 1}, each with {sig},"
+    msg = (f"tapegrad.dask_support.{who}: {what} failed on a worker: {type(e).__name__}: {e} "
+           f"(the function was traced for {expected}; an input of another shape traces it "
+           "again, and fails where the function fails at that shape)")
+    # the nearest built-in type: a subclass may take other arguments or not
+    # pickle back from the worker with a new message (numpy's AxisError)
+    for base in (NotImplementedError, RuntimeError, TypeError, ValueError, IndexError,
+                 KeyError, ArithmeticError, MemoryError):
+        if isinstance(e, base):
+            return base(msg)
+    return RuntimeError(msg)
+
+
 def _signature_string(arrays, values):
     cores = ["(" + ",".join(f"d{i}_{j}" for j in range(a.ndim - 1)) + ")"
              for i, a in enumerate(arrays)]
@@ -268,18 +354,34 @@ def _stackable(items):
                for it in items) and all(np.issubdtype(d, np.floating) for _, d in kinds)
 
 
-def _run_batch(items, ft, method):
+def _run_batch(items, ft, method, first=None, expected=None):
     """``ft.<method>(*args)`` for each item of a batch (a list, or a bag's
-    partition); gradients of same-shaped arrays go through one grad_batch."""
+    partition); gradients of same-shaped arrays go through one grad_batch.
+    An error names the input it came from (``first``: the index of the
+    batch's first input in ``map_inputs``'s list) and ``expected``, the
+    signatures ``ft`` was traced for when it was sent."""
     items = [_as_args(x) for x in items]
+    who = "map_bag" if first is None else "map_inputs"
+    if expected is None:
+        expected = _traced_for(ft)
     if method == "grad" and len(items) > 1 and _stackable(items):
-        g = ft.grad_batch(*[np.stack([np.asarray(it[k]) for it in items])
-                            for k in range(len(items[0]))], workers=1)
+        try:
+            g = ft.grad_batch(*[np.stack([np.asarray(it[k]) for it in items])
+                                for k in range(len(items[0]))], workers=1)
+        except Exception as e:   # noqa: BLE001 -- raised again, naming the inputs
+            raise _failed(e, who, first, items[0], expected, len(items)) from e
         if isinstance(g, tuple):
             return [tuple(gk[i] for gk in g) for i in range(len(items))]
         return [g[i] for i in range(len(items))]
     fn = getattr(ft, method)
-    return [fn(*args) for args in items]
+    out = []
+    for k, args in enumerate(items):
+        try:
+            out.append(fn(*args))
+        except Exception as e:   # noqa: BLE001 -- raised again, naming the input
+            raise _failed(e, who, None if first is None else first + k, args,
+                          expected) from e
+    return out
 
 
 def map_inputs(client, ft, inputs, method="grad", batch_size=None):
@@ -296,6 +398,15 @@ def map_inputs(client, ft, inputs, method="grad", batch_size=None):
     serialises each small array of a list on its own, which costs more than
     its gradient).  ``ft`` is sent to every worker once
     (``client.scatter(..., broadcast=True)``).
+
+    An input of a signature (shapes, dtypes) that ``ft`` has no trace for is
+    traced again on the worker; where the workers' copy cannot trace (a
+    loaded function, or one whose Python function does not pickle), such an
+    input is refused before anything is sent, with a ``ValueError`` naming
+    its index and shapes and the shapes ``ft`` was traced for.  An error on a
+    worker is raised again (as its built-in type: ``ValueError``, ...)
+    naming the input it came from, its shapes and the shapes ``ft`` was
+    traced for.
     """
     ft = _traced(ft, "map_inputs")
     _method(method, "map_inputs")
@@ -315,13 +426,16 @@ def map_inputs(client, ft, inputs, method="grad", batch_size=None):
     batch_size = int(batch_size)
     batches = [[_as_args(x) for x in items[i:i + batch_size]]
                for i in range(0, len(items), batch_size)]
+    _check_inputs(ft, batches, method, "map_inputs")
+    expected = _traced_for(ft)
     [shared] = client.scatter([ft], broadcast=True, hash=False)
     if method == "grad" and _stackable([a for b in batches for a in b]):
         # same-shaped arrays travel as one array per argument and batch, not as
         # many small objects (Dask serialises each of those on its own)
         stacked = [[np.stack([np.asarray(a[k]) for a in b]) for k in range(len(b[0]))]
                    for b in batches]
-        futures = client.map(_grad_stacked, stacked, ft=shared, pure=False)
+        futures = client.map(_grad_stacked, stacked, range(0, len(items), batch_size),
+                             ft=shared, expected=expected, pure=False)
         out = []
         for g in client.gather(futures):
             if isinstance(g, tuple):
@@ -329,15 +443,25 @@ def map_inputs(client, ft, inputs, method="grad", batch_size=None):
             else:
                 out.extend(g)
         return out
-    futures = client.map(_run_batch, batches, ft=shared, method=method, pure=False)
+    futures = client.map(_run_listed, batches, range(0, len(items), batch_size), ft=shared,
+                         method=method, expected=expected, pure=False)
     out = []
     for part in client.gather(futures):
         out.extend(part)
     return out
 
 
-def _grad_stacked(arrays, ft):
-    return ft.grad_batch(*arrays, workers=1)
+def _run_listed(items, first, ft, method, expected):
+    """:func:`_run_batch` of ``map_inputs``'s batch that starts at input ``first``."""
+    return _run_batch(items, ft, method, first, expected)
+
+
+def _grad_stacked(arrays, first, ft, expected):
+    try:
+        return ft.grad_batch(*arrays, workers=1)
+    except Exception as e:   # noqa: BLE001 -- raised again, naming the inputs
+        raise _failed(e, "map_inputs", first, tuple(a[0] for a in arrays), expected,
+                      len(arrays[0])) from e
 
 
 def map_bag(ft, bag, method="grad"):

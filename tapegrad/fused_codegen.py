@@ -27,6 +27,7 @@ structure at its first sweep (the tests use it).
 Float64 and float32 sweeps: a float32 loop rounds what it stores as the
 shared kernel's float32 scratch does.
 """
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -37,6 +38,7 @@ import time
 import numpy as np
 
 from .kernels import codes as C
+from .kernels._files import write_atomic
 from .kernels._jit import OPTIONS, cache_dir, compile_lock
 from .kernels._views import APTR, ARG0, ARGS, FP, OP, PTRS, RIX, SIZE
 
@@ -234,16 +236,14 @@ def _load(key, source):
     folder = os.path.join(base, "fused")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"loop_{key}.py")
-    try:
-        with open(path) as f:
-            same = f.read() == source
+    try:   # a FIFO there would block the read: regular files only
+        with open(path) if os.path.isfile(path) else contextlib.nullcontext() as f:
+            same = f is not None and f.read() == source
     except OSError:
         same = False
-    if not same:   # absent, or not what its name says: (re)written whole
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
+    if not same:   # absent, or not what its name says: (re)written whole (a
+        # non-file there raises, and the shared kernel sweeps the run)
+        write_atomic(path, lambda fh: fh.write(source.encode()), durable=False)
     name = f"tapegrad_fused_loop_{key}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)

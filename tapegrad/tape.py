@@ -62,6 +62,28 @@ def masked_operand(m):
         "tg.where(m.mask, fill, f(x, m.data))")
 
 
+def matrix_operand(m):
+    """The TypeError for an ``np.matrix`` operand of a tensor op: a matrix
+    keeps two dimensions through every reduction and index, and its ``*``
+    is a matrix product, so neither the values nor the gradients tapegrad
+    records would follow it -- refused, naming the conversion."""
+    return TypeError(
+        f"tapegrad does not take np.matrix operands (got a matrix of shape {np.shape(m)}): "
+        "np.matrix keeps two dimensions through reductions and indexing and its * is a "
+        "matrix product, so tapegrad's values and gradients would not follow it. Convert it "
+        "to an array first, np.asarray(m) (and write matrix products as a @ b)")
+
+
+def odd_operand(x):
+    """The TypeError for an array subclass tapegrad refuses as an operand
+    (``np.matrix``, a masked array), or None for any other value."""
+    if isinstance(x, np.matrix):
+        return matrix_operand(x)
+    if masked(x):
+        return masked_operand(x)
+    return None
+
+
 class Epoch:
     """Token held by the tensors and nodes of one tape epoch."""
 
@@ -109,6 +131,7 @@ class Tape(_Liveness, _Writes):
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
                  "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
+                 "spent", "n_spent",
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
                  "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed",
                  "kept_bytes", "check_bytes", "f32", "held32", "scratch32", "max_size", "exp_memo",
@@ -166,6 +189,8 @@ class Tape(_Liveness, _Writes):
         self.v1 = np.zeros(cap, np.float64)
         self.rix = np.full(cap, -1, _INT)  # index in refs of a kept large value
         self.freed = np.zeros(cap, np.bool_)
+        # op records a backward ran that saved nothing (see tape_liveness.after_backward)
+        self.spent = np.zeros(cap, np.bool_)
         self.voff = np.zeros(cap, _INT)  # where a mid-size value starts in vals
         # a large (> SMALL elements) float32 output: its kept value stays
         # float32, and a graph of only such records sweeps in float32
@@ -182,6 +207,7 @@ class Tape(_Liveness, _Writes):
         # freed are n - n_none - n_freed (see after_backward)
         self.n_none = 0
         self.n_freed = 0
+        self.n_spent = 0          # op records spent (see after_backward)
         # the largest value recorded this epoch (an upper bound after a
         # compaction): a backward with none large enough to fuse skips the
         # look for runs (fused_backward.run)
@@ -211,7 +237,8 @@ class Tape(_Liveness, _Writes):
         self._unpublish()
         cap = 2 * len(self.op)
         grown = {}
-        for k in ("arg0", "size", "ip0", "fp", "v1", "rix", "freed", "voff", "f32", "op"):
+        for k in ("arg0", "size", "ip0", "fp", "v1", "rix", "freed", "spent", "voff", "f32",
+                  "op"):
             a = getattr(self, k)
             b = np.full(cap + (k == "arg0"), {"size": 1, "rix": -1}.get(k, 0), a.dtype)
             b[:len(a)] = a
@@ -470,8 +497,10 @@ class Tape(_Liveness, _Writes):
         A view of someone else's memory is copied: making the view read-only
         would not stop writes through its base.
         """
-        if type(value) is not np.ndarray and masked(value):
-            raise masked_operand(value)
+        if type(value) is not np.ndarray:
+            e = odd_operand(value)
+            if e is not None:
+                raise e
         value = given = np.asarray(value)
         if value.dtype.kind == "c":  # the cast below would drop the imaginary part silently
             raise TypeError(f"complex numbers are not supported: an operand of dtype "

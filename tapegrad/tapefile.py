@@ -29,7 +29,13 @@ then read into an array of exactly its declared size.
 
 Writing is atomic: :func:`save` writes a temporary file next to the target,
 flushes and fsyncs it and renames it over the target, so an interrupted save
-leaves the previous file as it was.
+leaves the previous file as it was.  The target must be a regular file or a
+new path: a FIFO, a device, a socket or a directory (or a symlink to one)
+raises before anything is written, where a rename would replace it with a
+plain file.  A save killed outright leaves its temporary file, named for
+the target and the process (``.<name>.tapegrad-<pid>@<host>.<hex>.tmp``);
+the next save to that path removes those whose process is gone
+(:mod:`tapegrad.kernels._files`).
 
 Pickling a traced function stores the same ``.npz`` bytes, and unpickling
 reads them through :func:`read` and :func:`parse` like a file.  Unpickling
@@ -40,12 +46,12 @@ import io
 import json
 import os
 import re
-import secrets
 import stat
 import zipfile
 
 import numpy as np
 
+from .kernels import _files
 from .kernels import codes as C
 from .kernels import replay as RK
 from .ops.registry import REGISTRY
@@ -173,72 +179,17 @@ def function_state(ft, user_ops=True):
 
 
 def save(ft, path):
-    """Write ``ft``'s traces to ``path`` (an ``.npz``), atomically."""
+    """Write ``ft``'s traces to ``path`` (an ``.npz``), atomically
+    (:func:`tapegrad.kernels._files.write_atomic`): ``path`` is a regular
+    file or a new path, else
+    :class:`~tapegrad.kernels._files.NotARegularFileError` (a ``ValueError``)
+    is raised before anything is written."""
+    target = os.path.realpath(os.fspath(path))
+    _files.check_target(path, target)     # before the arrays are built
     arrays = function_state(ft)
     if int(arrays["n_traces"][0]) == 0:
         raise ValueError(f"{ft.__name__} has not been traced yet: call it once first")
-    _write_atomic(path, lambda fh: np.savez(fh, **arrays))
-
-
-def _write_atomic(path, write):
-    """Call ``write(fh)`` on a new file in ``path``'s directory and rename it
-    over ``path`` once it is complete and on disk.
-
-    An exception or a signal at any point (Ctrl-C half-way through a large
-    save) leaves ``path`` as it was and removes the partial file; only a
-    killed process can leave one behind, under a name starting with a dot.
-    A symlink is followed, as ``open(path, "wb")`` would, so the file it
-    points at is the one replaced."""
-    target = os.path.realpath(os.fspath(path))
-    folder, base = os.path.split(target)
-    mode = None
-    try:
-        st = os.stat(target)
-        if stat.S_ISREG(st.st_mode):
-            mode = stat.S_IMODE(st.st_mode)   # the replacement keeps it
-    except FileNotFoundError:
-        pass
-    while True:
-        tmp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")
-        try:
-            # 0o666 minus the umask, as a plain open() would give
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL
-                         | getattr(os, "O_BINARY", 0), 0o666)
-            break
-        except FileExistsError:
-            continue
-        except BaseException:
-            # a signal handled as the open returned (Ctrl-C): the file may have
-            # been made, and then it is this call's (O_EXCL) -- remove it
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:   # the rename itself on disk too (POSIX; not possible on Windows)
-        dfd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
+    _files.write_atomic(path, lambda fh: np.savez(fh, **arrays))
 
 
 # -- reading --------------------------------------------------------------------------
@@ -267,12 +218,7 @@ def _open_regular(path):
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            what = ("a directory" if stat.S_ISDIR(st.st_mode)
-                    else "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode)
-                    else "a character device" if stat.S_ISCHR(st.st_mode)
-                    else "a block device" if stat.S_ISBLK(st.st_mode)
-                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-            _bad(f"is {what}; tape files are regular files")
+            _bad(f"is {_files.describe_mode(st.st_mode)}; tape files are regular files")
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb"), st.st_size

@@ -2,8 +2,10 @@
 and :class:`LoadedFunction` (``tg.load``, a pickle without the Python code).
 
 A traced function keeps its traces (one :class:`~tapegrad.trace_replay._Replay`
-per branch combination seen, up to ``MAX_TRACES`` per input signature),
-replays the one whose guards hold, and traces again when none does.  Its
+per branch combination seen, up to ``MAX_TRACES`` per input signature, for
+the ``cache_size`` signatures used last: :data:`MAX_SIGNATURES` unless
+``tg.trace``/``tg.compile`` were given another), replays the one whose
+guards hold, and traces again when none does.  Its
 methods run the transforms over the replay: ``grad`` and ``grad_batch``
 the replay's reverse sweep, ``vjp`` and ``jacobian``
 ``functional.replay_reverse``, ``jvp`` ``forward``'s tangent sweep, ``hvp``
@@ -21,6 +23,7 @@ import os
 import pickle
 import types
 import warnings
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -53,6 +56,19 @@ files = _FileBindings()
 RETRACE_WARNING = 10
 #: traces kept per signature (one per branch combination seen, most recent first)
 MAX_TRACES = 8
+#: input signatures (shapes, dtypes, static arguments) a traced function keeps
+#: traces for by default: past it, the least recently used signature's traces
+#: are dropped, and a later call with it traces again (``cache_size=`` of
+#: ``tg.trace`` and ``tg.compile`` sets it per function)
+MAX_SIGNATURES = 64
+
+
+def _cache_size(n):
+    if n is None:
+        return MAX_SIGNATURES
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"tapegrad: cache_size is a positive int (signatures kept), not {n!r}")
+    return n
 
 
 class TracedFunction(_TangentMethods):
@@ -62,15 +78,26 @@ class TracedFunction(_TangentMethods):
     and Python floats among the arguments are the inputs (traced);
     other arguments are static.  Calls are serialised by a lock.
 
+    Traces are kept for the ``cache_size`` input signatures used last
+    (:data:`MAX_SIGNATURES` by default), up to ``MAX_TRACES`` per signature:
+    a call with a signature whose traces were dropped traces again.
+
     Attributes
     ----------
     retraces : int
         How many times a guard failed and the function was traced again.
+    cache_size : int
+        How many signatures' traces are kept (least recently used dropped).
+    evictions : int
+        How many signatures' traces were dropped to keep within ``cache_size``.
     """
 
-    def __init__(self, f):
+    def __init__(self, f, cache_size=None):
         self.f = f
-        self.cache = {}        # signature -> [_Replay, ...], most recent first
+        # signature -> [_Replay, ...] (most recent first); least recently used first
+        self.cache = OrderedDict()
+        self.cache_size = _cache_size(cache_size)
+        self.evictions = 0
         self.retraces = 0
         self._warned = False
         self.__wrapped__ = f
@@ -83,6 +110,9 @@ class TracedFunction(_TangentMethods):
         reps = self.cache.get(key)
         if reps is None:
             reps = self.cache[key] = [_Replay(self.f, args)]
+            self._evict()
+        else:
+            self.cache.move_to_end(key)
         for k, rep in enumerate(reps):
             if rep.forward(xs, full):
                 if k:
@@ -104,6 +134,12 @@ class TracedFunction(_TangentMethods):
             raise RuntimeError(f"tapegrad.trace: {self.__name__} does not take the same "
                                "branches twice at the same inputs (is it deterministic?)")
         return rep, xs
+
+    def _evict(self):
+        """Drop the least recently used signatures' traces past ``cache_size``."""
+        while len(self.cache) > self.cache_size:
+            self.cache.popitem(last=False)
+            self.evictions += 1
 
     def __call__(self, *args):
         """The function's value at ``args`` (an ndarray or NumPy scalar; a tuple

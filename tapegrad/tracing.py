@@ -25,7 +25,9 @@ tensors (``ft.vjp`` then takes a tuple of cotangents).
 What a trace fixes
 ------------------
 * Shapes and dtypes: a call with different ones traces again (one cache
-  entry per signature).  Python ints, bools, strings, tuples and other
+  entry per signature; the ``cache_size`` signatures used last are kept,
+  ``MAX_SIGNATURES`` = 64 by default, and a dropped one traces again).
+  Python ints, bools, strings, tuples and other
   hashable objects among the arguments are static: part of the signature
   by type and value (``(1,)`` and ``(True,)`` are two signatures; an
   object hashed by identity is keyed on its attributes too, so a config
@@ -86,16 +88,19 @@ from .tensor import Tensor
 from .trace_replay import FUSE_MIN, PAR_MIN, _Replay  # noqa: F401  (the fusion thresholds)
 from .trace_tape import TraceTape, _signature  # noqa: F401
 from .traced_function import (  # noqa: F401
-    MAX_TRACES, RETRACE_WARNING, LoadedFunction, TracedFunction, _LOCK)
+    MAX_SIGNATURES, MAX_TRACES, RETRACE_WARNING, LoadedFunction, TracedFunction, _LOCK)
 
 
-def trace(f, *example_args, **kwargs):
+def trace(f, *example_args, cache_size=None, **kwargs):
     """Trace ``f`` at ``example_args`` and return a :class:`TracedFunction`.
 
     ``f`` takes float arrays (or tensors, or floats) and returns one tensor;
     it runs once, eagerly, and later calls with arguments of the same shapes
     and dtypes replay what it did in compiled code, forward and reverse.
-    Arrays ``f`` closes over are constants of the trace.  Called with a
+    Arrays ``f`` closes over are constants of the trace.  Traces are kept
+    for the ``cache_size`` input signatures (shapes, dtypes, static
+    arguments) used last -- ``MAX_SIGNATURES`` (64) unless given; a call
+    with a signature whose traces were dropped traces again.  Called with a
     tensor or array instead of a function, this is ``numpy.trace`` (the sum
     of a diagonal), the name tapegrad had before.
 
@@ -113,19 +118,25 @@ def trace(f, *example_args, **kwargs):
     """
     if not callable(f) or isinstance(f, (Tensor, np.ndarray)):
         from .ops.composite import trace as diagonal_trace
+        if cache_size is not None:
+            raise TypeError("tapegrad.trace of an array (numpy.trace) takes no cache_size")
         return diagonal_trace(f, *example_args, **kwargs)
     if kwargs:
         raise TypeError("tapegrad.trace takes the example arguments positionally")
-    ft = TracedFunction(f)
+    ft = TracedFunction(f, cache_size)
     with _LOCK:
         key, _, _ = _signature(example_args)
         ft.cache[key] = [_Replay(f, example_args)]
     return ft
 
 
-def compile(f):  # noqa: A001  (the name the issue asks for)
+def compile(f=None, *, cache_size=None):  # noqa: A001  (the name the issue asks for)
     """Decorator: trace ``f`` on its first call for each input signature
     (shapes and dtypes) and replay it in compiled code afterwards.
+
+    Traces are kept for the ``cache_size`` signatures used last
+    (``MAX_SIGNATURES``, 64, unless given: ``@tg.compile(cache_size=8)``);
+    a call with a signature whose traces were dropped traces again.
 
     Examples
     --------
@@ -138,4 +149,6 @@ def compile(f):  # noqa: A001  (the name the issue asks for)
     >>> f.grad(np.array([1.0, 2.0]))
     array([2., 4.])
     """
-    return TracedFunction(f)
+    if f is None:
+        return lambda g: TracedFunction(g, cache_size)
+    return TracedFunction(f, cache_size)

@@ -217,6 +217,50 @@ def test_second_order_and_tracing_raise_rather_than_guess():
         tg.trace(f, np.array([1.0, 2.0]))
 
 
+def _two_outputs(x, c, k, w):
+    return tg.sin(x * w) * c * k, tg.exp(x) * w, tg.tanh(w)   # the last one unused
+
+
+@pytest.mark.parametrize("entry", ["autograd.grad", "backward"])
+def test_create_graph_through_a_checkpoint_matches_the_plain_tape(entry):
+    """create_graph=True recomputes fn on tensors of the graph (Checkpoint's
+    vjp_ops), so gradients of gradients -- to the third order, with tuple
+    outputs, an unused output, plain arguments and a gradient that depends on
+    the incoming adjoint -- are those of the plain tape."""
+    c = np.array([2.0, 3.0, -1.0])
+
+    def run(ck):
+        x = tg.tensor([0.5, 1.5, -0.3], requires_grad=True)
+        w = tg.tensor([0.2, -0.7, 1.1], requires_grad=True)
+        a, b, _ = (checkpoint(_two_outputs, x, tg.tensor(c), 3.0, w) if ck
+                   else _two_outputs(x, tg.tensor(c), 3.0, w))
+        y = (a * a).sum() + (b * tg.sin(a)).sum()
+        if entry == "backward":
+            y.backward(create_graph=True)
+            gx, gw = x.grad, w.grad
+            x.grad = w.grad = None
+        else:
+            gx, gw = tg.autograd.grad(y, [x, w], create_graph=True)
+        h, = tg.autograd.grad((gx * gx).sum() + (gw * x).sum(), [w], create_graph=True)
+        (h * h * x).sum().backward()
+        return [t.detach().numpy() for t in (gx, gw, h, x.grad, w.grad)]
+
+    for got, want in zip(run(True), run(False)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+def test_create_graph_through_a_checkpoint_keeps_its_rules():
+    w = tg.tensor([1.0, 2.0], requires_grad=True)
+    x = tg.tensor([0.5, 1.5], requires_grad=True)
+    y = checkpoint(lambda a: (a * w).sum(), x)        # w from a closure
+    with pytest.raises(RuntimeError, match="not one of its arguments"):
+        tg.autograd.grad(y * y, [x], create_graph=True)
+    draws = iter([1.0, 2.0])
+    y = checkpoint(lambda a: (a * next(draws)).sum(), x)
+    with pytest.raises(RuntimeError, match="different values"):
+        tg.autograd.grad(y * y, [x], create_graph=True)
+
+
 def test_the_node_is_named():
     x = tg.tensor([1.0, 2.0], requires_grad=True)
     assert checkpoint(lambda a: a * 2.0, x).grad_fn.name() == "CheckpointBackward"

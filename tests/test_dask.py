@@ -298,6 +298,15 @@ def test_errors_before_anything_runs():
     with pytest.raises(ValueError, match=r"has no trace for inputs of shape and dtype "
                                          r"\[\(\(5,\), 'float64'\)\]"):
         tgd.grad_blocks(loaded, da.zeros((10, 5), chunks=5))
+    # nor can a lambda's trace on the workers: map_inputs names the input before sending
+    lam = tg.trace(lambda x: (x * x).sum(), np.zeros(6))
+    distributed = pytest.importorskip("distributed")
+    fake = object.__new__(distributed.Client)     # never reached: refused before sending
+    for f in (loaded, lam):
+        with pytest.raises(ValueError, match=r"input 2 has arguments \(shape \(5,\) float64\), "
+                                             r"but .* holds traces for \(shape \(6,\) float64\) "
+                                             r"only and cannot trace again on the workers"):
+            tgd.map_inputs(fake, f, [np.ones(6), np.ones(6), np.ones(5)], batch_size=2)
 
 
 def test_errors_from_the_workers(client):
@@ -311,6 +320,21 @@ def test_errors_from_the_workers(client):
         tgd.map_inputs(client, fv, [np.zeros(3)])
     with pytest.raises(RuntimeError, match="grad needs a function with one output element"):
         tgd.map_inputs(client, fv, [np.zeros(3)], method="value_and_grad")
+    # a wrong-shaped input: the error names the input, its shapes and the traced
+    # ones, not just the worker's matmul error; alone in a batch, or a stacked batch
+    fl = tg.trace(P.layer, np.zeros(6), np.zeros((6, 2)))
+    inputs = [(np.ones(6), np.ones((6, 2)))] * 3 + [(np.ones(5), np.ones((6, 2)))]
+    with pytest.raises(ValueError, match="matmul") as info:
+        tgd.map_inputs(client, fl, inputs, batch_size=4)
+    msg = str(info.value)
+    assert ("input 3, with arguments (shape (5,) float64, shape (6, 2) float64), failed on a "
+            "worker" in msg and "traced for (shape (6,) float64, shape (6, 2) float64)" in msg)
+    fm = tg.trace(P.matrix_loss, np.zeros((2, 6)))
+    with pytest.raises(ValueError) as info:     # 1-d inputs: no axis 1 to sum over
+        tgd.map_inputs(client, fm, [np.ones(5)] * 4, batch_size=4)
+    msg = str(info.value)
+    assert ("inputs 0 to 3, each with arguments (shape (5,) float64), failed on a worker" in msg
+            and "traced for (shape (2, 6) float64)" in msg), msg
     # the cluster is still usable afterwards
     ft = tg.trace(P.energy, np.zeros(6))
     np.testing.assert_array_equal(tgd.map_inputs(client, ft, [np.ones(6)])[0],

@@ -785,6 +785,58 @@ def test_binary_op_broadcasts_and_takes_the_full_hessian():
     np.testing.assert_allclose(H, want, rtol=1e-10, atol=1e-13)
 
 
+def _pow_direct(a, b):
+    return a ** b
+
+
+@njit
+def _pow_inner(u, w):
+    return u ** w
+
+
+def _pow_called(a, b):           # the step inside a called function
+    return _pow_inner(a, b) + 0.0 * a
+
+
+def _pow_reassigned(a, b):       # a parameter assigned in the body
+    a = a * 1.0
+    return a ** b
+
+
+POW_OPS = {f.__name__: tg.elementwise(f) for f in (_pow_direct, _pow_called, _pow_reassigned)}
+
+
+@pytest.mark.parametrize("name", sorted(POW_OPS))
+def test_derived_power_at_a_negative_base_follows_the_built_in(name):
+    """``a ** b`` derived from source at a < 0: the partial in b (z log a) is
+    NaN, and it reaches b's gradient only -- a's is b a ** (b - 1), as the
+    built-in ``**`` and PyTorch give (not NaN * 0 from b's zero tangent);
+    second order too, and at a == 0 with b == 1 both give 0 for d2/da2."""
+    op = POW_OPS[name]
+    A, B = np.array([-2.0, -2.0, -0.5, 0.0, 0.0, 1.5]), np.array([3.0, 2.0, 2.0, 1.0, 2.0, 0.5])
+
+    def grads(f, b_is_tensor=True):
+        a = tg.tensor(A, requires_grad=True)
+        b = tg.tensor(B, requires_grad=True) if b_is_tensor else B
+        with np.errstate(invalid="ignore"):
+            f(a, b).sum().backward()
+        return a.grad.numpy(), (b.grad.numpy() if b_is_tensor else None)
+
+    ga, gb = grads(op)
+    ra, rb = grads(lambda a, b: a ** b)
+    np.testing.assert_array_equal(ga[:2], [12.0, -4.0])
+    np.testing.assert_allclose(ga, ra, rtol=1e-14)
+    np.testing.assert_allclose(gb, rb, rtol=1e-14)           # NaN where a < 0
+    assert np.isnan(gb[:3]).all() and not np.isnan(gb[3:]).any()
+    np.testing.assert_allclose(grads(op, False)[0], ra, rtol=1e-14)   # b a constant
+    for a, b in [(-2.0, 3.0), (-0.5, 2.0), (0.0, 1.0), (0.0, 2.0), (1.5, 0.5)]:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            H = tg.hessian(lambda v: op(v[0], v[1]))(np.array([a, b]))
+            R = tg.hessian(lambda v: v[0] ** v[1])(np.array([a, b]))
+        np.testing.assert_allclose(H, R, rtol=1e-12, err_msg=f"a = {a}, b = {b}")
+        assert np.isfinite(H[0, 0]) and H[0, 0] == R[0, 0]
+
+
 def test_forward_mode_and_the_sweep_use_the_same_compiled_derivative():
     x, u, case = _unary_points()
     g = tg.grad(lambda t: UNARY_OP(t).sum())(x)

@@ -542,7 +542,9 @@ def d2_binary(sub, a, b, y):
     if sub == C.DIV:
         return 0.0, -1.0 / (b * b), 2.0 * y / (b * b)
     if sub == C.POW or sub == C.FLOAT_POWER:
-        aa = b * (b - 1.0) * a ** (b - 2.0)
+        # b == 0 and b == 1 are exact zeros, also at a == 0 (0 * 0 ** -1 would
+        # be NaN), as for x ** c (d2_scalar) and in tg.elementwise's derived rule
+        aa = b * (b - 1.0) * a ** (b - 2.0) if b != 0.0 and b != 1.0 else 0.0
         if a == 0.0:  # the log terms take their limit 0, as the first derivative does
             return aa, (1.0 if b == 1.0 else 0.0), 0.0
         la = math.log(abs(a))

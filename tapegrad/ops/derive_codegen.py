@@ -21,16 +21,39 @@ class _Val:
 
 class _Emit:
     """Writes one generated function: the user's statements with the
-    tangent statements of each differentiated step after it."""
+    tangent statements of each differentiated step after it.
+
+    Tangents that are zero by the code's structure are left out, not
+    multiplied in: a local that no assignment connects to input ``i`` has no
+    tangent in ``i`` (``deps``), and a parameter of the top function that is
+    never assigned has the tangent 1 in its own input and none in the other
+    (``fixed``).  So a step's partial in an operand that does not depend on
+    an input never enters that input's derivative -- as in the reverse
+    sweep of the built-in ops, where each operand's partial reaches that
+    operand's gradient only: at ``a ** b`` with ``a < 0`` the partial in
+    ``b`` (``z log a``) is NaN and ``b``'s gradient with it, while ``a``'s
+    is ``b a ** (b - 1)``, not ``NaN * 0``."""
 
     def __init__(self, fn, mask, order, n):
         self.fn, self.order, self.n = fn, order, n
         self.first, self.second = _comps(n, order)
         self.comps = self.first + self.second
-        self.act = fn.activity(mask)
+        self.act = fn.activity(tuple(bool(m) for m in mask))
+        # the inputs each parameter's tangents come from: every one (True) or a set
+        sets = [frozenset(range(n)) if m is True else frozenset(m or ()) for m in mask]
+        self.deps = [fn.activity(tuple(i in s for s in sets)).active for i in range(n)]
+        self.fixed = {}
         self.lines = []
         self.ind = 1
         self.k = 0
+
+    def inputs_of(self, name):
+        """The inputs local ``name`` may depend on."""
+        return {i for i in range(self.n) if name in self.deps[i]}
+
+    def tans_over(self, var, inputs):
+        """``var``'s tangent names in the components of ``inputs`` alone."""
+        return {c: _tan(var, c) for c in self.comps if set(c) <= inputs}
 
     def line(self, s):
         self.lines.append("    " * self.ind + s)
@@ -56,7 +79,9 @@ class _Emit:
             return _Val(t)
         t = type(e)
         if t is ast.Name:
-            return _Val(e.id, {c: _tan(e.id, c) for c in self.comps})
+            if e.id in self.fixed:
+                return _Val(e.id, dict(self.fixed[e.id]))
+            return _Val(e.id, self.tans_over(e.id, self.inputs_of(e.id)))
         if t is ast.BinOp:
             u, w = self.value(e.left), self.value(e.right)
             sym, rule = _BINOPS[type(e.op)]
@@ -73,16 +98,18 @@ class _Emit:
         if t is ast.IfExp:
             z = self.temp()
             self.line(f"if {ast.unparse(e.test)}:")
+            seen = set()
             for branch in (e.body, e.orelse):
                 self.ind += 1
                 v = self.value(branch)
                 self.line(f"{z} = {v.p}")
                 for c in self.comps:
                     self.line(f"{_tan(z, c)} = {v.tans.get(c) or '0.0'}")
+                seen.update(v.tans)
                 self.ind -= 1
                 if branch is e.body:
                     self.line("else:")
-            return _Val(z, {c: _tan(z, c) for c in self.comps})
+            return _Val(z, {c: _tan(z, c) for c in self.comps if c in seen})
         if t is ast.Call:
             return self.call(e)
         if t is ast.BoolOp:
@@ -151,6 +178,7 @@ class _Emit:
 
         def times(f, *ts):
             f = factor(f)
+            ts = [t for t in ts if t != "1.0"] or ["1.0"]
             prod = " * ".join(ts)
             if f == "1.0":
                 return prod
@@ -182,8 +210,10 @@ class _Emit:
         return _Val(z, tans)
 
     def user_call(self, e, callee):
-        mask = tuple(self.active(a) for a in e.args)
         vals = [self.value(a) for a in e.args]
+        # per argument, the inputs its tangents come from (an empty set: none)
+        mask = tuple(frozenset(i for c in v.tans for i in c) if self.active(a) else False
+                     for a, v in zip(e.args, vals))
         name = self.fn.d.tangent(callee, mask, self.order)
         args = []
         for v, m in zip(vals, mask):
@@ -193,7 +223,7 @@ class _Emit:
         z = self.temp()
         outs = [z] + [_tan(z, c) for c in self.comps]
         self.line(f"{', '.join(outs)} = {name}({', '.join(args)})")
-        return _Val(z, {c: _tan(z, c) for c in self.comps})
+        return _Val(z, self.tans_over(z, set().union(*[m for m in mask if m])))
 
     # statements
     def assign(self, name, v):
@@ -275,10 +305,15 @@ class _Top(_Emit):
 
     def __init__(self, fn, order):
         n = len(fn.params)
-        super().__init__(fn, (True,) * n, order, n)
+        super().__init__(fn, tuple(frozenset({k}) for k in range(n)), order, n)
+        assigned = {nm for names, _, _ in fn.assignments for nm in names}
+        assigned |= {s.target.id for s in ast.walk(ast.Module(fn.body, []))
+                     if isinstance(s, ast.For)}
         for k, p in enumerate(fn.params):
             for c in self.comps:
                 self.line(f"{_tan(p, c)} = {1.0 if c == (k,) else 0.0!r}")
+            if p not in assigned:   # x itself: dx/dx = 1, nothing else
+                self.fixed[p] = {(k,): "1.0"}
         self.block(fn.body)
 
     def ret(self, v):

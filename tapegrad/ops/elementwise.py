@@ -12,7 +12,8 @@ import numpy as np
 from ..kernels import codes as C
 from ..kernels._views import SMALL as _SMALL
 from ..kernels.special_arrays import values_into
-from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand
+from ..tape import (NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand,
+                    matrix_operand)
 from ..tensor import Tensor, _node, _plain, _result
 from .registry import register
 
@@ -257,6 +258,9 @@ def _binary(code, fn, a, b):
     # tensor subclasses, ndarrays and scalars without a K_SCALAR form
     ad = a._data if isinstance(a, Tensor) else a
     bd = b._data if isinstance(b, Tensor) else b
+    for x in (ad, bd):
+        if isinstance(x, np.matrix):  # its * would be a matrix product, recorded as *
+            raise matrix_operand(x)
     data = fn(ad, bd)
     _refuse_object(data, fn, a if isinstance(a, Tensor) else b, b if isinstance(a, Tensor) else a)
     if not any(isinstance(x, Tensor) and x._requires_grad for x in (a, b)):

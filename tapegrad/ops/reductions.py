@@ -10,7 +10,7 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
-from ..tape import current
+from ..tape import current, matrix_operand
 from ..tensor import Tensor, _node, _plain, _result
 from .elementwise import _bstrides
 from .exp_memo import recall, remember
@@ -40,6 +40,8 @@ def normalize_axis(axis, ndim, fname):
 
 def _reduce(code, fname, fn, x, axis, keepdims):
     if not isinstance(x, Tensor):
+        if isinstance(x, np.matrix):  # its reductions take no keepdims=
+            raise matrix_operand(x)
         return fn(x, axis=axis, keepdims=keepdims)
     xd = x._data
     shape = np.shape(xd)
