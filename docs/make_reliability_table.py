@@ -164,6 +164,19 @@ def _setitem_leaf(x, w):
     x[0] = 5.0
 
 
+def _write_into_diagonal(x, w):
+    a = (w * 1.0).reshape(1, 3)
+    a.diagonal()[0] = 5.0
+
+
+def _write_into_broadcast(x, w):
+    np.broadcast_to(w * 1.0, (2, 3))[1] += 1.0
+
+
+def _copyto_into_ndarray(x, w):
+    np.copyto(np.zeros(3), w * 2.0)
+
+
 def _asarray(x, w):
     np.asarray(x)
 
@@ -319,6 +332,10 @@ CASES = [
     ("in-place update of a leaf that requires grad: `x += 1.0`", _inplace_leaf),
     ("in-place update of a saved leaf under `tg.no_grad()`", _copy_on_write),
     ("item assignment on a leaf that requires grad: `x[0] = 5.0`", _setitem_leaf),
+    ("a write into a diagonal (read-only, as NumPy's): `a.diagonal()[0] = 5.0`",
+     _write_into_diagonal),
+    ("a write into `np.broadcast_to(v, (2, 3))` (read-only)", _write_into_broadcast),
+    ("`np.copyto(ndarray, t)`, t requires grad", _copyto_into_ndarray),
     # NumPy
     ("`np.asarray(x)`, x requires grad", _asarray),
     ("`np.array(w * 2.0)`", _asarray_nonleaf),

@@ -365,7 +365,28 @@ def clone(self):
     return _plain(np.array(self._data, copy=True) if np.ndim(self._data) else self._data)
 
 
-for _fn in (add_, sub_, mul_, div_, pow_, copy_, fill_, zero_, clone):
+def copy(self, order="C"):
+    """``ndarray.copy`` / ``numpy.copy``: a C-ordered copy of the value, never
+    a view, through which the gradient flows back to self (as ``clone``).
+
+    Examples
+    --------
+    >>> import tapegrad as tg
+    >>> a = tg.tensor([1.0, 2.0])
+    >>> b = a.copy()
+    >>> b[0] = 5.0
+    >>> a
+    tensor([1.0, 2.0])
+    """
+    if order not in ("C", "K", "A"):
+        raise NotImplementedError(f"Tensor.copy supports order='C' only, got {order!r}")
+    out = clone(self)
+    if type(out._data) is np.ndarray and not out._data.flags.c_contiguous:
+        out._data = np.ascontiguousarray(out._data)
+    return out
+
+
+for _fn in (add_, sub_, mul_, div_, pow_, copy_, fill_, zero_, clone, copy):
     setattr(Tensor, _fn.__name__, _fn)
 
 

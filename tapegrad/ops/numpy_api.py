@@ -191,6 +191,7 @@ for _f in (np.shape, np.ndim, np.size, np.argmax, np.argmin, np.argsort,
 HANDLED_FUNCTIONS.update(F.FUNCTIONS)  # numpy.fft: ops/fft.py
 HANDLED_FUNCTIONS[np.sort] = K.sort
 HANDLED_FUNCTIONS[np.copyto] = S.copyto
+HANDLED_FUNCTIONS[np.copy] = lambda a, order="K", subok=False: a.copy()  # Tensor.copy
 HANDLED_FUNCTIONS[np.unique] = K.unique
 
 
