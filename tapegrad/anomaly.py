@@ -200,22 +200,27 @@ def _note(e, tape, r):
                    + _describe(tape, r))
 
 
-def checked_sweep(tape, adj, T, root, retained, run):
-    """The reverse sweep one record at a time, checking what each VJP wrote.
+def note(e, tape, r):
+    """Tell an error raised at record r in a backward (its VJP, a hook on
+    it) where r came from."""
+    _note(e, tape, r)
 
-    ``run(tape, adj, T, start, stop)`` sweeps a span (see autograd); hooks run
-    as in a normal backward.
+
+def checked_run(tape, adj, T, start, stop, run):
+    """The reverse sweep over records ``start .. stop+1`` one record at a
+    time, checking what each VJP wrote.
+
+    ``run(tape, adj, T, start, stop)`` sweeps a span (see autograd); the
+    walk (autograd.walk) stops at hooked records as in a normal backward,
+    and calls :func:`check_saved` once the sweep is over.
     """
-    from .hooks import run_record_hooks
     reached = adj.reached
     op, arg0, args = tape.op, tape.arg0, tape.args
     check = tape.check_nan
-    for r in range(root, -1, -1):
+    for r in range(start, stop, -1):
         if not reached[r]:
             continue
         try:
-            if r in tape.hooks:
-                run_record_hooks(tape, adj, r, retained)
             run(tape, adj, T, r, r - 1)
         except Exception as e:
             _note(e, tape, r)
@@ -233,5 +238,3 @@ def checked_sweep(tape, adj, T, root, retained, run):
                     f"Function '{_name(tape, r)}' returned {what} values in the gradient "
                     f"of its input {j - arg0[r]} (shape {_shape(tape, p)}).\n"
                     + _describe(tape, r))
-    if tape.sums:
-        check_saved(tape, reached)

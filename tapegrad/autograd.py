@@ -1,11 +1,17 @@
-"""Reverse mode: seed the root's adjoint, run the compiled sweep, fill ``.grad``.
+"""Reverse mode: seed the roots' adjoints, walk the graph, fill ``.grad``.
 
-Nothing observable changes until the sweep has finished without error: the
-leaves' ``.grad`` (and retained gradients) are updated and the graph is freed
-only afterwards, so a failed backward leaves the tape, other graphs and
-accumulated gradients as they were.  Tensor hooks and anomaly checks are the
-only Python that runs inside a sweep, and only when there are any: the
-compiled sweep stops at the records that need them (see ``_hooked``).
+Every reverse pass -- ``backward()``, ``backward(inputs=)``,
+``autograd.grad`` with or without ``create_graph``, the transforms'
+``reverse`` -- is one :func:`walk` with options, over an engine (the
+compiled sweep here, :class:`Sweep`; p vectors and the recorded
+``create_graph`` walk in the transforms layer), so hooks, ``retain_grad``,
+which records run, anomaly checks, accumulation and freeing are decided
+once.  Nothing observable changes until the walk has finished without
+error: ``.grad`` (leaves', inputs', retained gradients) is updated and the
+graph is freed only afterwards, so a failed backward leaves the tape, other
+graphs and accumulated gradients as they were.  Tensor hooks and anomaly
+checks are the only Python that runs inside a sweep, and only when there
+are any: the compiled sweep stops at the records that need them.
 """
 import threading
 
@@ -14,7 +20,7 @@ import numpy as np
 from . import hooks as H
 from .fused_backward import run as fused_run
 from .kernels._views import SMALL, V1, VALS
-from .graph import view_codes
+from .graph import origin, view_codes
 from .kernels.sweep import graph_addresses, graph_of, layout, sweep
 from .ops.registry import OUTPUT, REGISTRY
 from .tape import Tape, current
@@ -404,6 +410,153 @@ GRAPH_SEARCH_FROM = 4096
 STALE_SEARCH_FROM = 32
 
 
+# -- the walk ---------------------------------------------------------------------------
+# ``backward()``, ``backward(inputs=)``, ``autograd.grad`` (with or without
+# ``create_graph``) and the function transforms' ``reverse`` are one walk over
+# the graph (:func:`walk`), with options: which gradients are wanted (every
+# leaf reached, or given tensors), whether they go into ``.grad`` or are
+# returned, whether the graph is freed.  What the backward does at each
+# record -- compiled sweep, or recorded ops for ``create_graph`` -- is the
+# walk's *engine*: :class:`Sweep` here (one adjoint vector), p vectors at once
+# and the recorded walk in the transforms layer (``tensor_grads``,
+# ``create_graph``).  Hooks, ``retain_grad``, which records run, anomaly
+# checks, accumulation and freeing are decided once, in the walk.
+
+
+def root_span(tape, root):
+    """Records a backward from ``root`` covers: up to root, plus the later
+    outputs of root's multi-output op (its VJP reads them as one span)."""
+    upto = root + 1
+    if tape.op[root] == OUTPUT:  # the op's later outputs belong to its VJP's span
+        u = root - 1 - int(tape.ip[tape.ip0[root]])
+        while upto < tape.n and tape.op[upto] == OUTPUT and tape.args[tape.arg0[upto]] == u:
+            upto += 1
+    return upto
+
+
+def graph_tape(roots, who="backward()"):
+    """The tape of the roots that are not leaves, checked: this thread's, and
+    none of them freed (None when every root is a leaf)."""
+    tape = None
+    for t in roots:
+        if t._tok is None:
+            continue
+        if tape is None:
+            tape = t._tok.tape
+            if tape is not current():
+                raise RuntimeError(f"{who} must run on the thread that recorded the graph")
+        if t._tok is not tape.tok or tape.freed[t._rec]:
+            raise _freed_error()
+    return tape
+
+
+class Sweep:
+    """The walk's engine for one adjoint vector: the compiled sweep over
+    :class:`Adjoints` (record by record, checking each gradient, in anomaly
+    mode).  Adjoints are arrays; ``grad(r)`` is record r's as a ``(1, size)``
+    view, which hooks may write."""
+
+    record = False
+    p = 1
+
+    def __init__(self, tape, upto, first, float32=False):
+        """``first``: the lowest root (its graph may be searched)."""
+        tape.arg0[tape.n] = tape.na  # closes the last record's parents for graph_of
+        # a fresh tape of a few thousand records is laid out whole, faster than
+        # the graph search; past that, only the roots' graph (its cost must not
+        # grow with unrelated graphs that live on the tape); and so too once the
+        # tape holds freed records (graphs backwarded while others stayed alive:
+        # a whole layout would size the adjoint arenas by every record the tape
+        # ever held), or many stale ones, which the in-place check looks at in
+        # the graph
+        search = (upto > GRAPH_SEARCH_FROM or tape.n_freed > 0
+                  or len(tape.stale) > STALE_SEARCH_FROM)
+        self.tape = tape
+        self.adj = adj = Adjoints(tape, upto, first if search and first is not None else None,
+                                  float32)
+        # the tape's scratch arena is this walk's until it is done: a walk
+        # nested in it (a host VJP that differentiates: tg.checkpoint's
+        # recomputation) lays its adjoints out in an arena of its own
+        if adj.float32:
+            tape.scratch32 = None
+        else:
+            tape.scratch = None
+        self.T = adj.tape_arrays(tape)
+        self.reached = adj.reached
+        self.order = adj.order
+        self.checked = type(tape) is not Tape  # anomaly mode swaps the tape's class
+
+    def seed(self, r, s):
+        self.adj.add(r, s)
+
+    def run(self, start, stop):
+        """Sweep records ``start .. stop+1``."""
+        if self.checked:
+            from .anomaly import checked_run
+            checked_run(self.tape, self.adj, self.T, start, stop, _run)
+        else:
+            _run(self.tape, self.adj, self.T, start, stop)
+
+    def reached_at(self, r):
+        return bool(self.reached[r])
+
+    def grad(self, r):
+        """Record r's adjoint, a view hooks may write (one vector: flat)."""
+        return self.adj[r]
+
+    def capture(self, r):
+        """Record r's adjoint as it is now (a parent may take its memory over)."""
+        return self.adj[r][None, :].copy()
+
+    def leaf(self, q):
+        # a view of the leaf arena, which is this walk's own
+        return self.adj[q][None, :]
+
+    @staticmethod
+    def add(a, b):
+        return a + b
+
+    def reached_leaves(self, upto):
+        """(leaf, gradient) of every leaf record the sweep reached, in record
+        order; the gradient is a view of the leaf arena."""
+        tape, adj, reached, graph = self.tape, self.adj, self.reached, self.order
+        if graph is None or len(tape.leaves) < graph.size:
+            # (only the graph's records are ever reached: with fewer leaves on
+            # the tape than records in the graph, the leaves are the shorter list,
+            # and both are in record order)
+            return [(leaf, adj[r]) for r, leaf in tape.leaves.items()
+                    if r < upto and reached[r]]
+        return [(tape.leaves[r], adj[r])
+                for r in graph[adj.leaf[graph] & reached[graph]][::-1].tolist()
+                if r in tape.leaves]
+
+    def checks(self, upto, recs, inputs, own):
+        tape = self.tape
+        if self.checked and tape.sums:
+            from .anomaly import check_saved
+            check_saved(tape, self.reached)
+        check_stale(tape, self.reached, upto, recs, graph=self.order, own=own)
+        check_nested(tape, self.reached, upto, inputs)
+
+    def finish(self, ran):
+        """Free the op records ``ran`` marks that saved values (None: keep
+        the graph), and give the scratch arrays back."""
+        tape = self.tape
+        if ran is not None:
+            tape.after_backward(ran, self.T, self.order)
+        if self.order is not None:
+            tape.rezero(self.reached, self.order)
+        if self.adj.float32:
+            tape.scratch32 = self.adj.A
+        else:
+            tape.scratch = self.adj.A
+
+    @staticmethod
+    def store(x, g):
+        """Accumulate gradient ``g`` (x's size) into ``x.grad``."""
+        _accumulate(x, g.reshape(x.shape))
+
+
 def backward(t, gradient=None, retain_graph=False):
     if not t._requires_grad:
         raise RuntimeError(
@@ -412,78 +565,219 @@ def backward(t, gradient=None, retain_graph=False):
             "grad enabled (not under tg.no_grad())")
     seed = _seed(t, gradient)
     if t._tok is None:  # a leaf: d t / d t = identity (never keep the caller's array)
-        g = seed.reshape(t.shape).copy()
-        if H.LEAF_HOOKS:
-            g = H.run_leaf_hooks(t, g)
-        _accumulate(t, g)
+        walk(None, None, 0, None, [(t, seed[None, :].copy())], retain_graph=retain_graph)
         return
     tape = t._tok.tape
     if tape is not current():
         raise RuntimeError("backward() must run on the thread that recorded the graph")
-    if t._tok is not tape.tok or tape.freed[t._rec]:
+    root = t._rec
+    if t._tok is not tape.tok or tape.freed[root]:
         raise _freed_error()
-    # held for the whole sweep: host VJPs and hooks are user code that may
+    # held for the whole walk: host VJPs and hooks are user code that may
     # record ops, and a compaction (renumbering records) must wait until the
     # sweep that walks them is over (tape_liveness.compact)
     with tape.walking():
-        _sweep_and_store(tape, t._rec, seed, retain_graph, t.dtype == np.float32)
+        upto = root + 1 if tape.op[root] != OUTPUT else root_span(tape, root)
+        eng = Sweep(tape, upto, root, t.dtype == np.float32)
+        eng.adj.add(root, seed)
+        walk(tape, eng, upto, None, retain_graph=retain_graph)
 
 
-def _sweep_and_store(tape, root, seed, retain_graph, float32=False):
-    """``backward``'s sweep from record ``root``, seeded, and the leaves'
-    gradients stored."""
-    upto = root + 1
-    if tape.op[root] == OUTPUT:  # the op's later outputs belong to its VJP's span
-        u = root - 1 - int(tape.ip[tape.ip0[root]])
-        while upto < tape.n and tape.op[upto] == OUTPUT and tape.args[tape.arg0[upto]] == u:
-            upto += 1
-    tape.arg0[tape.n] = tape.na  # closes the last record's parents for graph_of
-    # a fresh tape of a few thousand records is laid out whole, faster than
-    # the graph search; past that, only the root's graph (its cost must not
-    # grow with unrelated graphs that live on the tape); and so too once the
-    # tape holds freed records (graphs backwarded while others stayed alive:
-    # a whole layout would size the adjoint arenas by every record the tape
-    # ever held), or many stale ones, which the in-place check looks at in
-    # the graph
-    search = (upto > GRAPH_SEARCH_FROM or tape.n_freed > 0
-              or len(tape.stale) > STALE_SEARCH_FROM)
-    adj = Adjoints(tape, upto, root if search else None, float32)
-    T = adj.tape_arrays(tape)
-    adj.add(root, seed)
-    reached = adj.reached
-    retained = []  # (non-leaf that retains its grad, gradient)
-    if tape.hooks:
-        H.follow_retained(tape)
-    if type(tape) is not Tape:  # anomaly mode swaps the tape's class (anomaly.py)
-        from .anomaly import checked_sweep
-        checked_sweep(tape, adj, T, root, retained, _run)
-    elif tape.hooks:
-        _hooked(tape, adj, T, root, retained)
+def walk(tape, eng, upto, targets=None, direct=(), *, accumulate=True, retain_graph=False,
+         own=False, hooks=True, refuse=None, present=None):
+    """The backward from the roots ``eng`` was seeded with, over records
+    ``< upto`` of ``tape``: PyTorch's semantics, once for every path.
+
+    ``targets``: None -- every leaf the roots reach gets its gradient
+    (``backward()``); else the tensors whose gradients are wanted (leaves
+    or not: ``backward(inputs=)``, ``autograd.grad``): only the records on
+    a path from a root down to one of them run, as PyTorch runs only those
+    nodes, and only their hooks fire.  ``direct``: ``(leaf, gradient)`` of
+    roots that are leaves themselves.  ``accumulate``: add the gradients
+    into ``.grad`` (else return them, one per target, None for one the roots
+    do not reach).  ``own`` (``backward(inputs=)``): a non-leaf target's own
+    record runs too, as PyTorch runs its node there (``autograd.grad`` does
+    not).  ``hooks``: run tensor hooks and fill retained gradients (off for a
+    check pass).  ``refuse``: raise it (a callable giving the exception) if a
+    hook replaces a gradient.  ``present`` (a recorded walk): which targets
+    the roots reach, known from a numeric pass (a target reached only through
+    ops of zero derivative gets zeros).
+
+    At each record with hooks (or ``retain_grad``), and at each non-leaf
+    target, the sweep stops: every consumer has run, so the record's adjoint
+    is complete; its hooks see it and may replace it, the retained gradient
+    is noted (after the hooks, as PyTorch's), and a target's is taken.  A
+    leaf's hooks see its whole gradient (the sum over its records), all
+    before anything is stored.  Nothing observable changes until the walk
+    has finished without error: ``.grad`` (leaves', targets', retained
+    ones) is written, and the graph freed, only at the end.
+    """
+    if targets is None:
+        recs = flat = None
+        nonleaf = ()
+        floor = -1
     else:
-        _run(tape, adj, T, root, -1)
-    check_stale(tape, reached, upto, graph=adj.order)
-    check_nested(tape, reached, upto)
-    graph = adj.order
-    if graph is None or len(tape.leaves) < graph.size:
-        # (only the graph's records are ever reached: with fewer leaves on
-        # the tape than records in the graph, the leaves are the shorter list,
-        # and both are in record order)
-        updates = [(leaf, adj[r]) for r, leaf in tape.leaves.items()
-                   if r < upto and reached[r]]
+        recs = _target_records(tape, targets, upto) if eng is not None else [None] * len(targets)
+        flat = sorted({q for rs in recs if rs for q in rs})
+        nonleaf = {rs[0] for x, rs in zip(targets, recs) if rs and x._tok is not None}
+        # autograd.grad runs no record below its inputs, as PyTorch runs no
+        # node there: nothing below the lowest input reaches an input, and
+        # what lies there stays unfreed for a later backward.  With no input
+        # on this tape the whole sweep runs, which reports a freed graph.
+        floor = (flat[0] - 1 if own else flat[0]) if flat else -1
+    retained = []
+    captured = {}
+    if eng is not None:
+        hooked = ()
+        if hooks and tape.hooks:
+            H.follow_retained(tape)
+            hooked = [r for r, h in tape.hooks.items() if floor <= r < upto and h]
+            if hooked and flat is not None:
+                hooked = _on_path(tape, hooked, flat)
+        stops = sorted(set(hooked).union(r for r in nonleaf if r >= floor), reverse=True) \
+            if nonleaf else sorted(hooked, reverse=True) if hooked else ()
+        start = upto - 1
+        for h in stops:
+            eng.run(start, h)
+            if eng.reached_at(h):
+                if h in hooked:
+                    _visit(tape, eng, h, retained, refuse)
+                if h in nonleaf:
+                    captured[h] = eng.capture(h)
+            start = h
+        eng.run(start, floor)
+        eng.checks(upto, flat, targets or (), own)
+    # the gradients, and the leaves' hooks on them, before anything is stored
+    if targets is None:
+        pairs = eng.reached_leaves(upto) if eng is not None else []
+        pairs += direct
+        if hooks and H.LEAF_HOOKS:
+            pairs = _leaf_hooked(pairs, eng, refuse)
+        out = None
     else:
-        updates = [(tape.leaves[r], adj[r])
-                   for r in graph[adj.leaf[graph] & reached[graph]][::-1].tolist()
-                   if r in tape.leaves]
-    if H.LEAF_HOOKS:  # hooks see every leaf's gradient before any is stored
-        updates = [(leaf, H.run_leaf_hooks(leaf, g)) for leaf, g in updates]
-    for leaf, g in updates:
-        _accumulate(leaf, g.reshape(leaf.shape))
+        out = []
+        for i, (x, rs) in enumerate(zip(targets, recs)):
+            g = None
+            if rs:
+                if x._tok is not None:
+                    g = captured.get(rs[0])
+                else:
+                    for q in rs:
+                        if eng.reached_at(q):
+                            g = eng.leaf(q) if g is None else eng.add(g, eng.leaf(q))
+            for d, s in direct:
+                if d is x:
+                    g = s if g is None else g + s if eng is None else eng.add(g, s)
+            if g is None and present is not None and present[i]:
+                g = eng.zeros(x)  # reached only through ops of zero derivative
+            out.append(g)
+        if hooks and H.LEAF_HOOKS:
+            record = eng is not None and eng.record
+            after = {}
+            for i, (x, g) in enumerate(zip(targets, out)):
+                if g is not None and x._tok is None and id(x) in H.LEAF_HOOKS:
+                    if id(x) not in after:
+                        after[id(x)] = H.leaf_hooked(x, g, record, refuse)
+                    out[i] = after[id(x)]
+        pairs = zip(targets, out) if accumulate else ()
+    store = Sweep.store if eng is None else eng.store
+    if accumulate:
+        for x, g in pairs:
+            if g is None:
+                continue
+            if x._tok is not None and not hasattr(x, "_grad"):
+                x._grad = None  # a non-leaf named in inputs= gets a .grad (PyTorch)
+            store(x, g)
     for owner, g in retained:
-        _accumulate(owner, g)
-    if not retain_graph:
-        tape.after_backward(reached, T, graph)
-    if graph is not None:
-        tape.rezero(reached, graph)
+        if accumulate and targets is not None and any(owner is x for x in targets):
+            continue  # an input of backward(inputs=) that retains: its .grad once
+        store(owner, g)
+    if eng is not None:
+        ran = None
+        if not retain_graph:
+            ran = eng.reached
+            # only the records the walk ran are freed: not those below its
+            # lowest input, nor (autograd.grad) an input's own
+            if floor >= 0:
+                ran[:floor + 1] = False
+            if nonleaf and not own:
+                ran[list(nonleaf)] = False
+        eng.finish(ran)
+    return out
+
+
+def _target_records(tape, targets, upto):
+    """Each target's records below ``upto``: a leaf's LEAF records (a leaf
+    written in place since a graph used it has an older one too: the graphs
+    may reach either), a non-leaf's own -- for one written without a record
+    since a graph read it, the record before the write, whose adjoint holds
+    every use of it (``graph.origin``) -- or None."""
+    older = {}
+    if tape.stale:
+        for r, z in tape.leaves.items():
+            if r < upto:
+                older.setdefault(id(z), []).append(r)  # the tape holds its leaves
+    recs = []
+    for x in targets:
+        if x._tok is None:
+            rs = older.get(id(x), [])
+            if not rs and x._ltok is tape.lkey and x._lrec < upto:
+                rs = [x._lrec]
+            recs.append(rs or None)
+        elif x._tok is tape.tok:
+            r = origin(tape, x._rec)
+            recs.append([r] if r < upto else None)
+        else:
+            recs.append(None)
+    return recs
+
+
+def _on_path(tape, hooked, flat):
+    """The hooked records that lie on a path from a root down to a target
+    record (``flat``): PyTorch runs those nodes only, and their hooks."""
+    from .kernels.sweep import live_records
+    targets = set(flat)
+    tape.arg0[tape.n] = tape.na
+    cols = (tape.op, tape.arg0, tape.size, None, tape.args)
+    out = []
+    for h in hooked:
+        below = [q for q in flat if q < h]
+        if h in targets or below and \
+                live_records(cols, h + 1, np.array([h], np.int64))[below].any():
+            out.append(h)
+    return out
+
+
+def _visit(tape, eng, r, retained, refuse):
+    """Record r's hooks on its complete adjoint (hooks.run_record_hooks);
+    in anomaly mode an error there is told where r was recorded."""
+    try:
+        H.run_record_hooks(tape, eng, r, retained, refuse)
+    except Exception as e:
+        if type(tape) is not Tape:
+            from .anomaly import note
+            note(e, tape, r)
+        raise
+
+
+def _leaf_hooked(pairs, eng, refuse):
+    """``(leaf, gradient)`` pairs after the leaves' hooks: a leaf's hooks see
+    its whole gradient once (the sum over its records), as PyTorch's
+    AccumulateGrad node does."""
+    if not any(id(x) in H.LEAF_HOOKS for x, _ in pairs):
+        return pairs
+    total = {}
+    for x, g in pairs:
+        k = id(x)
+        total[k] = (x, g) if k not in total else (x, total[k][1] + g)
+    done = {k: (x, H.leaf_hooked(x, g, eng is not None and eng.record, refuse))
+            for k, (x, g) in total.items()}
+    out, seen = [], set()
+    for x, _ in pairs:
+        if id(x) not in seen:
+            seen.add(id(x))
+            out.append(done[id(x)])
+    return out
 
 
 def _run(tape, adj, T, start, stop):
@@ -510,19 +804,6 @@ def _sweep_records(tape, adj, T, start, stop):
             raise _freed_error()
         REGISTRY[int(tape.op[s])].host_vjp(tape, adj, s)
         start = s - 1
-
-
-def _hooked(tape, adj, T, root, retained):
-    """The sweep in spans that end at records with hooks: when the sweep has
-    come down to record h, every consumer of h has run, so h's adjoint is
-    complete; its hooks see it (and may replace it) before h's own VJP."""
-    start = root
-    for h in H.hooked_records(tape, root):
-        _run(tape, adj, T, start, h)
-        if adj.reached[h]:
-            H.run_record_hooks(tape, adj, h, retained)
-        start = h
-    _run(tape, adj, T, start, -1)
 
 
 #: accumulation into ``.grad`` is a read-modify-write that NumPy runs with the

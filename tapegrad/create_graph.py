@@ -12,7 +12,9 @@ non-leaves alike, and mixed derivatives with respect to any tensor of the
 graph (a gradient penalty's parameters).
 
 The walk (``Walk``), the check before it records anything (``check``) and
-the driver (``graph_grad``) are here; the formulas by kind are in
+the engine ``autograd.walk`` drives it through (``Recorded``: hooks,
+``retain_grad`` and the inputs' gradients are the walk's, as on every
+other path) are here; the formulas by kind are in
 ``create_graph_kinds.py``, those of the host ops (matmul, einsum, the
 decompositions, ``tg.Function``) in ``create_graph_linalg.py``, and the
 index ops they record with (``take``, ``scatter``) and ``NoRule`` in
@@ -22,7 +24,7 @@ walk raises instead of recording inf/NaN.
 
 A record without a formula here (``RULES``: cumprod over zeros past
 ``_CUMPROD_ZERO_MAX`` elements of its n^2 formula; ``tg.Function``; ``tg.elementwise`` ops) raises NoRule from
-:func:`graph_grad` before anything is recorded; the caller then falls back
+building :class:`Recorded`, before anything is recorded; the caller then falls back
 to one second-order node (``tensor_grads._GraphGrad``) and names the op where
 a further order or a non-leaf input needs more.
 """
@@ -110,8 +112,12 @@ class Walk:
         record ``stop``."""
         for r, s in seeds.items():
             self.add(r, s)
+        self.span(self.upto - 1, stop - 1)
+
+    def span(self, start, stop):
+        """Apply the rules of records ``start .. stop+1``, from the top."""
         tape = self.tape
-        for r in range(self.upto - 1, stop - 1, -1):
+        for r in range(start, stop, -1):
             code = int(tape.op[r])
             if code >> C.SHIFT == C.K_NONE:
                 continue
@@ -269,41 +275,76 @@ def input_records(tape, x, upto):
     return [q for q, z in tape.leaves.items() if z is x and q < upto]
 
 
-def graph_grad(tape, outputs, seeds, inputs, upto):
-    """The gradients of ``outputs`` (seeded) with respect to ``inputs``, as
-    tensors of the graph (None where none reaches an input): one recorded
-    walk.  Raises NoRule, having recorded nothing, where a record on the way
-    has no formula."""
-    from .grad_mode import enable_grad
-    from .kernels.sweep import live_records
-    from .tensor import tensor
-    recs = [input_records(tape, x, upto) for x in inputs]
-    flat = sorted({q for rs in recs for q in rs})
-    # the walk records: no compaction may renumber the records it reads
-    with tape.walking():
-        W = Walk(tape, upto, flat)
+class Recorded:
+    """The engine of a ``create_graph`` walk (``autograd.walk``): the
+    records' VJPs as recorded ops (:class:`Walk`), adjoints flat tensors of
+    the graph.  Built, it has checked that every record the walk reaches
+    has a formula (else NoRule, before anything is recorded); the caller
+    holds ``tape.walking()`` while it records."""
+
+    record = True
+    p = 1
+
+    def __init__(self, tape, outputs, seeds, inputs, upto, recs):
+        """``recs``: the inputs' records (``autograd._target_records``)."""
+        from .grad_mode import enable_grad
+        from .kernels.sweep import live_records
+        from .tensor import tensor
+        flat = sorted({q for rs in recs if rs for q in rs})
+        self.W = W = Walk(tape, upto, flat)
         roots = np.array([t._rec for t in outputs if t._tok is tape.tok], np.int64)
         tape.arg0[tape.n] = tape.na
         live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto, roots)
         check(tape, upto, W.dep & live[:upto], roots[roots < upto])
-        seeded = []
-        for t, v in zip(outputs, seeds):
-            if t._tok is tape.tok:
-                seeded.append((int(t._rec), tensor(np.asarray(v, np.float64).reshape(-1))))
         with enable_grad():
-            for r, s in seeded:
-                W.add(r, s)
-            W.run({}, flat[0] if flat else upto)
-    res = []
-    for x, rs, in zip(inputs, recs):
-        g = None
-        for q in rs:
-            a = W.adj.get(q)
-            if a is not None:
-                g = a if g is None else g + a
-        for t, v in zip(outputs, seeds):  # an output that is the input itself
-            if t is x and t._tok is None:
-                s = tensor(np.asarray(v, np.float64).reshape(-1))
-                g = s if g is None else g + s
-        res.append(g)
-    return res
+            for t, v in zip(outputs, seeds):
+                if t._tok is tape.tok:
+                    W.add(int(t._rec), tensor(np.asarray(v, np.float64).reshape(-1)))
+
+    def run(self, start, stop):
+        from .grad_mode import enable_grad
+        with enable_grad():
+            self.W.span(start, stop)
+
+    def reached_at(self, r):
+        return r in self.W.adj
+
+    def grad(self, r):
+        return self.W.adj[r]
+
+    def set(self, r, g):
+        self.W.adj[r] = g
+
+    def capture(self, r):
+        return self.W.adj[r]
+
+    def leaf(self, q):
+        return self.W.adj[q]
+
+    @staticmethod
+    def add(a, b):
+        from .grad_mode import enable_grad
+        with enable_grad():
+            return a + b
+
+    @staticmethod
+    def zeros(x):
+        from .tensor import tensor
+        return tensor(np.zeros(x.size))
+
+    def checks(self, upto, recs, inputs, own):
+        pass  # the walk's numeric pass has checked (tensor_grads._graph_grad)
+
+    def finish(self, ran):
+        pass  # a create_graph walk keeps the graph
+
+    @staticmethod
+    def store(x, g):
+        """Accumulate ``g`` (a tensor of the graph) into ``x.grad``."""
+        from .grad_mode import enable_grad
+        with enable_grad():
+            g = g.reshape(x.shape)
+            if g.dtype != x.dtype:
+                g = g.astype(x.dtype)
+            old = getattr(x, "_grad", None)
+            x._grad = g if old is None else old + g

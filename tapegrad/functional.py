@@ -69,7 +69,7 @@ def replay_reverse(rep, seeds, p):
     return out
 
 # -- the transforms -------------------------------------------------------------------
-def value_and_grad(f, argnums=0):
+def value_and_grad(f, argnums=0, has_aux=False):
     """``f`` and its gradient in one pass: a function returning ``(value, grad)``.
 
     ``f`` must return one number (a one-element tensor or array); its
@@ -94,9 +94,25 @@ def value_and_grad(f, argnums=0):
     >>> value, g = tg.value_and_grad(f)(np.array([1.0, 2.0]))
     >>> float(value), g
     (5.0, array([2., 4.]))
+
+    Keyword arguments of the returned function reach ``f`` and are not
+    differentiated (as in JAX).  With ``has_aux=True`` (JAX's), ``f`` returns
+    a pair ``(value, aux)`` and the result is ``((value, aux), grad)``; the
+    tensors in ``aux`` (also inside tuples, lists and dicts) come back as
+    plain arrays (NumPy scalars for 0-d ones), as the gradients do.
+
+    >>> f = lambda w, X: (((X @ w) ** 2).sum(), X @ w)
+    >>> (value, pred), g = tg.value_and_grad(f, has_aux=True)(np.ones(2), X=np.eye(2))
+    >>> pred
+    array([1., 1.])
     """
-    def value_and_grad_f(*args):
+    if has_aux:
+        return _with_aux(value_and_grad, f, argnums, "value_and_grad")
+
+    def value_and_grad_f(*args, **kwargs):
         single, nums = _argnums(argnums, len(args), "value_and_grad")
+        if kwargs:
+            return value_and_grad(_bind_kwargs(f, kwargs), argnums)(*args)
         connected = _connected(args)
         if connected:
             return _nested_value_and_grad(f, args, single, nums, connected)
@@ -303,7 +319,56 @@ class _GradOf(Function):
 _GradOf.__name__ = "Grad"  # grad_fn shows GradBackward
 
 
-def grad(f, argnums=0):
+def _bind_kwargs(f, kwargs):
+    """f with keyword arguments bound (they are not differentiated)."""
+    def bound(*args):
+        return f(*args, **kwargs)
+    bound.__name__ = getattr(f, "__name__", "f")
+    return bound
+
+
+def _plain_aux(aux):
+    """``aux`` with every tensor in it (inside tuples, lists and dicts too)
+    a plain array, as the transforms return gradients."""
+    if isinstance(aux, Tensor):
+        return _value(aux)
+    if type(aux) is ComplexTensor:
+        v = aux.detach().numpy()
+        return v[()] if v.ndim == 0 else v.copy()
+    if isinstance(aux, tuple) and hasattr(aux, "_fields"):  # a namedtuple
+        return type(aux)(*map(_plain_aux, aux))
+    if isinstance(aux, (tuple, list)):
+        return type(aux)(map(_plain_aux, aux))
+    if isinstance(aux, dict):
+        return type(aux)((k, _plain_aux(v)) for k, v in aux.items())
+    return aux
+
+
+def _with_aux(transform, f, argnums, who):
+    """``transform(f, argnums, has_aux=True)``: f returns ``(value, aux)``;
+    the transform of the value, with aux beside it (``((value, aux), grad)``
+    for value_and_grad, ``(grad, aux)`` for grad)."""
+    def call(*args, **kwargs):
+        box = []
+
+        def value_only(*xs):
+            out = f(*xs, **kwargs)
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise TypeError(
+                    f"{who}(f, has_aux=True): f must return a pair (value, aux); got "
+                    f"{type(out).__name__}" + (f" of length {len(out)}"
+                                               if isinstance(out, (tuple, list)) else ""))
+            box[:] = [out[1]]
+            return out[0]
+        value_only.__name__ = getattr(f, "__name__", "f")
+        value, g = value_and_grad(value_only, argnums)(*args)
+        aux = _plain_aux(box[0])
+        return ((value, aux), g) if transform is value_and_grad else (g, aux)
+    call.__name__ = f"{who}({getattr(f, '__name__', 'f')})"
+    return call
+
+
+def grad(f, argnums=0, has_aux=False):
     """The gradient of a scalar function, as a function.
 
     Transforms nest: called on a tensor that is itself being differentiated
@@ -319,11 +384,17 @@ def grad(f, argnums=0):
     (array([3., 4.]), array([1., 2.]))
     >>> float(tg.grad(tg.grad(lambda x: x ** 3))(2.0))     # 6 x
     12.0
+
+    Keyword arguments reach ``f`` undifferentiated; ``has_aux=True`` (f
+    returns ``(value, aux)``) gives ``(grad, aux)``, as in JAX (see
+    :func:`value_and_grad`).
     """
+    if has_aux:
+        return _with_aux(grad, f, argnums, "grad")
     vg = value_and_grad(f, argnums)
 
-    def grad_f(*args):
-        return vg(*args)[1]
+    def grad_f(*args, **kwargs):
+        return vg(*args, **kwargs)[1]
     grad_f.__name__ = f"grad({getattr(f, '__name__', 'f')})"
     return grad_f
 
@@ -429,8 +500,10 @@ def jacobian(f, argnums=0, *, mode="auto"):
     if mode not in ("auto", "reverse", "forward"):
         raise ValueError(f"jacobian: mode must be 'auto', 'reverse' or 'forward', got {mode!r}")
 
-    def jacobian_f(*args):
+    def jacobian_f(*args, **kwargs):
         single, nums = _argnums(argnums, len(args), "jacobian")
+        if kwargs:  # passed to f, not differentiated
+            return jacobian(_bind_kwargs(f, kwargs), argnums, mode=mode)(*args)
         if mode != "forward" and hasattr(f, "_vector") and not _connected(args):
             inputs = _trace_inputs(args, nums)
             if inputs is not None:

@@ -1,14 +1,19 @@
 """Tensor hooks and ``retain_grad``: host actions between compiled sweeps.
 
 A non-leaf tensor's hooks are kept on the tape, keyed by its record, so
-they outlive the tensor as PyTorch's do (they belong to the graph).  The
-backward sweep is compiled and never calls Python per record; instead
-``backward`` runs the sweep down to each hooked record, whose adjoint is then
-complete (every consumer has a higher record id), applies the hooks to it
-in Python, and resumes.  A backward with no hooks never looks at them.
+they outlive the tensor as PyTorch's do (they belong to the graph, and stay
+while its record is not freed: a record that saved nothing runs again).
+The backward sweep is compiled and never calls Python per record; instead
+the walk (``autograd.walk``: backward, ``backward(inputs=)``,
+``autograd.grad``, ``create_graph``) runs the sweep down to each hooked
+record on its way, whose adjoint is then complete (every consumer has a
+higher record id), applies the hooks to it in Python
+(:func:`run_record_hooks`), and resumes.  A backward with no hooks never
+looks at them.
 
 Leaves get their record lazily, once per tape epoch, so their hooks are kept
-by tensor here and run on the leaf's gradient before it is accumulated.
+by tensor here and run on the leaf's whole gradient before it is stored or
+returned (:func:`leaf_hooked`).
 """
 import itertools
 import weakref
@@ -58,6 +63,32 @@ class Hooks:
                     f"hook {getattr(fn, '__name__', fn)!r} on {name()} returned a gradient "
                     f"of shape {data.shape}, but the tensor has shape {tuple(self.shape)}")
             out = np.asarray(data, dtype=np.float64).reshape(-1)
+        return out
+
+    def apply_graph(self, g, name):
+        """``apply`` for a ``create_graph`` walk: ``g`` is the gradient as a
+        flat tensor of the graph, and so is the result (None if no hook
+        replaced it); the hooks run with grad mode on, so what they compute
+        is differentiable again, as in PyTorch."""
+        from .grad_mode import enable_grad
+        out = None
+        with enable_grad():
+            for fn in list(self.fns.values()):
+                cur = g if out is None else out
+                grad = cur.reshape(self.shape)
+                if grad.dtype != self.dtype:
+                    grad = grad.astype(self.dtype)
+                new = fn(grad)
+                if new is None:
+                    continue
+                if not isinstance(new, Tensor):
+                    new = _plain(np.asarray(new, dtype=np.float64))
+                if new.shape != tuple(self.shape):
+                    raise RuntimeError(
+                        f"hook {getattr(fn, '__name__', fn)!r} on {name()} returned a "
+                        f"gradient of shape {new.shape}, but the tensor has shape "
+                        f"{tuple(self.shape)}")
+                out = new.reshape(-1)
         return out
 
 
@@ -177,37 +208,66 @@ def retains_grad(t):
     return ref is not None and ref() is t
 
 
-def run_record_hooks(tape, adj, r, retained):
-    """Apply record r's hooks to its (complete) adjoint, in place; note its
-    retained gradient in ``retained`` to be stored if the backward succeeds."""
+def run_record_hooks(tape, eng, r, retained, refuse=None):
+    """Apply record r's hooks to its complete adjoint in walk engine ``eng``
+    (autograd.walk), replacing it; note its retained gradient, after the
+    hooks, in ``retained`` to be stored if the walk succeeds.  ``refuse``:
+    raise it (a callable giving the exception) if a hook replaces the
+    gradient."""
     h = tape.hooks.get(r)
     if not h:
         return
-    g = adj[r]
-    if h.fns:
-        from .graph import Node
-        new = h.apply(g, lambda: f"the output of {Node(tape.tok, r).name()}")
-        if new is not None:
-            g[:] = new  # the memory is r's: its consumers have all run
-    if h.retain is not None:
-        owner = h.retain()
+    from .graph import Node
+    owner = h.retain() if h.retain is not None else None
+
+    def name():
+        return f"the output of {Node(tape.tok, r).name()}"
+    if eng.record:  # create_graph: the adjoint is a flat tensor of the graph
+        g = eng.grad(r)
+        if h.fns:
+            new = h.apply_graph(g, name)
+            if new is not None:
+                eng.set(r, new)
+                g = new
         if owner is not None:
-            retained.append((owner, g.reshape(h.shape).copy()))
+            retained.append((owner, g))  # (stored in its shape: Recorded.store)
+        return
+    # the memory is r's, its consumers have all run: flat for one vector,
+    # (p, size) for p of them, each hooked alone
+    g = eng.grad(r)
+    if h.fns:
+        for row in ((g,) if g.ndim == 1 else g):
+            new = h.apply(row, name)
+            if new is not None:
+                if refuse is not None:
+                    raise refuse()
+                row[:] = new
+    if owner is not None and g.ndim == 1:
+        retained.append((owner, g.reshape(h.shape).copy()))
 
 
-def run_leaf_hooks(leaf, g):
-    """The gradient of ``leaf`` after its hooks (``g`` itself if none)."""
+def leaf_hooked(leaf, g, record=False, refuse=None):
+    """``leaf``'s gradient ``g`` after its hooks: an array (p vectors as
+    rows of a 2-d one, each hooked alone), or for a ``create_graph`` walk
+    (``record``) a flat tensor of the graph."""
     entry = LEAF_HOOKS.get(id(leaf))
     if entry is None or not entry[1].fns:
         return g
-    new = entry[1].apply(np.asarray(g, dtype=np.float64).reshape(-1), lambda: "a leaf tensor")
-    return g if new is None else new.reshape(np.shape(g))
-
-
-def hooked_records(tape, start):
-    """Records ``<= start`` that have hooks or retain their gradient, from
-    the highest down."""
-    return sorted((r for r, h in tape.hooks.items() if r <= start and h), reverse=True)
+    if record:
+        new = entry[1].apply_graph(g, lambda: "a leaf tensor")
+        return g if new is None else new
+    g = np.asarray(g)
+    rows = g if g.ndim == 2 else g.reshape(1, -1)
+    out = None
+    for k in range(rows.shape[0]):
+        new = entry[1].apply(np.asarray(rows[k], dtype=np.float64), lambda: "a leaf tensor")
+        if new is not None:
+            if refuse is not None:
+                raise refuse()
+            if out is None:
+                out = np.array(rows, dtype=np.result_type(rows.dtype, np.float64))
+            out[k] = new
+    return g if out is None else out.reshape(g.shape)
 
 
 # Tensor.register_hook, retain_grad and retains_grad are these

@@ -474,8 +474,10 @@ def hessian(f, argnums=0, *, sparse="auto"):
     _check_sparse(sparse, "hessian")
     memo = threading.local()  # tapes are per thread, and so is the graph f recorded
 
-    def hessian_f(*args):
+    def hessian_f(*args, **kwargs):
         single, nums = _argnums(argnums, len(args), "hessian")
+        if kwargs:  # passed to f, not differentiated
+            return hessian(lambda *xs: f(*xs, **kwargs), argnums, sparse=sparse)(*args)
         if hasattr(f, "_hessian") and not _connected(args):
             inputs = _trace_inputs(args, nums)
             if inputs is not None:  # a traced function at plain arrays: see hvp

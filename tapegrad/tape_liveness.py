@@ -25,7 +25,6 @@ import numpy as np
 
 from .kernels import codes as C
 from .kernels._views import SMALL
-from .kernels.sweep import free_graph, free_reached
 from .tape_writes import Flipped, SavedIndex
 
 _INT = np.int64
@@ -36,6 +35,39 @@ _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
 _HOLDERS = (C.code(C.K_NONE, C.LEAF), C.code(C.K_NONE, C.CONST))
 _FUNCTION = C.code(C.K_HOST, 5)  # a tg.Function's record (function.py, graph.py)
 _getrefcount = sys.getrefcount
+
+
+def _saves_by_code():
+    """Which op codes save values for their backward, as PyTorch's nodes
+    save tensors: those whose VJP reads a value (``optable``), and those
+    whose PyTorch node saves one the VJP here does not need -- a Python
+    number operand PyTorch wraps as a tensor (``x * c``, ``x / c``,
+    ``c / x``, ``x ** c``, ``c ** x``), the index of advanced indexing,
+    ``take``, ``take_along_axis``, ``sort`` (its permutation) and
+    ``index_put``; and every host op (matmul, the decompositions, a
+    ``tg.Function``, whose context goes with its record) and user op.
+    Sums, means, views, slices, concatenations, additions, negation and
+    the like save nothing: a second backward through them alone is no
+    error (``after_backward``)."""
+    from .kernels.optable import READS_INPUTS, READS_OUTPUT
+    saves = np.array(READS_INPUTS, np.bool_) | np.array(READS_OUTPUT, np.bool_)
+    for sub in (C.MULC, C.DIVC, C.RDIVC, C.POWC, C.RPOWC):
+        saves[C.code(C.K_SCALAR, sub)] = True
+    # Index, Take, TakeAlongAxis, Sort, IndexPut (sub codes of ops/shape.py)
+    for sub in (C.INDEX, 12, 13, 14, 19):
+        saves[C.code(C.K_GATHER, sub)] = True
+    for kind in (C.K_HOST, C.K_USER):
+        saves[C.code(kind, 0):C.code(kind + 1, 0)] = True
+    saves[:_FIRST_OP] = False
+    return saves
+
+
+#: indexed by op code: whether a record of it saved values for its backward,
+#: so that a backward without ``retain_graph`` frees it (``after_backward``)
+SAVES = _saves_by_code()
+_SAVES = SAVES.tolist()
+#: graphs of up to this many records are freed in plain Python (after_backward)
+_FEW = 64
 
 #: the classes whose instances may hold an epoch token (Tensor, and the
 #: graph's Node), registered by their modules: ``compact`` renumbers records
@@ -56,25 +88,105 @@ class _Liveness:
 
     # -- liveness ----------------------------------------------------------------
     def after_backward(self, reached, T, order=None):
-        """Free what a backward without ``retain_graph`` used: the reached op
-        records of ``order`` (the graph the sweep walked), or of the tape.
+        """Free what a backward without ``retain_graph`` used: of the op
+        records it ran (``reached``, among those of ``order``, the graph the
+        sweep walked, or of the tape), those that saved values for their
+        backward (:data:`SAVES`), as PyTorch frees a node's saved tensors.
+
+        A record that saved nothing stays differentiable: a second backward
+        through it is no error (PyTorch's ``(-x).sum()`` backpropagates any
+        number of times), and its hooks stay.  It is *spent* instead when the
+        graph the backward ran saved something -- that graph can never be
+        run again -- so that the tape resets once every op record is freed
+        or spent (``all_freed``), as it did when every record was freed.
 
         With ``order`` this costs what the graph costs, however many other
-        records the tape holds: whether every op record is freed now comes
-        from the counts (``n_none``, ``n_freed``), confirmed by a scan only
-        when they say so, and large values can only become unneeded if the
-        graph holds some."""
-        if order is None:
-            all_freed, self.n_freed = free_reached(self.op, self.freed, reached, self.n)
+        records the tape holds: whether every op record is settled comes
+        from the counts (``n_none``, ``n_freed``, ``n_spent``), confirmed by
+        a scan only when they say so, and large values can only become
+        unneeded if the graph holds some."""
+        op, freed, spent, n = self.op, self.freed, self.spent, self.n
+        ran_all = False
+        if reached.size <= _FEW:
+            # a small graph: plain Python costs less than a dozen NumPy calls
+            m = reached.size
+            codes, was = op[:m].tolist(), freed[:m].tolist()
+            mine, rest = [], []
+            hits = 0
+            for r, hit in enumerate(reached.tolist()):
+                if hit and codes[r] >= _FIRST_OP:
+                    hits += 1
+                    if not _SAVES[codes[r]]:
+                        rest.append(r)
+                    elif not was[r]:
+                        mine.append(r)
+            if mine:
+                for r in mine:
+                    freed[r] = True
+                self.n_freed += len(mine)
+                if hits == n - self.n_none:
+                    # it ran every op record of the tape (a loop's backward):
+                    # all are freed or spent now, and the reset clears the marks
+                    self.n_spent = n - self.n_none - self.n_freed
+                    ran_all = True
+                elif rest:
+                    # the rest of a graph that saved something never runs whole again
+                    old = spent[:m].tolist()
+                    spend = [r for r in rest if not old[r]]
+                    spent[spend] = True
+                    self.n_spent += len(spend)
+        elif order is None or 4 * order.size >= reached.size:
+            # masks over the records (outside the graph ``reached`` is False):
+            # a few passes over contiguous arrays cost less than index arrays
+            m = reached.size
+            codes = op[:m]
+            hit = codes >= _FIRST_OP
+            hit &= reached
+            saves = SAVES.take(codes)
+            # (a record the sweep ran is not freed: it raises at a freed one)
+            new = saves & hit
+            k = int(np.count_nonzero(new))
+            mine = ()
+            if k:
+                freed[:m] |= new
+                self.n_freed += k
+                if int(np.count_nonzero(hit)) == n - self.n_none:
+                    # it ran every op record of the tape (a loop's backward):
+                    # all are freed or spent now, and the reset clears the marks
+                    self.n_spent = n - self.n_none - self.n_freed
+                    ran_all = True
+                else:
+                    spend = hit & ~saves & ~spent[:m]
+                    spent[:m] |= spend
+                    self.n_spent += int(np.count_nonzero(spend))
+                if self.hooks or self.host:
+                    mine = np.flatnonzero(new).tolist()
+                else:
+                    mine = (True,)  # (only whether any was freed is read below)
         else:
-            all_freed, mine = free_graph(self.op, self.freed, reached, order, self.n,
-                                         self.n - self.n_none - self.n_freed)
-            self.n_freed += mine.size
-        if self.hooks:  # a freed record's hooks can never fire again
-            self.hooks = {r: h for r, h in self.hooks.items() if not self.freed[r]}
-        if self.host and not self.keeps_freed_values:
-            self._drop_host([r for r in self.host if self.freed[r]] if order is None
-                            else mine.tolist())
+            recs = order[reached[order]]
+            recs = recs[op[recs] >= _FIRST_OP]
+            saves = SAVES[op[recs]]
+            mine = recs[saves]
+            mine = mine[~freed[mine]]
+            if mine.size:
+                freed[mine] = True
+                self.n_freed += mine.size
+                spend = recs[~saves]
+                spend = spend[~spent[spend]]
+                spent[spend] = True
+                self.n_spent += spend.size
+            mine = mine.tolist() if mine.size and (self.hooks or self.host) else \
+                (True,) * bool(mine.size)  # (only whether any was freed is read then)
+        # every op record freed or spent: confirmed by a scan when the counts say so
+        all_freed = ran_all or n - self.n_none - self.n_freed - self.n_spent <= 0 and (
+            all(c < _FIRST_OP or f or s for c, f, s in
+                zip(op[:n].tolist(), freed[:n].tolist(), spent[:n].tolist())) if n <= _FEW
+            else not np.any((op[:n] >= _FIRST_OP) & ~freed[:n] & ~spent[:n]))
+        if self.hooks and mine:  # a freed record's hooks can never fire again
+            self.hooks = {r: h for r, h in self.hooks.items() if not freed[r]}
+        if self.host and not self.keeps_freed_values and mine:
+            self._drop_host(mine)
         if all_freed:
             self.all_freed = True
             # no record that is still differentiable reads a held array: give
@@ -92,7 +204,7 @@ class _Liveness:
                 self.kept_bytes = 0
                 self.held32 = 0
                 self.ptrs[:self.nptrs] = 0
-        elif order is None or bool(np.any(self.rix[order] >= 0)):
+        elif mine and (order is None or bool(np.any(self.rix[order] >= 0))):
             # only the graph's records can have lost their last reader now
             self._release_freed(T, order)
 
@@ -133,7 +245,10 @@ class _Liveness:
         # read the parents from the tape's arrays as they are now
         self.arg0[n] = self.na
         T = T[:ARG0] + (self.arg0,) + T[ARG0 + 1:ARGS] + (self.args,) + T[ARGS + 1:]
-        keep = consumed(T, n, self.freed)
+        # a record that saved nothing reads no value: it keeps none alive
+        settled = self.freed[:n] if self.keeps_freed_values else \
+            self.freed[:n] | ~SAVES[self.op[:n]]
+        keep = consumed(T, n, settled)
         cand = np.arange(n) if order is None else order[order < n]
         rix = self.rix[cand]
         refs, nptrs, nheld = self.refs, self.nptrs, self.nheld
@@ -148,7 +263,9 @@ class _Liveness:
         maybe = dict(flipped.arrays) if order is None else {id(a): a for a in fresh}
         gone = self.freed[cand]
         if not self.keeps_freed_values:
-            gone = gone | np.isin(self.op[cand], _HOLDERS)
+            # a value kept for its consumers only (a leaf's, a constant's, an
+            # op's that saved nothing itself) goes once none of them reads it
+            gone = gone | np.isin(self.op[cand], _HOLDERS) | ~SAVES[self.op[cand]]
         for r in cand[(rix >= 0) & gone & ~keep[cand]].tolist():
             k = self.rix[r]
             a = refs[k]
@@ -269,10 +386,11 @@ class _Liveness:
         is_op = self.op[idx] >= _FIRST_OP
         n_none = int(m - np.count_nonzero(is_op))
         n_freed = int(np.count_nonzero(is_op & self.freed[idx]))
+        n_spent = int(np.count_nonzero(is_op & self.spent[idx]))
         kept_rix = self.rix[idx]
         rix = np.where(kept_rix >= 0, np.cumsum(kept_rix >= 0) - 1, -1)
         cols = [(name, getattr(self, name)[idx])
-                for name in ("op", "size", "fp", "v1", "freed", "f32")]
+                for name in ("op", "size", "fp", "v1", "freed", "spent", "f32")]
         refs = [self.refs[k] for k in kept_rix if k >= 0]
         ref_rec = dict(enumerate(np.flatnonzero(kept_rix >= 0).tolist()))
         nheld = {}
@@ -317,7 +435,7 @@ class _Liveness:
             self.vals[:vals.size] = vals
             self.voff[:m] = voff
             self.n, self.na, self.ni, self.nv = m, args.size, 1 + ips.size, vals.size
-            self.n_none, self.n_freed = n_none, n_freed
+            self.n_none, self.n_freed, self.n_spent = n_none, n_freed, n_spent
             self._update_room()
             self.refs, self.ref_rec, self.nheld = refs, ref_rec, nheld
             self.kept_bytes = kept_bytes
@@ -345,6 +463,7 @@ class _Liveness:
         """Forget every record; tensors still alive hold their own values."""
         n = self.n
         self.freed[:n] = False
+        self.spent[:n] = False
         self.ip0[:n] = 0
         self.fp[:n] = 0.0
         self.size[:n] = 1

@@ -8,130 +8,102 @@ and ``inputs=`` paths, which it binds into ``tensor.bound``.
 where a record on the way has no such formula, the gradients are one
 second-order record (``_GraphGrad``), differentiable once more.  The
 function transforms of ``functional.py`` are built on :func:`reverse`.
+
+Each is ``autograd.walk`` -- the one walk over the graph that decides
+hooks, ``retain_grad``, which records run, accumulation and freeing -- with
+its options, over an engine: ``autograd.Sweep`` (one vector),
+:class:`_Vectors` (p vectors) or ``create_graph.Recorded``.
 """
 import numpy as np
 
-from .autograd import Adjoints, _freed_error, check_nested, check_stale
+from .autograd import (Sweep, _freed_error, _seed, _target_records, check_stale, graph_tape,
+                       root_span, walk)
 from .function import Function
-from .graph import origin
 from .grad_mode import enable_grad
 from .tape import current
-from .tensor import Tensor, _new, bound, tensor
-from .transform_base import _Slabs, _root_span, _run, fresh_arenas
+from .tensor import Tensor, bound, tensor
+from .transform_base import _Slabs, _run, fresh_arenas
 
 
-def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True, own=False):
+def reverse(roots, seeds, inputs, retain_graph=False, allow_unused=True, own=False,
+            hooks=True, accumulate=False, refuse=None):
     """``sum_i seeds_i^T d roots_i / d input`` for every input, p vectors at once.
 
     ``roots`` are tensors, ``seeds`` arrays of shape ``(p,) + root.shape``;
     ``inputs`` are tensors (leaves or not).  Returns one ``(p,) + input.shape``
     float64 array per input (float32 for one vector through a float32 graph),
-    or None for an input no root depends on.  Leaves'
-    ``.grad`` are not touched.  ``own``: the values the inputs' own records
-    saved count for the in-place check (``backward(inputs=)``: see
-    ``autograd.check_stale``).
+    or None for an input no root depends on.  Leaves' ``.grad`` are not
+    touched, unless ``accumulate`` (``backward(inputs=)``: the gradients go
+    into the inputs' ``.grad``, and None is returned).  One walk
+    (``autograd.walk``): the hooks on the way and the inputs' run, retained
+    gradients are filled.  ``own``: a non-leaf input's own record runs, and
+    the values it saved count for the in-place check (``backward(inputs=)``:
+    see ``autograd.check_stale``); ``hooks``, ``refuse``: see
+    ``autograd.walk``.
     """
     p = seeds[0].shape[0]
-    out = [None] * len(inputs)
     if p == 0 or all(s.size == 0 for s in seeds):  # nothing to push back
         return [None if p else np.zeros((0,) + x.shape) for x in inputs]
     live = [(t, s) for t, s in zip(roots, seeds) if t._requires_grad]
-    direct = [(t, s) for t, s in live if t._tok is None]  # a root that is a leaf
+    direct = [(t, s.reshape(p, -1).copy()) for t, s in live if t._tok is None]  # leaf roots
     graph = [(t, s) for t, s in live if t._tok is not None]
-    for t, s in direct:
-        for i, x in enumerate(inputs):
-            if x is t:
-                out[i] = s.reshape((p,) + t.shape).copy() if out[i] is None else out[i] + s
-    if not graph:
-        return out
-    tape = current()
-    for t, _ in graph:
-        if t._tok.tape is not tape:
-            raise RuntimeError("gradients must be computed on the thread that recorded "
-                               "the graph")
-        if t._tok is not tape.tok or tape.freed[t._rec]:
-            raise _freed_error()
-    upto = max(_root_span(tape, t._rec) for t, _ in graph)
-    if p > 1:
-        adj = _Slabs(tape, upto, p)
-        T = tape.arrays(adj) + (adj.reached,)
-    else:  # float32 roots of a float32 graph: a float32 sweep (autograd.Adjoints)
-        adj = Adjoints(tape, upto, None, all(t.dtype == np.float32 for t, _ in graph))
-        T = adj.tape_arrays(tape)
-    for t, s in graph:
-        s = s.reshape(p, -1)
-        view = adj.block(t._rec) if p > 1 else adj[t._rec][None, :]
-        if adj.reached[t._rec]:  # two roots on one record
-            view += s
-        else:
-            view[...] = s
-        adj.reached[t._rec] = True
-    # each input's record; non-leaves are read when the sweep reaches them,
-    # before a parent can take over their memory (see ``alias``)
-    rec = [None] * len(inputs)
-    # a leaf written in place since a graph used it has an older LEAF record
-    # too (its next use records the new value): the graphs may reach either
-    older = {}
-    if tape.stale:
-        for r, z in tape.leaves.items():
-            if r < upto:
-                older.setdefault(id(z), []).append(r)
-    for i, x in enumerate(inputs):
-        if x._tok is None:
-            rs = older.get(id(x), [])   # the tape holds its leaves: ids are theirs
-            if not rs and x._ltok is tape.lkey and x._lrec < upto:
-                rs = [x._lrec]
-            rec[i] = rs or None
-        elif x._tok is tape.tok:
-            # written without a record since a graph read it: the record before
-            # the write, whose adjoint holds every use of it (graph.origin)
-            r = origin(tape, x._rec)
-            if r < upto:
-                rec[i] = r
-    stops = sorted({r for i, r in enumerate(rec) if r is not None and inputs[i]._tok is not None},
-                   reverse=True)
-    start = upto - 1
-    grabbed = {}
-    for h in stops:
-        _run(tape, adj, T, start, h, p)
-        if adj.reached[h]:
-            grabbed[h] = adj.rows(h) if p > 1 else adj[h][None, :].copy()
-        start = h
-    if own:
-        _run(tape, adj, T, start, -1, p)
+    tape = graph_tape([t for t, _ in graph],
+                      "gradients must be computed on the thread that recorded the graph")
+    opts = dict(accumulate=accumulate, retain_graph=retain_graph, own=own, hooks=hooks,
+                refuse=refuse)
+    if tape is None:
+        out = walk(None, None, 0, inputs, direct, **opts)
     else:
-        # autograd.grad runs no record below its inputs, as PyTorch runs no
-        # node there: nothing below the lowest input reaches an input, and
-        # what lies there stays unfreed for a later backward
-        leaf_recs = [q for i, r in enumerate(rec) if r is not None and inputs[i]._tok is None
-                     for q in r]
-        if leaf_recs or stops:
-            if leaf_recs and min(leaf_recs) < start:
-                _run(tape, adj, T, start, min(leaf_recs), p)
-        else:   # no input on this tape: the whole sweep, which reports a freed graph
-            _run(tape, adj, T, start, -1, p)
-    for i, (x, r) in enumerate(zip(inputs, rec)):
-        if r is None:
-            continue
-        for q in (r if x._tok is None else (r,)):
-            if q in grabbed:
-                g = grabbed[q]
-            elif x._tok is None and adj.reached[q]:
-                # one vector: a view of the leaf arena, which is this call's own
-                g = adj.rows(q) if p > 1 else adj[q][None, :]
-            else:
-                continue
-            g = g.reshape((p,) + x.shape)
-            out[i] = g if out[i] is None else out[i] + g
-    check_stale(tape, adj.reached, upto,
-                [q for r in rec if r is not None for q in (r if isinstance(r, list) else (r,))],
-                own=own)
-    check_nested(tape, adj.reached, upto, inputs)
-    if not retain_graph:
-        if not own:   # an input's own record was reached, not run: it stays
-            adj.reached[stops] = False
-        tape.after_backward(adj.reached, T)
-    return out
+        with tape.walking():
+            upto = max(root_span(tape, t._rec) for t, _ in graph)
+            if p > 1:
+                eng = _Vectors(tape, upto, p)
+            else:  # float32 roots of a float32 graph: a float32 sweep (autograd.Adjoints)
+                eng = Sweep(tape, upto, None,
+                            all(t.dtype == np.float32 for t, _ in graph))
+            for t, s in graph:
+                eng.seed(t._rec, s.reshape(p, -1))
+            out = walk(tape, eng, upto, inputs, direct, **opts)
+    if accumulate:
+        return None
+    return [None if g is None else g.reshape((p,) + x.shape) for g, x in zip(out, inputs)]
+
+
+class _Vectors(Sweep):
+    """The walk's engine for p adjoint vectors at once (``_Slabs``; the
+    block sweep of ``transform_base._run``).  Hooks see each vector alone."""
+
+    def __init__(self, tape, upto, p):
+        self.tape, self.p = tape, p
+        self.adj = adj = _Slabs(tape, upto, p)
+        self.T = tape.arrays(adj) + (adj.reached,)
+        self.reached = adj.reached
+        self.order = None
+        self.checked = False
+
+    def seed(self, r, s):
+        view = self.adj.block(r)
+        if self.reached[r]:  # two roots on one record
+            view += s.reshape(view.shape)
+        else:
+            view[...] = s.reshape(view.shape)
+        self.reached[r] = True
+
+    def run(self, start, stop):
+        _run(self.tape, self.adj, self.T, start, stop, self.p)
+
+    def grad(self, r):
+        return self.adj.block(r)
+
+    def capture(self, r):
+        return self.adj.rows(r)
+
+    def leaf(self, q):
+        return self.adj.rows(q)  # the arenas are reused: a copy
+
+    def finish(self, ran):
+        if ran is not None:
+            self.tape.after_backward(ran, self.T)
 
 
 class _Spec:
@@ -173,7 +145,6 @@ def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_
     if len(grad_outputs) != len(outputs):
         raise RuntimeError(f"grad_outputs has {len(grad_outputs)} entries for "
                            f"{len(outputs)} outputs")
-    from .autograd import _seed
     seeds = []
     for t, g in zip(outputs, grad_outputs):
         if not isinstance(t, Tensor) or not t._requires_grad:
@@ -244,7 +215,7 @@ class _GraphGrad(Function):
         tangents = [np.zeros((1, z.size)) for z in spec.leaves]
         for k, u in zip(spec.where, us):
             tangents[k] = tangents[k] + np.asarray(u, dtype=np.float64).reshape(1, -1)
-        upto = _root_span(tape, s._rec)
+        upto = root_span(tape, s._rec)
         # every LEAF record of each leaf below s: a leaf written in place since
         # (no_grad, .data) records anew when next used, and the first graph
         # reads its older record, which its ._lrec no longer names
@@ -279,52 +250,51 @@ class _At:
         self._rec = rec
 
 
-def _graph_grad(outputs, seeds, inputs, allow_unused, own=False):
+def _graph_grad(outputs, seeds, inputs, allow_unused, own=False, accumulate=False):
     """``autograd.grad(..., create_graph=True)``: gradients that are tensors
     of the graph, so they can be differentiated again, to any order
-    (:mod:`tapegrad.create_graph`).  A graph with an op that has no
-    differentiable backward formula there gets one second-order node
-    (``_GraphGrad``) instead, with respect to leaves only."""
+    (:mod:`tapegrad.create_graph`); with ``accumulate``
+    (``backward(create_graph=True)``) they go into the inputs' ``.grad``.
+    A graph with an op that has no differentiable backward formula there
+    gets one second-order node (``_GraphGrad``) instead, with respect to
+    leaves only."""
     from . import create_graph as CG
     tape = current()
-    # the numeric backward first: it raises what the graph's own backward
-    # would (freed graph, values written in place) and tells which inputs
-    # the outputs reach
-    gs = reverse(outputs, seeds, inputs, retain_graph=True, own=own)
+    # a numeric pass first, without hooks: it raises what the graph's own
+    # backward would (freed graph, values written in place) and tells which
+    # inputs the outputs reach; the recorded walk then runs the hooks
+    gs = reverse(outputs, seeds, inputs, retain_graph=True, own=own, hooks=False)
     _check_used(gs, inputs, allow_unused)
-    upto = max([_root_span(tape, t._rec) for t in outputs if t._tok is tape.tok] or [0])
-    try:
-        walked = CG.graph_grad(tape, outputs, seeds, [_stand_in(tape, x) for x in inputs], upto)
-    except CG.NoRule as e:
-        return _second_order_grad(outputs, seeds, inputs, allow_unused, e)
-    res = []
-    for g, w, x in zip(gs, walked, inputs):
-        if g is None:
-            res.append(None)
-            continue
-        if w is None:  # reached only through ops of zero derivative
-            w = tensor(np.zeros(x.size))
-        if w.shape != x.shape:
-            w = w.reshape(x.shape)
-        res.append(w if x.dtype == np.float64 else w.astype(x.dtype))
-    return tuple(res)
+    upto = max([root_span(tape, t._rec) for t in outputs if t._tok is tape.tok] or [0])
+    direct = [(t, tensor(np.asarray(v, np.float64).reshape(-1)))
+              for t, v in zip(outputs, seeds) if t._tok is None and t._requires_grad]
+    # the walk records: no compaction may renumber the records it reads
+    with tape.walking():
+        recs = _target_records(tape, inputs, upto)
+        try:
+            eng = CG.Recorded(tape, outputs, seeds, inputs, upto, recs)
+        except CG.NoRule as e:
+            eng = e
+        if not isinstance(eng, CG.NoRule):
+            res = walk(tape, eng, upto, inputs, direct, accumulate=accumulate,
+                       retain_graph=True, own=own, present=[g is not None for g in gs])
+            if accumulate:
+                return None
+            return tuple(None if w is None else _as_input(w, x) for w, x in zip(res, inputs))
+    res = _second_order_grad(outputs, seeds, inputs, allow_unused, eng)
+    if accumulate:
+        for x, g in zip(inputs, res):
+            if g is not None:
+                CG.Recorded.store(x, g)
+        return None
+    return res
 
 
-def _stand_in(tape, x):
-    """Input x, or, for a non-leaf written without a record since a graph
-    read it, a tensor on the record it had before the write (graph.origin),
-    where the walk finds every use of it: the walk reads only records."""
-    if x._tok is None or x._tok is not tape.tok:
-        return x
-    r = origin(tape, x._rec)
-    if r == x._rec:
-        return x
-    t = _new(Tensor)
-    t._data = x._data
-    t._requires_grad = True
-    t._tok = tape.tok
-    t._rec = r
-    return t
+def _as_input(w, x):
+    """Gradient tensor ``w`` (flat) in input x's shape and dtype."""
+    if w.shape != x.shape:
+        w = w.reshape(x.shape)
+    return w if x.dtype == np.float64 else w.astype(x.dtype)
 
 
 def _second_order_grad(outputs, seeds, inputs, allow_unused, missing):
@@ -351,13 +321,21 @@ def _second_order_grad(outputs, seeds, inputs, allow_unused, missing):
             term = Rd.sum(t * v.reshape(t.shape)) if t.size != 1 or v[0, 0] != 1.0 \
                 else Rd.sum(t)
             s = term if s is None else s + term
-    gs = reverse([s], [np.ones((1, 1))], inputs, retain_graph=True)
+    # the hooks run here, once; the node's backward differentiates the graph
+    # itself, which a hook's new gradient is not part of
+    gs = reverse([s], [np.ones((1, 1))], inputs, retain_graph=True,
+                 refuse=lambda: NotImplementedError(
+                     f"create_graph=True: a tensor hook replaced a gradient in a graph that "
+                     f"goes through {missing.name}, which has no differentiable backward "
+                     f"formula{why}; through it tapegrad differentiates the gradients once "
+                     "more as one node, which cannot include what a hook computes. Use a "
+                     "hook that returns None there, or create_graph=False"))
     _check_used(gs, inputs, allow_unused)
     if s._tok is None:  # an input is the output: no graph to differentiate again
         return tuple(None if g is None else tensor(g[0].reshape(x.shape).astype(x.dtype))
                      for g, x in zip(gs, inputs))
     tape.arg0[tape.n] = tape.na
-    upto = _root_span(tape, s._rec)
+    upto = root_span(tape, s._rec)
     live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto,
                         np.array([s._rec], np.int64))
     leaves = [z for r, z in sorted(tape.leaves.items()) if r < upto and live[r]]
@@ -387,7 +365,6 @@ _GraphGrad.__name__ = "Grad"  # grad_fn shows GradBackward
 def backward_graph(t, gradient, inputs=None):
     """``t.backward(gradient, create_graph=True)``: accumulate into the leaves'
     ``.grad`` gradients that are themselves differentiable tensors."""
-    from .autograd import _seed
     from .kernels.sweep import live_records
     if not t._requires_grad:
         raise RuntimeError(
@@ -399,7 +376,7 @@ def backward_graph(t, gradient, inputs=None):
         else:
             tape = current()
             tape.arg0[tape.n] = tape.na
-            upto = _root_span(tape, t._rec)
+            upto = root_span(tape, t._rec)
             live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto,
                                 np.array([t._rec], np.int64))
             inputs = [z for r, z in sorted(tape.leaves.items()) if r < upto and live[r]]
@@ -407,18 +384,12 @@ def backward_graph(t, gradient, inputs=None):
         inputs = _as_list(inputs)
     if not inputs:
         return
-    gs = _graph_grad([t], [seed], inputs, allow_unused=True, own=True)
-    for x, g in zip(inputs, gs):
-        if g is None:
-            continue
-        old = getattr(x, "_grad", None)
-        x._grad = g if old is None else old + g
+    _graph_grad([t], [seed], inputs, allow_unused=True, own=True, accumulate=True)
 
 
 def backward_to(t, gradient, retain_graph, inputs):
     """``t.backward(gradient, retain_graph, inputs=inputs)``: accumulate into
     the given tensors' ``.grad`` only."""
-    from .autograd import _accumulate, _seed
     inputs = _as_list(inputs)
     if not inputs:
         raise RuntimeError("backward: inputs= was given but is empty; pass the tensors "
@@ -431,12 +402,7 @@ def backward_to(t, gradient, retain_graph, inputs):
         raise RuntimeError(
             "element 0 of tensors does not require grad and does not have a grad_fn")
     seed = _seed(t, gradient)[None, :]
-    gs = reverse([t], [seed], inputs, retain_graph=retain_graph, own=True)
-    for x, g in zip(inputs, gs):
-        if g is not None:
-            if x._tok is not None and not hasattr(x, "_grad"):
-                x._grad = None  # a non-leaf named in inputs= gets a .grad (PyTorch)
-            _accumulate(x, g[0].reshape(x.shape))
+    reverse([t], [seed], inputs, retain_graph=retain_graph, own=True, accumulate=True)
 
 
 # Tensor.backward(create_graph=True), backward(inputs=...) and tg.autograd.grad run these

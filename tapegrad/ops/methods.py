@@ -15,6 +15,7 @@ from . import reductions as Rd
 from . import shape as S
 from .. import views as V
 from . import exp_memo, view_writes
+from . import ndarray_methods as NM
 from . import complex_tensor as Z
 from .registry import BY_NAME
 from .numpy_api import (HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, special_ufunc,
@@ -154,7 +155,9 @@ def _held(o):
     if tape is None:
         return False
     if o._tok is not None:
-        return o._tok is tape.tok and not tape.freed[o._rec]
+        # (a record a backward spent saved nothing: no VJP reads its value)
+        return o._tok is tape.tok and not (tape.all_freed or tape.freed[o._rec]
+                                           or tape.spent[o._rec])
     return o._requires_grad and o._ltok is tape.lkey and not tape.all_freed
 
 
@@ -484,6 +487,11 @@ _METHODS = {
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
 Tensor.T = property(lambda self: S.transpose(self))
+# argmax, argsort, all, nonzero, round, the in-place sort and fill, flat,
+# real, imag, conj: ops/ndarray_methods.py
+for _name, _fn in {**NM.METHODS, **NM.PROPERTIES}.items():
+    setattr(Tensor, _name, _fn)
+NM._assign[0] = _ASSIGN
 
 
 # -- NumPy protocol ---------------------------------------------------------------

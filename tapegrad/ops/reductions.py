@@ -17,10 +17,18 @@ from .exp_memo import recall, remember
 from .registry import register
 
 
+#: the reductions that are ufunc reduces in NumPy: of a 0-d array they take
+#: an int axis of 0 or -1 (``np.sum(np.array(2.0), axis=0)`` is 2.0), where
+#: ``np.mean`` and a tuple of axes raise
+_ZERO_D_AXIS = frozenset({"sum", "prod", "max", "min"})
+
+
 def normalize_axis(axis, ndim, fname):
     """A sorted tuple of non-negative axes, with NumPy's errors made clearer."""
     if axis is None:
         return tuple(range(ndim))
+    if ndim == 0:
+        return _zero_d_axis(axis, fname)
     axes = axis if isinstance(axis, tuple) else (axis,)
     out = []
     for a in axes:
@@ -36,6 +44,29 @@ def normalize_axis(axis, ndim, fname):
     if len(set(out)) != len(out):
         raise ValueError(f"{fname}: repeated axis in {axis!r}")
     return tuple(sorted(out))
+
+
+def _zero_d_axis(axis, fname):
+    """``normalize_axis`` of a 0-d operand: NumPy's rules (see ``_ZERO_D_AXIS``)."""
+    for a in (axis if isinstance(axis, tuple) else (axis,)):
+        try:
+            operator.index(a)
+        except TypeError:
+            raise TypeError(f"{fname}: axis must be an int or a tuple of ints, "
+                            f"got {axis!r}") from None
+    if isinstance(axis, tuple):
+        if not axis:
+            return ()
+        bad = axis[0]
+    elif fname in _ZERO_D_AXIS and operator.index(axis) in (0, -1):
+        return ()
+    else:
+        bad = axis
+    hint = (" (as NumPy's, which takes axis=0 or -1 of a 0-d array only as an int)"
+            if fname in _ZERO_D_AXIS else
+            "; of a 0-d tensor pass axis=None or axis=()")
+    raise np.exceptions.AxisError(
+        f"{fname}: axis {bad} is out of bounds for a tensor of dimension 0{hint}")
 
 
 def _reduce(code, fname, fn, x, axis, keepdims):
@@ -217,9 +248,11 @@ _CUMPROD = register("Cumprod", C.K_SCAN, C.CUMPROD, np.cumprod)
 def _scan(code, fn, a, axis):
     if not isinstance(a, Tensor):
         return fn(a, axis=axis)
-    if axis is None:  # NumPy flattens first
+    if isinstance(axis, tuple):
+        raise TypeError(f"{fn.__name__}: axis must be an int or None, got {axis!r}")
+    if axis is None or np.ndim(a._data) == 0:  # NumPy flattens first (a 0-d one too)
         from .shape import ravel
-        a, axis = ravel(a), 0
+        a, axis = ravel(a), 0 if axis is None else axis
     xd = a._data
     shape = np.shape(xd)
     (axis,) = normalize_axis(axis, len(shape), fn.__name__)
