@@ -71,7 +71,7 @@ import pytest
 
 import tapegrad as tg
 
-from oracle import in_fresh_thread
+from oracle import central_differences, in_fresh_thread, numpy_value
 
 LONG = (os.environ.get("TAPEGRAD_FUZZ") == "long"
         or os.environ.get("TAPEGRAD_LONG_FUZZ", "") not in ("", "0"))
@@ -548,26 +548,6 @@ class Mismatch(AssertionError):
     def __init__(self, cause, detail):
         super().__init__(f"{cause}: {detail}")
         self.cause = cause
-
-
-def numpy_value(f, x):
-    y = f(np.array(x, dtype=np.float64, copy=True))
-    assert np.ndim(y) == 0
-    return float(y)
-
-
-def central_differences(f, x, eps=EPS, indices=None):
-    """The gradient of the NumPy function f at x by the 5-point central
-    difference (error O(eps**4)), at the flat indices given (all by default)."""
-    g = np.zeros(x.shape)
-    flat = g.reshape(-1)
-    for i in range(x.size) if indices is None else indices:
-        e = np.zeros(x.size)
-        e[i] = eps
-        e = e.reshape(x.shape)
-        flat[i] = (8.0 * (numpy_value(f, x + e) - numpy_value(f, x - e))
-                   - (numpy_value(f, x + 2 * e) - numpy_value(f, x - 2 * e))) / (12 * eps)
-    return g
 
 
 def second_input(x):

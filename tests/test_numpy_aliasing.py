@@ -51,7 +51,7 @@ import pytest
 
 import tapegrad as tg
 
-from oracle import in_fresh_thread
+from oracle import central_differences, in_fresh_thread, numpy_value
 
 try:  # the PyTorch oracle is optional
     import torch
@@ -65,7 +65,6 @@ INPUTS = {"x6": X6, "x48": X48, "x0": X0}
 # 3-d shapes for the 3-d rows, by size
 SHAPE3 = {6: (1, 2, 3), 48: (4, 3, 4)}
 
-EPS = 1e-4                 # step of the 5-point central difference (error O(EPS**4))
 VALUE_RTOL = 1e-12
 GRAD_RTOL, GRAD_ATOL = 1e-6, 1e-7
 
@@ -848,27 +847,6 @@ TORCH_ROWS = [r for r in ROWS if r.values[0] in TWINS]
 
 
 # -- the oracles ----------------------------------------------------------------------------
-def numpy_value(f, x):
-    """NumPy's value of f at x (on a copy: no program may write into its input)."""
-    y = f(np.array(x, dtype=np.float64, copy=True))
-    assert np.ndim(y) == 0
-    return float(y)
-
-
-def central_differences(f, x, eps=EPS):
-    """The gradient of the NumPy function f at x, by float64 central differences."""
-    x = np.asarray(x, dtype=np.float64)
-    g = np.empty(x.shape)
-    flat = g.reshape(-1)
-    for i in range(x.size):
-        e = np.zeros(x.size)
-        e[i] = eps
-        e = e.reshape(x.shape)
-        flat[i] = (8.0 * (numpy_value(f, x + e) - numpy_value(f, x - e))
-                   - (numpy_value(f, x + 2 * e) - numpy_value(f, x - 2 * e))) / (12 * eps)
-    return g
-
-
 def assert_value(got, f, x, how):
     want = numpy_value(f, x)
     got = float(got.numpy() if isinstance(got, tg.Tensor) else got)
