@@ -175,7 +175,7 @@ def _einsum_jvp(tape, tan, r):
             continue
         spec = ",".join(extra + ins[j] if j == k else ins[j] for j in range(len(ins)))
         ops = [t if j == k else values[j] for j in range(len(ins))]
-        terms.append(np.einsum(spec + "->" + extra + out, *ops, optimize=True))
+        terms.append(L.einsum_by_size(spec + "->" + extra + out, *ops))
     tan.put(r, np.broadcast_to(_sum_terms(*terms), (tan.p,) + tuple(out_shape)))
 
 

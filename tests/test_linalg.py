@@ -384,3 +384,29 @@ def test_solve_gradient_of_a_first_or_added_contribution(a_shape, b_shape, a_rea
         gb = gb.sum(axis=tuple(range(gb.ndim - B.ndim)))
     close(a.grad.numpy(), gA, rtol=1e-12, atol=1e-13)
     close(b.grad.numpy(), gb, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("shapes", [((8, 16), (16, 8)), ((2, 8, 4), (2, 8, 4)),
+                                    ((64, 64), (64, 64))])
+def test_einsum_takes_blas_only_for_large_contractions(shapes, monkeypatch):
+    # small contractions never search a path (which starts BLAS's threads on
+    # a busy machine); large ones do; both give NumPy's numbers and gradients
+    from tapegrad.ops import matrix as M
+    spec = "ij,jk->ik" if len(shapes[0]) == 2 else "bqd,bkd->bqk"
+    rng = np.random.default_rng(0)
+    a, b = (rng.normal(size=s) for s in shapes)
+    other = "ik,jk->ij" if spec == "ij,jk->ik" else "bqk,bkd->bqd"
+    want = np.einsum(spec, a, b)
+    want_grad = np.einsum(other, 2 * want, b)
+    searched = []
+    einsum = np.einsum
+    monkeypatch.setattr(np, "einsum", lambda *args, **kw: searched.append(
+        kw.get("optimize", False)) or einsum(*args, **kw))
+    ta, tb = tg.tensor(a, requires_grad=True), tg.tensor(b, requires_grad=True)
+    y = tg.einsum(spec, ta, tb)
+    (y * y).sum().backward()
+    monkeypatch.undo()
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-12)
+    np.testing.assert_allclose(ta.grad.numpy(), want_grad, rtol=1e-10)
+    assert searched and set(searched) == {shapes[0] == (64, 64)}, searched
+    assert M.EINSUM_LOOP_WORK == 1 << 15
