@@ -285,8 +285,10 @@ class Recorded:
     record = True
     p = 1
 
-    def __init__(self, tape, outputs, seeds, inputs, upto, recs):
-        """``recs``: the inputs' records (``autograd._target_records``)."""
+    def __init__(self, tape, outputs, seeds, inputs, upto, recs, graph_seeds=None):
+        """``recs``: the inputs' records (``autograd._target_records``);
+        ``graph_seeds``: per output, its seed as a tensor of the graph (a
+        ``grad_outputs`` entry that requires grad), or None."""
         from .grad_mode import enable_grad
         from .kernels.sweep import live_records
         from .tensor import tensor
@@ -297,9 +299,10 @@ class Recorded:
         live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto, roots)
         check(tape, upto, W.dep & live[:upto], roots[roots < upto])
         with enable_grad():
-            for t, v in zip(outputs, seeds):
+            for t, v, g in zip(outputs, seeds, graph_seeds or [None] * len(outputs)):
                 if t._tok is tape.tok:
-                    W.add(int(t._rec), tensor(np.asarray(v, np.float64).reshape(-1)))
+                    W.add(int(t._rec),
+                          tensor(np.asarray(v, np.float64).reshape(-1)) if g is None else g)
 
     def run(self, start, stop):
         from .grad_mode import enable_grad

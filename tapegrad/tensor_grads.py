@@ -152,7 +152,8 @@ def autograd_grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_
                 "element 0 of tensors does not require grad and does not have a grad_fn")
         seeds.append(_seed(t, g)[None, :])
     if create_graph:
-        return _graph_grad(outputs, seeds, inputs, allow_unused)
+        return _graph_grad(outputs, seeds, inputs, allow_unused,
+                           graph_seeds=[_graph_seed(g) for g in grad_outputs])
     gs = reverse(outputs, seeds, inputs, retain_graph=bool(retain_graph))
     _check_used(gs, inputs, allow_unused)
     return tuple(None if g is None else tensor(g[0].reshape(x.shape).astype(x.dtype, copy=False))
@@ -250,11 +251,22 @@ class _At:
         self._rec = rec
 
 
-def _graph_grad(outputs, seeds, inputs, allow_unused, own=False, accumulate=False):
+def _graph_seed(g):
+    """A seed that is a tensor of a graph (``grad_outputs=[v]`` with v
+    requiring grad), flat and float64, for a recorded walk: its gradient
+    then reaches v too, as in PyTorch; None for any other seed."""
+    if not (isinstance(g, Tensor) and g._requires_grad and current().enabled):
+        return None
+    return (g if g.dtype == np.float64 else g.astype(np.float64)).reshape(-1)
+
+
+def _graph_grad(outputs, seeds, inputs, allow_unused, own=False, accumulate=False,
+                graph_seeds=None):
     """``autograd.grad(..., create_graph=True)``: gradients that are tensors
     of the graph, so they can be differentiated again, to any order
     (:mod:`tapegrad.create_graph`); with ``accumulate``
     (``backward(create_graph=True)``) they go into the inputs' ``.grad``.
+    ``graph_seeds``: per output, the seed as a tensor of the graph, or None.
     A graph with an op that has no differentiable backward formula there
     gets one second-order node (``_GraphGrad``) instead, with respect to
     leaves only."""
@@ -266,13 +278,15 @@ def _graph_grad(outputs, seeds, inputs, allow_unused, own=False, accumulate=Fals
     gs = reverse(outputs, seeds, inputs, retain_graph=True, own=own, hooks=False)
     _check_used(gs, inputs, allow_unused)
     upto = max([root_span(tape, t._rec) for t in outputs if t._tok is tape.tok] or [0])
-    direct = [(t, tensor(np.asarray(v, np.float64).reshape(-1)))
-              for t, v in zip(outputs, seeds) if t._tok is None and t._requires_grad]
+    graph_seeds = graph_seeds or [None] * len(outputs)
+    direct = [(t, tensor(np.asarray(v, np.float64).reshape(-1)) if gs is None else gs)
+              for t, v, gs in zip(outputs, seeds, graph_seeds)
+              if t._tok is None and t._requires_grad]
     # the walk records: no compaction may renumber the records it reads
     with tape.walking():
         recs = _target_records(tape, inputs, upto)
         try:
-            eng = CG.Recorded(tape, outputs, seeds, inputs, upto, recs)
+            eng = CG.Recorded(tape, outputs, seeds, inputs, upto, recs, graph_seeds)
         except CG.NoRule as e:
             eng = e
         if not isinstance(eng, CG.NoRule):
@@ -384,7 +398,8 @@ def backward_graph(t, gradient, inputs=None):
         inputs = _as_list(inputs)
     if not inputs:
         return
-    _graph_grad([t], [seed], inputs, allow_unused=True, own=True, accumulate=True)
+    _graph_grad([t], [seed], inputs, allow_unused=True, own=True, accumulate=True,
+                graph_seeds=[_graph_seed(gradient)])
 
 
 def backward_to(t, gradient, retain_graph, inputs):

@@ -235,3 +235,22 @@ def test_third_order_and_non_leaf_inputs_match_torch():
     got, want = _both(run)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_a_seed_that_requires_grad_gets_its_gradient():
+    # grad_outputs=[v] with v in a graph: the gradient is linear in v, and a
+    # later backward reaches v (PyTorch: v.grad = d/dv sum(2 x v) = 2 x)
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    v = tg.tensor([1.0, 1.0], requires_grad=True)
+    (g,) = tg.autograd.grad([x * x], [x], [v], create_graph=True)
+    g.sum().backward()
+    np.testing.assert_allclose(v.grad.numpy(), [2.0, 4.0])
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 2.0])
+    # backward(gradient=v, create_graph=True) as well: x.grad = 2 x v
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    v = tg.tensor([1.0, 3.0], requires_grad=True)
+    (x * x).backward(v, create_graph=True)
+    (x.grad * x.grad).sum().backward()   # d/dv sum(4 x^2 v^2) = 8 x^2 v
+    np.testing.assert_allclose(v.grad.numpy(), [8.0, 96.0])
+    np.testing.assert_allclose(x.grad.numpy(), [10.0, 156.0])  # 2 x v + 8 x v^2
+    x.grad = None
