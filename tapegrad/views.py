@@ -11,8 +11,9 @@ taken (``Tensor._vw = (base, key)``): ``key`` is a basic index, or a
 all.  Without a graph, a write into a view is a NumPy write into the shared
 memory.  With one, the write is recorded: the view takes its new value (a
 recorded op), each base up the chain becomes its old value with the view's
-elements replaced (a recorded scatter), and the other live views of a
-changed base are taken again from its new value -- what PyTorch does when
+elements replaced (a recorded scatter for a basic index, the view undone for
+every other view op), and the other live views of a changed base are taken
+again from its new value -- what PyTorch does when
 it rebases a base's history after an in-place write through a view.
 Advanced indexing (integer arrays, masks) copies, in NumPy and here, so
 writes into its result stay there.
@@ -26,30 +27,28 @@ import weakref
 import numpy as np
 
 from .tape import current
+from .tensor import _plain
+
+
+def _is_int(k):
+    return isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
 
 
 def is_basic(key):
     """Whether ``a[key]`` is a NumPy view (basic indexing)."""
     keys = key if isinstance(key, tuple) else (key,)
-    for k in keys:
-        if k is None or k is Ellipsis or isinstance(k, slice):
-            continue
-        if isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)):
-            continue
-        return False
-    return True
+    return all(k is None or k is Ellipsis or isinstance(k, slice) or _is_int(k) for k in keys)
 
 
 class ViewOf:
     """How a view that no basic index describes is taken from its base:
-    ``np_fn(d, *args)`` is NumPy's view of an array ``d`` of the base's shape
-    (the view tensor's value and, applied to a grid of element numbers,
-    which base element each view element is: a write's scatter);
+    ``np_fn(d, *args)`` is NumPy's view of an array ``d`` of the base's shape;
     ``tg_fn(base, *args)`` takes the view tensor again, recorded, after the
-    base changed.  ``undo(value, shape)``, for a view that holds every
-    element of its base once (reshape, transposes, flip, ...), is the base of
-    ``shape`` whose view is ``value``, recorded: a write through such a view
-    needs no scatter.  ``writeable`` is False for NumPy's read-only views."""
+    base changed.  Every writable one holds each element of its base once
+    (reshape, transposes, flip, ...), so ``undo(value, shape)`` is the base
+    of ``shape`` whose view is ``value``, recorded: a write through it needs
+    no scatter.  ``writeable`` is False for NumPy's read-only views
+    (diagonal, broadcast_to), which have no ``undo``."""
     __slots__ = ("name", "np_fn", "tg_fn", "args", "undo", "writeable")
 
     def __init__(self, name, np_fn, tg_fn, args, undo=None, writeable=True):
@@ -97,10 +96,8 @@ def is_full_index(key, ndim):
     """Whether ``key`` is one integer per axis (``a[1, 2]``): NumPy gives a
     scalar, a copy, not a view (so ``t = a[0]; a[0] = a[1]; a[1] = t`` swaps)."""
     if type(key) is not tuple:
-        return ndim == 1 and isinstance(key, (int, np.integer)) \
-            and not isinstance(key, (bool, np.bool_))
-    return len(key) == ndim and all(
-        isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)) for k in key)
+        return ndim == 1 and _is_int(key)
+    return len(key) == ndim and all(_is_int(k) for k in key)
 
 
 def track(base, view):
@@ -125,27 +122,31 @@ def _chain(t):
         v = vw[0]
 
 
-def check_read_only(t):
+def note_read_only(view, how):
+    """Make ``view`` read-only where NumPy's result is, though it is no view
+    of a tensor (``broadcast_to`` of a scalar: a view of NumPy's temporary
+    copy; ``imag`` of a real array): a view, by ``how``, of a base nothing
+    else holds."""
+    note_view(_plain(np.zeros(())), view, how)
+
+
+def check_read_only(t, chain=None):
     """Refuse a write into a read-only view (diagonal, broadcast_to, and the
-    views of those), as NumPy does, before anything changes."""
-    v = t
-    while True:
-        vw = getattr(v, "_vw", None)
-        if vw is None:
-            return
-        if type(vw[1]) is ViewOf and not vw[1].writeable:
+    views of those), as NumPy does, before anything changes; ``chain``:
+    ``_chain(t)``'s, when the caller has it."""
+    for _, _, key in (_chain(t)[0] if chain is None else chain):
+        if type(key) is ViewOf and not key.writeable:
             raise ValueError(
                 f"assignment destination is read-only: the tensor is a view made by "
-                f"{vw[1].name}, which NumPy makes read-only; write into a copy "
-                f"(d = {vw[1].name}(...).copy()) or into the array it was taken from")
-        v = vw[0]
+                f"{key.name}, which NumPy makes read-only; write into a copy "
+                f"(d = {key.name}(...).copy()) or into the array it was taken from")
 
 
 def check_writable(t):
     """Refuse a recorded write into a read-only view, or into a view of a
     leaf that requires grad (PyTorch's rule), before anything changes."""
-    check_read_only(t)
     chain, root = _chain(t)
+    check_read_only(t, chain)
     if chain and root._requires_grad and root._tok is None and current().enabled:
         raise RuntimeError(
             "a view of a leaf tensor that requires grad is being used in an in-place "

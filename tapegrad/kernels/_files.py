@@ -34,6 +34,14 @@ class NotARegularFileError(ValueError):
     """The target of a save is there and is not a regular file."""
 
 
+def _unlink_quietly(name):
+    """Remove file ``name`` if it is there (a partial write's temp file)."""
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
 def describe_mode(mode):
     """What ``st_mode`` says a path is, in words (``"a FIFO (named pipe)"``)."""
     return ("a directory" if stat.S_ISDIR(mode)
@@ -145,10 +153,7 @@ def write_atomic(path, write, durable=True):
         except BaseException:
             # a signal handled as the open returned (Ctrl-C): the file may have
             # been made, and then it is this call's (O_EXCL) -- remove it
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _unlink_quietly(tmp)
             raise
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -161,10 +166,7 @@ def write_atomic(path, write, durable=True):
         check_target(path, target)   # made in the meantime: still no rename over it
         os.replace(tmp, target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly(tmp)
         raise
     if not durable:
         return

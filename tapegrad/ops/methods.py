@@ -419,9 +419,7 @@ def _iter(self):
     scalars of a 1-d tensor)."""
     if self.ndim == 0:
         raise TypeError("iteration over a 0-d tensor")
-    if self._requires_grad:
-        return iter(S.unbind(self, 0))
-    return iter([S.getitem(self, i) for i in range(len(self))])
+    return iter(S.unbind(self, 0))
 
 
 Tensor.__iter__ = _iter

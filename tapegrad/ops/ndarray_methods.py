@@ -8,8 +8,8 @@ Bound by ``ops/methods.py``.
 """
 import numpy as np
 
-from ..tensor import Tensor, _plain
-from ..views import ViewOf, note_view
+from ..tensor import Tensor
+from ..views import ViewOf, note_read_only
 from . import composite as K
 from . import elementwise as E
 from . import numeric as N
@@ -178,9 +178,8 @@ def _imag(self):
     """``t.imag``: zeros of t's shape and dtype, without gradient (NumPy's
     read-only zeros for a real array: a write into them raises)."""
     out = N.imag(self)
-    if isinstance(out, Tensor):  # read-only, of a base nothing else holds
-        note_view(_plain(np.zeros(out.shape, out.dtype)), out,
-                  ViewOf("imag", np.imag, N.imag, (), writeable=False))
+    if isinstance(out, Tensor):
+        note_read_only(out, ViewOf("imag", np.imag, N.imag, (), writeable=False))
     return out
 
 

@@ -8,7 +8,8 @@ record which input and position each output element comes from.
 """
 import numpy as np
 
-from ..views import ViewOf, is_basic, is_full_index, is_scalar, note_view, track as track_view
+from ..views import (ViewOf, is_basic, is_full_index, is_scalar, note_read_only, note_view,
+                     track as track_view)
 
 from ..kernels import codes as C
 from ..kernels._views import SMALL as _SMALL
@@ -45,17 +46,14 @@ def _aliased(x, out, name, np_fn, tg_fn, args, undo=None, writeable=True):
     elif type(out._data) is _ND and np.may_share_memory(out._data, x._data):
         note_view(x, out, how)
         return out
-    if not writeable:
-        # NumPy's read-only view of a scalar's temporary copy: read-only all
-        # the same, a view of a base nothing else holds
-        note_view(_plain(np.array(x._data)), out, how)
+    if not writeable:  # NumPy's read-only view of a scalar's temporary copy
+        note_read_only(out, how)
     return out
 
 
 def flat_view(a, shape):
-    """``reshape`` recorded without being noted as a view (a write's own
-    reshapes, ops/view_writes.py; the undoing of reshape, squeeze and
-    expand_dims)."""
+    """``reshape`` recorded without being noted as a view: the undoing of
+    reshape, squeeze and expand_dims (a write through them)."""
     return _view(_RESHAPE, np.reshape, a, shape)
 
 
@@ -631,20 +629,24 @@ def getitem(a, key):
         full = is_full_index(key, a.ndim) or is_scalar(a)
         code = _reshape_code(np.shape(a._data), key)
         if code is not None:  # the elements in their order: an identity-VJP view
-            out = _view(code, lambda d: d[key], a)
-            if isinstance(out, Tensor) and not full:
-                note_view(a, out, key)
-            elif isinstance(out, Tensor) and is_scalar(a) and type(a._data) is _ND:
-                out._data = a._data[()][key]  # NumPy's result of the scalar: no view
-            return out
+            return _indexed(a, _view(code, lambda d: d[key], a), key, full)
     basic = is_basic(key)
     out = _gather(_INDEX, lambda d: d[key], a, basic=key if basic else _NO_KEY,
                   map_of=None if basic else lambda shape: _advanced_map(shape, key))
-    if isinstance(a, Tensor) and isinstance(out, Tensor) and basic:
-        if not full:
-            note_view(a, out, key)
-        elif is_scalar(a) and type(a._data) is _ND:
-            out._data = a._data[()][key]  # NumPy's result of the scalar: no view
+    if isinstance(a, Tensor) and basic:
+        return _indexed(a, out, key, full)
+    return out
+
+
+def _indexed(a, out, key, full):
+    """``out = a[key]`` for a basic key: a view of a, noted as one, or (a
+    full integer index, any index of a NumPy scalar) NumPy's copy."""
+    if not isinstance(out, Tensor):
+        return out
+    if not full:
+        note_view(a, out, key)
+    elif is_scalar(a) and type(a._data) is _ND:
+        out._data = a._data[()][key]  # NumPy's result of the scalar: no view
     return out
 
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..grad_mode import enable_grad
 from ..views import ViewOf, _chain, array_of, check_writable
-from .shape import flat_view, getitem, index_put
+from .shape import getitem, index_put
 
 
 def take(base, key):
@@ -18,19 +18,13 @@ def take(base, key):
 
 def put(base, key, value):
     """``base`` with the elements of its view ``key`` replaced by tensor
-    ``value`` (of the view's shape), recorded.  A view that holds every
-    element of the base once (reshape, transposes, flip, ...) undoes itself
-    (``ViewOf.undo``): the new base is a view of ``value``, no copy.  Any
-    other view is a scatter: a basic index is its own scatter's key; any
-    other view's key is the base element each view element is, read off the
-    view of a grid of element numbers."""
+    ``value`` (of the view's shape), recorded: a basic index is a scatter
+    (``index_put``); every other writable view holds each element of the
+    base once and undoes itself (``ViewOf.undo``), the new base a view of
+    ``value``, no copy."""
     if type(key) is not ViewOf:
         return index_put(base, key, value)
-    shape = base.shape
-    if key.undo is not None:
-        return key.undo(value, shape)
-    where = key.array(np.arange(base.size).reshape(shape)).ravel()
-    return flat_view(index_put(flat_view(base, -1), where, flat_view(value, -1)), shape)
+    return key.undo(value, base.shape)
 
 
 def write(t, new, become):
