@@ -5,7 +5,7 @@ its inputs' dtype) and PyTorch CPU, one thread, medians in ms.
 
 A float32 program's gradients are checked against the hand-written float32
 ones (``rtol=1e-4``) before anything is timed.  Both workloads are float32
-graphs end to end in float32 (README: dtypes): float32 values kept, a
+graphs end to end in float32 (docs/how_it_works.md: dtypes): float32 values kept, a
 float32 sweep, float32 gradients.
 
 Run: ``python benchmarks/dtypes.py [-n REPEAT]``.

@@ -50,7 +50,7 @@ def chain(y):
 
 def logistic(xp=np, samples=256, features=16, seed=0):
     """examples/dask_gradients.py's loss (its ``make_loss``: the same data and
-    formula; the README's "Gradients on Dask" table), written with ``xp``."""
+    formula; docs/reference.md's "Gradients on Dask" table), written with ``xp``."""
     rng = np.random.default_rng(seed)
     A = rng.normal(size=(samples, features))
     y = np.sign(A @ rng.normal(size=features) + 0.3 * rng.normal(size=samples))

@@ -69,7 +69,7 @@ was made), the small-value slots and arena, the record metadata; ``fwd new
 (tracemalloc)``: the bytes allocated during the forward and still alive
 when it returns, i.e. what the tape costs on top of the caller's arrays;
 and the two parts of ``held between steps``.  A float32 graph keeps its
-float32 values and sweeps on float32 adjoints (README: dtypes), so its
+float32 values and sweeps on float32 adjoints (docs/how_it_works.md: dtypes), so its
 float32 rows need about half of its float64 ones.
 
 Every implementation's gradients are checked against the hand-written ones

@@ -53,7 +53,7 @@ PyTorch runs a program in two ways:
   that needs a value they overwrote.
 
 tapegrad records an in-place write on a tensor in a graph as a functional
-update that takes the tensor's place (README, "In-place writes, views and
+update that takes the tensor's place (docs/reference.md, "In-place writes, views and
 nesting"): a graph that saved the old value keeps it.  PyTorch (``real``)
 raises there instead ("... modified by an inplace operation") when the old
 value was saved.  ``functional`` is the oracle tapegrad is held to; ``real``

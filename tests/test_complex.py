@@ -337,12 +337,12 @@ def test_readme_complex_example_runs():
     import io
     import pathlib
     import re
-    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    readme = (pathlib.Path(__file__).parents[1] / "docs" / "reference.md").read_text()
     blocks = re.findall(r"```python\n(.*?)\n\s*```", readme, re.S)
     block = next(b for b in blocks if "a real loss of a complex spectrum" in b)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(block, "README.md", "exec"), {})
+        exec(compile(block, "docs/reference.md", "exec"), {})
     wanted = [ln.split("# ")[-1] for ln in block.splitlines() if ln.startswith("print(")]
     assert out.getvalue().splitlines() == wanted
 

@@ -864,7 +864,7 @@ def squareplus_derivative(x, y):
 
 
 def huber_smooth(x):
-    """The README's example: a Huber loss whose quadratic part is cut at delta."""
+    """docs/reference.md's example: a Huber loss whose quadratic part is cut at delta."""
     delta = 1.0
     if abs(x) <= delta:
         return 0.5 * x * x

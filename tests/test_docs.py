@@ -1,4 +1,4 @@
-"""The generated docs table matches what the code dispatches; the README's
+"""The generated docs table matches what the code dispatches; docs/reference.md's
 derived-derivative example runs and prints what its comments say."""
 import contextlib
 import io
@@ -24,7 +24,7 @@ def test_numpy_function_table_is_up_to_date():
 
 def test_readme_derived_derivative_example_runs(tmp_path):
     # derive.py reads the forward's source, so the block runs from a file of its own
-    blocks = re.findall(r"```python\n(.*?)\n\s*```", (ROOT / "README.md").read_text(), re.S)
+    blocks = re.findall(r"```python\n(.*?)\n\s*```", (ROOT / "docs" / "reference.md").read_text(), re.S)
     block = next(textwrap.dedent(b) for b in blocks if "def huber(x)" in b)
     script = tmp_path / "readme_huber.py"
     script.write_text(block)
@@ -34,6 +34,26 @@ def test_readme_derived_derivative_example_runs(tmp_path):
     printed = out.getvalue().splitlines()
     wanted = [ln.split("# ")[-1] for ln in block.splitlines() if ln.startswith("print(")]
     assert printed == wanted
+
+
+def test_readme_tour_example_runs():
+    # the README's tour: what it prints, and the gradient it takes against
+    # central differences of the same NumPy function
+    blocks = re.findall(r"```python\n(.*?)\n\s*```", (ROOT / "README.md").read_text(), re.S)
+    block = next(b for b in blocks if "plain NumPy code, unchanged" in b)
+    out, scope = io.StringIO(), {}
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "README.md", "exec"), scope)
+    wanted = [ln.split("# ")[-1].split(": ")[-1] for ln in block.splitlines()
+              if ln.startswith("print(")]
+    assert out.getvalue().split() == wanted
+    f, x, g = scope["f"], scope["x"], scope["g"]
+    fd = [(f(x + e) - f(x - e)) / 2e-6 for e in np.eye(3) * 1e-6]
+    np.testing.assert_allclose(g, fd, rtol=1e-6)
+    grad = scope["tg"].grad(f)
+    fd2 = np.array([(grad(x + e) - grad(x - e)) / 2e-5 for e in np.eye(3) * 1e-5])
+    np.testing.assert_allclose(scope["H"], fd2, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(scope["J"], np.diag(np.cos(x) * x + np.sin(x)), atol=1e-15)
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")))

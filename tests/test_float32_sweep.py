@@ -644,7 +644,7 @@ def test_training_steps_keep_float32():
 
 def test_float32_batch_buffer_refilled_after_each_backward():
     """A training loop that refills one float32 batch buffer after each
-    backward (README: 'buf[:] = next_batch' works once the graph is freed),
+    backward (docs/reference.md: 'buf[:] = next_batch' works once the graph is freed),
     with the buffer a large operand the tape may keep by reference."""
     rng = _rng("buffer")
     buf = np.empty(L, F32)
@@ -834,7 +834,7 @@ def test_hook_on_float32_non_leaf():
 
 def test_hook_gradient_dtype_on_float32_non_leaf():
     """PyTorch hands a hook the gradient in its tensor's dtype; tapegrad's
-    float32 gradients are float32 (README: 'float32 stays float32 and so do
+    float32 gradients are float32 (docs/reference.md: 'float32 stays float32 and so do
     its gradients')."""
     x = tg.tensor(np.linspace(-1, 1, 100).astype(F32), requires_grad=True)
     y = tg.tanh(x)
