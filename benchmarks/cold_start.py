@@ -19,7 +19,7 @@ temporary directory (so nothing compiled earlier is found), except the
   maximum``: the reductions, cumulative sums, concatenations and the binary
   ops whose derivative branches on the values have whole-array forms too;
 * ``first gradient, 1e6-element cumprod``: cumprod's VJP is a recurrence,
-  solved on whole arrays by recursive doubling;
+  run in the loop's order (one lane: a Python loop over floats);
 * ``first gradient, 1e6-element gammaln``: the special functions'
   derivatives are scalar loops with no whole-array form, so work this large
   compiles at once;
@@ -79,7 +79,7 @@ CASES = {
                    "program"),
     "tg.trace replay": (_PRE + _BASE + _WARMUP
                         + "f = tg.trace(lambda x: (x * 2.0).sum(), np.ones(4))\n"
-                          "import tapegrad.functional as ft\n"
+                          "import tapegrad.transforms.functional as ft\n"
                           "ft.value_and_grad(f)(np.ones(4)); ft.value_and_grad(f)(np.ones(4))\n"
                         + _POST, "program"),
     "first gradient, 1e6 elements": (_PRE + "g = tg.grad(lambda x: (x * x + tg.sin(x)).sum())"

@@ -64,7 +64,7 @@ import os
 # interpreted tier (kernels/interpret.py) while it is being timed.
 os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
 # and every fused run sweeps with its own compiled loop from its first sweep
-# (tapegrad/fused_codegen.py), as a process does once the loop has paid its
+# (tapegrad/engine/fused_codegen.py), as a process does once the loop has paid its
 # compilation: the steady state, as JAX's column is after its jit compiles
 os.environ.setdefault("TAPEGRAD_FUSE_LOOPS", "now")
 

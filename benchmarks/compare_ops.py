@@ -16,7 +16,7 @@ import os
 # interpreted tier (kernels/interpret.py) while it is being timed.
 os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
 # fused runs sweep with their own compiled loops from their first sweep
-# (tapegrad/fused_codegen.py): the steady state of a long-running process
+# (tapegrad/engine/fused_codegen.py): the steady state of a long-running process
 os.environ.setdefault("TAPEGRAD_FUSE_LOOPS", "now")
 
 import argparse

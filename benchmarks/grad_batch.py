@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(HERE, "benchmarks"))
 sys.path.insert(0, HERE)
 import tapegrad as tg  # noqa: E402
 from tapegrad.kernels import batch as BK  # noqa: E402
-from tapegrad.trace_replay import _Replay  # noqa: E402
+from tapegrad.tracing.replay import _Replay  # noqa: E402
 from workloads import CHAIN_STEPS  # noqa: E402
 
 

@@ -3,7 +3,7 @@
 ms; each result is checked against the closed form before it is timed.
 
 n = 100 (``--size``): ``tg.hessian`` (forward-over-reverse; eager, with the
-default ``sparse="auto"``, which below ``tapegrad.second.SPARSE_MIN`` = 128
+default ``sparse="auto"``, which below ``tapegrad.transforms.second.passes.SPARSE_MIN`` = 128
 inputs takes all n unit directions on the first call and the coloured ones
 from the second call of the same graph on -- the steady state timed here --
 and with ``sparse=False`` / ``True`` forced), ``ft.hessian`` on a function traced once (the counterpart of JAX's
@@ -135,7 +135,7 @@ def _repeat_for(fn, a, repeat, budget_s=1.5):
 
 
 def small(tg, torch, jax, n, repeat):
-    from tapegrad.second import SPARSE_MIN
+    from tapegrad.transforms.second.passes import SPARSE_MIN
     x = np.random.default_rng(0).uniform(-1.5, 1.5, n)
     expect = rosen_hessian(x)
     p = tg.sparse_hessian(rosen)(x).colors

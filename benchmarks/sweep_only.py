@@ -16,9 +16,9 @@ import statistics
 import time
 
 import tapegrad as tg
-from tapegrad.autograd import Adjoints
+from tapegrad.engine.backward import Adjoints
 from tapegrad.kernels.sweep import sweep
-from tapegrad.tape import current
+from tapegrad.core.tape import current
 
 STEPS = 2000
 

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import tapegrad as tg
-from tapegrad import tapefile
+from tapegrad.tracing.files import io as tapefile
 
 W = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
 

@@ -244,7 +244,7 @@ def _tape_file(edit, raw=None):
     tg.load); the temporary folder shows as <tmp> so the table is stable."""
     import tempfile
 
-    from tapegrad import tapefile
+    from tapegrad.tracing.files import io as tapefile
 
     def trigger(x, w):
         ft = tg.trace(lambda z: (np.sin(z[::2])[:, None] * z[1::2]).sum(), np.ones(4))

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 import tapegrad as tg
-from tapegrad import dask_support as tgd
+from tapegrad.integrations import dask as tgd
 
 
 def make_loss(samples, features, seed=0):

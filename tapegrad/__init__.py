@@ -15,11 +15,11 @@ Examples
 tensor([0.3, 3.0, 0.0003])
 """
 from . import ops as _ops  # noqa: F401  (registers ops, binds Tensor methods)
-from .function import Function, FunctionCtx
-from .checkpointing import checkpoint, checkpoint_loop
-from .anomaly import detect_anomaly, is_anomaly_enabled
-from .grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
-from .graph import AccumulateGrad, Node
+from .ops.function import Function, FunctionCtx
+from .transforms.checkpointing import checkpoint, checkpoint_loop
+from .engine.anomaly import detect_anomaly, is_anomaly_enabled
+from .core.grad_mode import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
+from .engine.graph import AccumulateGrad, Node
 from .ops.elementwise import (
     abs, absolute, add, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt,
     ceil, copysign, cos, cosh, deg2rad, degrees, divide, equal, exp, exp2, expm1,
@@ -44,7 +44,7 @@ from .ops.creation import (
 from .ops.special import (
     digamma, erf, erfc, erfinv, expit, gammaln, i0e, i1e, log_expit, log_ndtr, logit, ndtr,
     psi, sigmoid, xlog1py, xlogy)
-from .functional import (
+from .transforms.functional import (
     GradcheckError, grad, gradcheck, jacobian, value_and_grad, vjp)
 from . import autograd
 from .ops.matrix import einsum, matmul
@@ -55,9 +55,9 @@ from .ops.shape import (
     astype, broadcast_to, concatenate, diag, diagonal, expand_dims, flip, fliplr, flipud,
     getitem, index_put, moveaxis, pad, ravel, repeat, reshape, roll, sort, split, squeeze, stack,
     swapaxes, take, take_along_axis, tile, transpose, tril, triu, unbind)
-from .stats import tape_stats
-from .tensor import ConcretizationError, Tensor, tensor
-from . import viz
+from .debug.stats import tape_stats
+from .core.tensor import ConcretizationError, Tensor, tensor
+from .debug import viz
 
 __version__ = "0.1.0"
 
@@ -65,11 +65,12 @@ __version__ = "0.1.0"
 # use: a program that only takes gradients does not pay for their modules
 # (and their kernels' modules) at import.
 _LAZY = {
-    "TracedFunction": "tracing", "compile": "tracing", "trace": "tracing",  # trace(array)
-    "load": "tapefile",                                                       # is numpy.trace
-    "jacfwd": "forward", "jvp": "forward",
-    "SparseHessian": "second", "hessian": "second", "hessian_sparsity": "second",
-    "hvp": "second", "sparse_hessian": "second",
+    "TracedFunction": "tracing.api", "compile": "tracing.api", "trace": "tracing.api",  # trace(array)
+    "load": "tracing.files.io",                                                    # is numpy.trace
+    "jacfwd": "transforms.forward.sweep", "jvp": "transforms.forward.sweep",
+    "SparseHessian": "transforms.second.passes", "hessian": "transforms.second.passes",
+    "hessian_sparsity": "transforms.second.passes", "hvp": "transforms.second.passes",
+    "sparse_hessian": "transforms.second.passes",
 }
 __all__ = sorted([n for n in dir() if not n.startswith("_")] + list(_LAZY))
 

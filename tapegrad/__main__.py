@@ -23,7 +23,7 @@ def _steps():
     yield "reverse sweep", backward
 
     def fused():
-        from tapegrad.fused_backward import FUSE_MIN
+        from tapegrad.engine.fused import FUSE_MIN
         t = tg.tensor(np.linspace(0.1, 0.9, FUSE_MIN), requires_grad=True)
         (tg.sin(t) * t * 2.0).sum().backward()
 
@@ -32,7 +32,7 @@ def _steps():
     def long_tape():
         # past GRAPH_SEARCH_FROM records a backward searches its root's graph
         # (graph_of, graph_addresses) instead of laying out the whole tape
-        from tapegrad.autograd import GRAPH_SEARCH_FROM
+        from tapegrad.engine.backward import GRAPH_SEARCH_FROM
         t = tg.tensor(0.5, requires_grad=True)
         y = t
         for _ in range(GRAPH_SEARCH_FROM // 2 + 1):
@@ -45,7 +45,7 @@ def _steps():
     def float32():
         # a float32 graph of large values sweeps in float32 (autograd.Adjoints):
         # the sweep and the fused kernel compile a second time for it
-        from tapegrad.fused_backward import FUSE_MIN
+        from tapegrad.engine.fused import FUSE_MIN
         for n in (64, FUSE_MIN):
             t = tg.tensor(np.linspace(0.1, 0.9, n).astype(np.float32), requires_grad=True)
             (tg.sin(t) * t * 2.0).sum().backward()
@@ -67,7 +67,7 @@ def _steps():
     yield "forward mode", lambda: tg.jvp(lambda v: tg.sin(v) * v, (x,), (x,))
 
     def replay():
-        import tapegrad.functional as ft
+        import tapegrad.transforms.functional as ft
         f = tg.trace(lambda v: (tg.sin(v) * v).sum(), x)
         ft.value_and_grad(f)(x)
         ft.value_and_grad(f)(x)

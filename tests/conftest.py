@@ -40,17 +40,17 @@ if STRESS - {"search", "fuse", "compact"}:
     raise ValueError(f"TAPEGRAD_STRESS: unknown modes {sorted(STRESS - {'search', 'fuse', 'compact'})}; "
                      "use search, fuse and compact, separated by commas")
 if "search" in STRESS:
-    from tapegrad import autograd as _autograd
+    from tapegrad.engine import backward as _autograd
     _autograd.GRAPH_SEARCH_FROM = 0
     _autograd.STALE_SEARCH_FROM = 0
 if "fuse" in STRESS:
-    from tapegrad import fused_backward as _fused
+    from tapegrad.engine import fused as _fused
     from tapegrad.kernels._views import SMALL as _SMALL
     _fused.FUSE_MIN = _SMALL + 1
     _fused._Rent.hot = True
 if "compact" in STRESS:
-    from tapegrad import tape_liveness as _liveness
-    from tapegrad.tape import NO_COMPACTION as _NO_COMPACTION, Tape as _Tape
+    from tapegrad.core import liveness as _liveness
+    from tapegrad.core.tape import NO_COMPACTION as _NO_COMPACTION, Tape as _Tape
     _Tape.CHECK_RECORDS = 1
     _compact = _liveness._Liveness.compact
 

@@ -15,7 +15,7 @@ import sys
 import numpy as np
 
 import tapegrad as tg
-import tapegrad.functional as ft
+import tapegrad.transforms.functional as ft
 from tapegrad.kernels import interpret
 
 from op_cases import CASES
@@ -78,13 +78,14 @@ ARRAYS = {
     "cumsum along each axis": lambda x, w: (tg.cumsum(x, axis=0) * w).sum()
     + (tg.cumsum(x.reshape(-1)) * w.reshape(-1)).sum(),
     "softmax": lambda x, w: (tg.softmax(x, axis=0) * w).sum(),
-    # the recurrence solved by doubling: sums associated differently (REASSOCIATED)
+    # the loop's recurrence: a step along the axis over every lane at once, or
+    # down a single lane in Python
     "cumprod with zeros, along each axis": lambda x, w: (
         tg.cumprod(x * _ZEROS * 1.5, axis=0) * w).sum()
     + (tg.cumprod((x * 2.0).reshape(-1)[:200]) * w.reshape(-1)[:200]).sum()
     + (tg.cumprod(x * _ZEROS.T * 1.5, axis=1) * w).sum(),
-    # the same rule on arrays, to the last bit but for the transcendental
-    # functions of NumPy's vector loops (LAST_BIT)
+    # the same rule on arrays, with libm's exp, log and pow of each element
+    # (kernels/libm.py) and vecmath's exp on arrays, as compiled
     "logsumexp": lambda x, w: (tg.logsumexp(x, axis=1) * w[:, 0]).sum(),
     "pow": lambda x, w: (x ** w).sum(),
     "log_softmax": lambda x, w: (tg.log_softmax(x, axis=1) * w).sum(),
@@ -92,14 +93,6 @@ ARRAYS = {
     "special functions": lambda x, w: (tg.gammaln(x) + tg.digamma(x) + tg.i0e(x) + tg.i1e(x)
                                        + tg.log_ndtr(x - 0.5) + tg.erfinv(x - 0.5)).sum(),
 }
-
-#: kinds whose interpreted side calls NumPy's vector exp or log, or Python's
-#: math module in a special function's scalar loop: the compiled tier's libm
-#: results may differ from them in the last bit
-LAST_BIT = {"logsumexp", "pow", "log_softmax", "special functions"}
-
-#: kinds whose array form sums in another order than the element loop
-REASSOCIATED = {"cumprod with zeros, along each axis"}
 
 _NAN_T = np.where(np.eye(64, dtype=bool), np.nan, _BIG.T)
 _ZEROS = np.ones((64, 64))

@@ -25,9 +25,9 @@ def close(actual, expected, rtol=RTOL, atol=1e-14):
 @contextlib.contextmanager
 def record_by_record():
     """Backwards inside sweep record by record: no run of large elementwise
-    records is fused (tapegrad/fused_backward.py), the reference the fused
+    records is fused (tapegrad/engine/fused.py), the reference the fused
     sweep must match bit for bit."""
-    from tapegrad import fused_backward
+    from tapegrad.engine import fused as fused_backward
     saved = fused_backward.runs
     fused_backward.runs = lambda *a: []
     try:
@@ -83,7 +83,7 @@ def in_fresh_thread(fn):
 def sweep_dtypes():
     """Within the block, the dtype of each backward's adjoints, one entry per
     sweep as it starts (float32 for a float32 sweep: autograd.Adjoints)."""
-    from tapegrad import autograd as AG
+    from tapegrad.engine import backward as AG
     seen = []
     real = AG.Adjoints.tape_arrays
 

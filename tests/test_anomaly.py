@@ -8,7 +8,7 @@ import pytest
 
 import tapegrad as tg
 from oracle import close, in_fresh_thread, leaf
-from tapegrad.tape import Tape, current
+from tapegrad.core.tape import Tape, current
 
 
 def _line(fn, text):

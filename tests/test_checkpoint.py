@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad.checkpointing import checkpoint, checkpoint_loop
-from tapegrad.tape import NO_COMPACTION, current
+from tapegrad.transforms.checkpointing import checkpoint, checkpoint_loop
+from tapegrad.core.tape import NO_COMPACTION, current
 
 
 

@@ -182,7 +182,7 @@ def test_against_pytorch():
 def test_first_order_ops_name_themselves(cls, what):
     import importlib
 
-    from tapegrad.function import first_order_message
+    from tapegrad.ops.function import first_order_message
     mod, name = cls.split(".")
     c = getattr(importlib.import_module(f"tapegrad.ops.{mod}"), name)
     msg = first_order_message(c, "hessian")

@@ -1,4 +1,4 @@
-"""tapegrad.dask_support on a real dask.distributed LocalCluster (two worker
+"""tapegrad.integrations.dask on a real dask.distributed LocalCluster (two worker
 processes, one thread each), against plain per-input gradients in this
 process.
 
@@ -33,7 +33,7 @@ def _python(code):
 
 
 def test_import_tapegrad_imports_no_dask():
-    out = _python("import sys, tapegrad, tapegrad.dask_support\n"
+    out = _python("import sys, tapegrad, tapegrad.integrations.dask\n"
                   "print(sorted(m for m in sys.modules if m.split('.')[0] in "
                   "('dask', 'distributed')))")
     assert out.returncode == 0, out.stderr
@@ -45,7 +45,7 @@ def test_missing_dask_names_the_extra():
     out = _python("import sys\n"
                   "sys.modules['dask'] = sys.modules['distributed'] = None\n"
                   "import numpy as np, tapegrad as tg\n"
-                  "from tapegrad import dask_support as tgd\n"
+                  "from tapegrad.integrations import dask as tgd\n"
                   "ft = tg.trace(lambda x: (x * x).sum(), np.zeros(2))\n"
                   "for call in (lambda: tgd.grad_blocks(ft, np.zeros((3, 2))),\n"
                   "             lambda: tgd.map_bag(ft, []),\n"
@@ -70,7 +70,7 @@ def client():
     pytest.importorskip("dask.array")
     distributed = pytest.importorskip("distributed")
     import psutil
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
 
     # a hung cluster must not hang the suite: dump the stacks and exit
     faulthandler.dump_traceback_later(600, exit=True)
@@ -124,7 +124,7 @@ def test_workers_are_warm_and_compile(client):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_grad_blocks_match_per_input_gradients(client, dtype):
     import dask.array as da
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
     ft = tg.trace(P.energy, np.zeros(6, dtype))
     X = np.random.default_rng(0).normal(size=(50, 6)).astype(dtype)
     dX = da.from_array(X, chunks=(12, 6))
@@ -138,7 +138,7 @@ def test_grad_blocks_match_per_input_gradients(client, dtype):
 
 def test_grad_blocks_two_inputs_with_other_chunks(client):
     import dask.array as da
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
     rng = np.random.default_rng(1)
     x, w = rng.normal(size=(30, 4)), rng.normal(size=(30, 4, 3))
     ft = tg.trace(P.layer, x[0], w[0])
@@ -152,7 +152,7 @@ def test_grad_blocks_two_inputs_with_other_chunks(client):
 
 def test_grad_blocks_batch_axis_last_and_scalar_inputs(client):
     import dask.array as da
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
     rng = np.random.default_rng(2)
     A = rng.normal(size=(3, 5, 40))           # inputs of shape (3, 5), batch axis last
     ft = tg.trace(P.matrix_loss, A[..., 0])
@@ -170,7 +170,7 @@ def test_grad_blocks_batch_axis_last_and_scalar_inputs(client):
 
 def test_value_and_grad_blocks(client):
     import dask.array as da
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
     rng = np.random.default_rng(3)
     x, w = rng.normal(size=(17, 2)), rng.normal(size=(17, 2, 2))
     ft = tg.trace(P.layer, x[0], w[0])
@@ -187,7 +187,7 @@ def test_value_and_grad_blocks(client):
 
 def test_guards_retrace_on_the_workers(client):
     import dask.array as da
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
     X = np.random.default_rng(4).normal(size=(24, 3)) + 0.3
     ft = tg.trace(P.branchy, np.ones(3))       # traced on the positive branch only
     assert any(x.sum() < 0 for x in X) and any(x.sum() > 0 for x in X)
@@ -197,7 +197,7 @@ def test_guards_retrace_on_the_workers(client):
 
 def test_map_inputs_and_map_bag(client):
     import dask.bag as db
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
     rng = np.random.default_rng(5)
     X = list(rng.normal(size=(23, 6)))
     ft = tg.trace(P.energy, X[0])
@@ -232,7 +232,7 @@ def test_map_inputs_and_map_bag(client):
 
 def test_tape_files_and_lambdas_travel(client, tmp_path):
     import dask.array as da
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
     X = np.random.default_rng(6).normal(size=(20, 4))
     lam = tg.trace(lambda x: (np.exp(x) * x).sum(), X[0])   # no picklable Python code
     path = tmp_path / "f.npz"
@@ -256,7 +256,7 @@ def test_tape_files_and_lambdas_travel(client, tmp_path):
 def test_errors_before_anything_runs():
     da = pytest.importorskip("dask.array")
     db = pytest.importorskip("dask.bag")
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
     ft = tg.trace(P.energy, np.zeros(6))
     X = da.zeros((10, 6), chunks=(5, 6))
     with pytest.raises(TypeError, match=r"energy is not a traced function; trace it first "
@@ -294,7 +294,8 @@ def test_errors_before_anything_runs():
         tgd.warm_here([ft])
     # a loaded function cannot trace again: a signature it lacks is refused at once
     loaded = pickle.loads(pickle.dumps(tg.trace(lambda x: (x * x).sum(), np.zeros(6))))
-    assert isinstance(loaded, tg.tracing.LoadedFunction)
+    from tapegrad.tracing.function import LoadedFunction
+    assert isinstance(loaded, LoadedFunction)
     with pytest.raises(ValueError, match=r"has no trace for inputs of shape and dtype "
                                          r"\[\(\(5,\), 'float64'\)\]"):
         tgd.grad_blocks(loaded, da.zeros((10, 5), chunks=5))
@@ -311,7 +312,7 @@ def test_errors_before_anything_runs():
 
 def test_errors_from_the_workers(client):
     import dask.array as da
-    from tapegrad import dask_support as tgd
+    from tapegrad.integrations import dask as tgd
     fv = tg.trace(P.vector_out, np.zeros(3))
     with pytest.raises(RuntimeError, match="grad_batch needs a function with one output "
                                            "element"):

@@ -189,7 +189,7 @@ def test_a_trace_replays_softmax_from_its_own_inputs():
 def test_forget_drops_the_memo():
     X = np.random.default_rng(8).standard_normal((64, 64))
     x, _ = _first(X)
-    from tapegrad.tape import current
+    from tapegrad.core.tape import current
     tape = current()
     assert exp_memo.recall(tape, x, (1,)) is not None
     assert exp_memo.recall(tape, x, (0,)) is None

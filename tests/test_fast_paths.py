@@ -16,8 +16,8 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.ops import elementwise as E
-from tapegrad.tape import _local, current
-from tapegrad.tensor import Tensor
+from tapegrad.core.tape import _local, current
+from tapegrad.core.tensor import Tensor
 
 
 def general(f, *args):
@@ -596,7 +596,7 @@ def test_sum_method_with_arguments_takes_the_general_path():
 
 # -- the record arrays' memoryviews (Tape._writers) ----------------------------------
 def _writers_current(tape):
-    from tapegrad.tape import _WRITTEN
+    from tapegrad.core.tape import _WRITTEN
     return all(getattr(tape, "w_" + k).obj is getattr(tape, k) for k in _WRITTEN)
 
 
@@ -617,7 +617,7 @@ def test_writers_follow_growth():
 
 @pytest.mark.parametrize("grow", ["_grow_records", "_grow_args", "_grow_ip"])
 def test_interrupted_growth_leaves_the_fast_paths_off_until_renewed(grow, monkeypatch):
-    from tapegrad.tape import Tape
+    from tapegrad.core.tape import Tape
     x = tg.tensor([0.5, 2.0], requires_grad=True)
     y = x * 1.0
     tape = current()

@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tapegrad as tg
-from tapegrad import fused_backward as FB
+from tapegrad.engine import fused as FB
 
 from oracle import close, in_fresh_thread, sweep_dtypes
 from op_cases import (ABOVE1, ANY, DIVISOR, FRACTION, NONZERO, OFF_POLES, POS, UNIT,
@@ -545,7 +545,7 @@ def _fused_runs(fn):
 
 def test_eager_fused_sweep_float32(monkeypatch):
     """Runs of 2**18 + elements go through the fused reverse sweep
-    (fused_backward.py); the float32 gradients match the closed form."""
+    (engine/fused.py); the float32 gradients match the closed form."""
     monkeypatch.setattr(FB._Rent, "hot", True)     # fused even in the interpreted tier
     rng = _rng("fused")
     shape = BIG
@@ -1263,7 +1263,7 @@ def test_a_float32_graph_keeps_float32_values_and_sweeps_in_float32():
     themselves (no float64 copy), and its adjoints are float32 (on a thread
     of its own: a fresh tape, as the rules look at every record of a tape
     laid out whole)."""
-    from tapegrad.tape import current
+    from tapegrad.core.tape import current
     rng = _rng("sweep dtype")
     a32 = rng.uniform(0.5, 1.5, L).astype(F32)
 

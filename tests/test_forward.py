@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad import forward as FW
+from tapegrad.transforms.forward import sweep as FW
 from tapegrad.kernels import codes as C
-from tapegrad.ops.registry import REGISTRY
+from tapegrad.core.registry import REGISTRY
 
 from oracle import close, leaf
 from op_cases import CASES

@@ -1,5 +1,5 @@
 """Function transforms (grad, value_and_grad, vjp, jacobian, gradcheck),
-tapegrad.autograd.grad and backward(inputs=): closed forms, finite
+tapegrad.engine.backward.grad and backward(inputs=): closed forms, finite
 differences, and vector mode (p seeds in one sweep) against the same seeds
 one by one for every op in the registry."""
 import numpy as np
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad import functional as F
+from tapegrad.transforms import functional as F
 
 from oracle import close, leaf
 from op_cases import CASES

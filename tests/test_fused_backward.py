@@ -1,4 +1,4 @@
-"""The fused reverse sweep over runs of large elementwise records (fused_backward.py).
+"""The fused reverse sweep over runs of large elementwise records (engine/fused.py).
 
 Random straight-line programs over arrays just above the fusion threshold (the
 ``FUSE_MIN`` elements), with the run-breaking records a program meets in
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad import fused_backward as FB
+from tapegrad.engine import fused as FB
 from tapegrad.kernels import interpret
 
 from oracle import compiled_grads, sweep_dtypes

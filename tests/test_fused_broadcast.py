@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tapegrad as tg
-from tapegrad import fused_backward as FB
-from tapegrad import fused_codegen as FC
+from tapegrad.engine import fused as FB
+from tapegrad.engine import fused_codegen as FC
 from tapegrad.kernels import interpret
 
 from oracle import compiled_grads
@@ -256,7 +256,7 @@ def test_the_sums_axes_are_read_from_its_parameters():
                               ((3, 4, 5), (0, 2), None)]:
         x = tg.tensor(np.ones(shape), requires_grad=True)
         s = (x * 1.0).sum(axis=axis)
-        from tapegrad.tape import current
+        from tapegrad.core.tape import current
         assert FB._summed_axes(current(), s._rec) == want, (shape, axis)
 
 

@@ -1,4 +1,4 @@
-"""One compiled loop per fused run (tapegrad/fused_codegen.py).
+"""One compiled loop per fused run (tapegrad/engine/fused_codegen.py).
 
 The random programs of test_fused_backward.py, on float64 and on float32
 leaves, swept three ways: by the
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import fused_backward as FB
-from tapegrad import fused_codegen as FC
+from tapegrad.engine import fused as FB
+from tapegrad.engine import fused_codegen as FC
 from tapegrad.kernels import interpret
 
 import test_fused_backward as P

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import trace_batch
+from tapegrad.tracing import batch as trace_batch
 from tapegrad.kernels import batch as BK
 
 DT = 0.01

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad.ops.registry import differentiable_ops
+from tapegrad.core.registry import differentiable_ops
 
 from op_cases import CASES, _NODE_NAMES
 from oracle import check_vjp

@@ -240,7 +240,7 @@ def test_no_grad_reached_no_hook():
 def test_hooks_survive_compaction():
     """A tape that compacts renumbers records; hooks follow their record."""
     from oracle import in_fresh_thread
-    from tapegrad.tape import current
+    from tapegrad.core.tape import current
 
     def run():   # a new thread's tape: compaction is due at 4,096 records
         x = leaf(X)
@@ -294,14 +294,14 @@ def test_hooks_run_without_recording():
 
 def test_removing_the_last_leaf_hook_forgets_the_leaf():
     from oracle import in_fresh_thread
-    from tapegrad import hooks
+    from tapegrad.engine import hooks
     mine = in_fresh_thread(_leaf_hooks_come_and_go)
     gc.collect()              # the thread's tape, and the leaf with it, are gone
     assert all(e[1] is not mine for e in hooks.LEAF_HOOKS.values())
 
 
 def _leaf_hooks_come_and_go():
-    from tapegrad import hooks
+    from tapegrad.engine import hooks
     x = leaf(X)
     mine = lambda: [e[1] for e in hooks.LEAF_HOOKS.values() if e[0]() is x]  # noqa: E731
     h1 = x.register_hook(lambda g: g * 2)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import tape_writes
-from tapegrad.tape import current
+from tapegrad.core import writes as tape_writes
+from tapegrad.core.tape import current
 
 
 def _saving_records(tape, array):
@@ -97,7 +97,7 @@ def test_marks_per_write_do_not_grow_with_the_kept_graphs(monkeypatch):
 def test_a_backward_beside_stale_kept_graphs_checks_its_own_records(monkeypatch):
     """With many stale records on a small tape the backward searches its
     graph and the in-place check looks at that graph's records only."""
-    from tapegrad import autograd as AG
+    from tapegrad.engine import backward as AG
     seen = []
     real = AG._with_views
 
@@ -162,7 +162,7 @@ def test_a_loop_making_a_new_leaf_each_step_releases_arrays_as_graphs_free(monke
 
 @pytest.fixture(params=["graph search", "whole tape"])
 def search(request, monkeypatch):
-    from tapegrad import autograd as AG
+    from tapegrad.engine import backward as AG
     monkeypatch.setattr(AG, "GRAPH_SEARCH_FROM", 0 if request.param == "graph search" else 10**12)
     return request.param
 
@@ -254,7 +254,7 @@ def test_the_adjoint_arena_follows_the_graph_beside_kept_graphs(monkeypatch):
     """Backwards of large graphs one after the other while a small graph
     stays alive (the tape never resets): the adjoints a backward lays out are
     its own graph's, not every record the tape still holds."""
-    from tapegrad import autograd as AG
+    from tapegrad.engine import backward as AG
     laid = []
     real = AG.Adjoints.__init__
 
@@ -282,7 +282,7 @@ def test_graphs_dropped_without_backward_beside_a_kept_one_are_let_go(monkeypatc
     while another graph keeps the tape alive: their kept values are let go
     by a compaction once the kept bytes grow, not when the record count has
     doubled (a few records per step would take thousands of steps)."""
-    from tapegrad.tape import Tape
+    from tapegrad.core.tape import Tape
     monkeypatch.setattr(Tape, "CHECK_BYTES", 1 << 20)
     tape = current()
     tape.check_bytes = 1 << 20
@@ -305,8 +305,8 @@ def test_no_compaction_inside_a_sweep(monkeypatch, where):
     """A tg.Function's backward, or a tensor hook, that runs tapegrad ops
     while the kept bytes are past the threshold: the compaction waits until
     the sweep is over (it would renumber the records the sweep walks)."""
-    from tapegrad import tape_liveness as TL
-    from tapegrad.tape import Tape
+    from tapegrad.core import liveness as TL
+    from tapegrad.core.tape import Tape
     monkeypatch.setattr(Tape, "CHECK_BYTES", 1 << 20)
     tape = current()
     tape.check_bytes = 1 << 20

@@ -1,5 +1,5 @@
 """The fused reverse sweep of large eager runs that start from a full sum or
-mean (fused_backward.py ``_constant_root``) and carry constant adjoints
+mean (engine/fused.py ``_constant_root``) and carry constant adjoints
 through adds, subtractions and scalings (kernels/fused_segments.py
 ``seg_plan_stored``).
 
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import fused_backward as FB
+from tapegrad.engine import fused as FB
 from tapegrad.kernels import interpret
 
 from oracle import compiled_grads

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.tape import current
+from tapegrad.core.tape import current
 
 from oracle import in_fresh_thread
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.tape import current
+from tapegrad.core.tape import current
 
 X0 = np.array([1.0, 2.0])
 Y0 = np.array([0.5, -1.0])

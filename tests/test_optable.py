@@ -19,7 +19,7 @@ from tapegrad.kernels import replay as R
 from tapegrad.kernels import hvp as KS
 from tapegrad.kernels.coverage import as_python, check
 from tapegrad.kernels.unhandled import UnhandledCode
-from tapegrad.ops.registry import REGISTRY
+from tapegrad.core.registry import REGISTRY
 
 d_unary, d_scalar, d_binary = (as_python(f) for f in (E.d_unary, E.d_scalar, E.d_binary))
 f_unary, f_scalar, f_binary = (as_python(f) for f in (R.f_unary, R.f_scalar, R.f_binary))

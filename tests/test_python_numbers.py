@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.autograd import in_transform
+from tapegrad.engine.backward import in_transform
 
 X = np.array([0.3, 1.7])
 

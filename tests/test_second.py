@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad import second as S
+from tapegrad.transforms.second import passes as S
 
 from op_cases import CASES, _SinCos
 
@@ -147,7 +147,7 @@ def test_errors():
 
 
 def test_graph_is_freed_after_hessian():
-    from tapegrad.tape import current
+    from tapegrad.core.tape import current
     tg.hessian(rosen)(np.ones(5))
     tape = current()
     assert tape.n == 0 or tape.all_freed or bool(tape.freed[:tape.n].any())

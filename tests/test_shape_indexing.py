@@ -355,7 +355,7 @@ class TestIndexing:
         """The selection a basic key records (its offset, shape and strides)
         is, as an index map, the one NumPy makes of the element numbers, and
         the gradient scatters through it."""
-        from tapegrad.index_maps import slice_map
+        from tapegrad.core.index_maps import slice_map
         from tapegrad.ops.shape import _slice_params
         shape = tuple(shape)
         items = []

@@ -14,8 +14,8 @@ from hypothesis import given, settings, strategies as st
 
 import tapegrad as tg
 from tapegrad.kernels import codes as C
-from tapegrad.index_maps import STRIDED_CODES
-from tapegrad.tape import current
+from tapegrad.core.index_maps import STRIDED_CODES
+from tapegrad.core.tape import current
 
 from oracle import close, in_fresh_thread, leaf
 
@@ -265,7 +265,7 @@ def shaped_views(draw, side=5):
 def test_view_ops_record_numpys_selection(case):
     """The strided form recorded for a view op is, as an index map, NumPy's
     view of the element numbers (empty ones included)."""
-    from tapegrad.index_maps import slice_map
+    from tapegrad.core.index_maps import slice_map
     from tapegrad.ops.shape import _view_params
     shape, _op, view, _what = case
     try:

@@ -1,4 +1,4 @@
-"""Hessian sparsity (tapegrad.sparsity) and Hessians from coloured directions:
+"""Hessian sparsity (tapegrad.transforms.sparsity) and Hessians from coloured directions:
 the structural pattern holds every nonzero of the dense Hessian for every op
 in the gradient table (so new ops are covered automatically), the colouring
 is valid, coloured Hessians equal dense ones, eager and traced, and the
@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad import second as S
-from tapegrad import sparsity as SP
+from tapegrad.transforms.second import passes as S
+from tapegrad.transforms import sparsity as SP
 
 from op_cases import CASES
 from test_second import NO_SECOND, _fd_hessian, _weights, rosen, rosen_hessian

@@ -237,8 +237,8 @@ def test_scipy_logsumexp_cannot_be_intercepted_and_says_what_to_write():
     x = leaf([0.5, 1.0])
     # scipy.special.logsumexp is a Python function that converts with
     # np.asarray: no protocol reaches tapegrad, the conversion refuses
-    for name, ours in [("logsumexp", "tg.logsumexp"), ("softmax", "tg.softmax"),
-                       ("log_softmax", "tg.log_softmax")]:
+    for name in ("logsumexp", "softmax", "log_softmax"):
+        ours = rf"tapegrad\.scipy\.special\.{name} \(same arguments\)"
         with pytest.raises(RuntimeError, match=rf"converted to a NumPy array.*scipy\.special\."
                                                rf"{name} converts its input.*write {ours}"):
             getattr(special, name)(x)
@@ -257,6 +257,8 @@ def test_tapegrad_works_without_scipy():
     import pathlib
     src = pathlib.Path(tg.__file__).parent
     for f in src.rglob("*.py"):
+        if f.parent.name == "scipy":  # tapegrad.scipy may, and `import tapegrad` skips it
+            continue
         assert "import scipy" not in f.read_text() and "from scipy" not in f.read_text(), f
 
 

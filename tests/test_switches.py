@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import forward as FW
-from tapegrad import second_rules as S2
+from tapegrad.transforms.forward import sweep as FW
+from tapegrad.transforms.second import rules as S2
 from tapegrad.kernels import codes as C
 from tapegrad.kernels import elementwise_vjp as E
 from tapegrad.kernels import optable
@@ -24,9 +24,9 @@ from tapegrad.kernels import replay as R
 from tapegrad.kernels import hvp as KS
 from tapegrad.kernels.coverage import as_python, check, reaches_fallback
 from tapegrad.kernels.unhandled import FAMILIES, KINDS, UnhandledCode
-from tapegrad.ops.registry import REGISTRY, register
-from tapegrad.tape import current
-from tapegrad.trace_replay import _HOST_FORWARD, _NOT_REPLAYABLE
+from tapegrad.core.registry import REGISTRY, register
+from tapegrad.core.tape import current
+from tapegrad.tracing.replay import _HOST_FORWARD, _NOT_REPLAYABLE
 
 from oracle import leaf
 

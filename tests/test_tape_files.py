@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad import tapefile
-from tapegrad.tapefile_screen import _output_slots, _screen
+from tapegrad.tracing.files import io as tapefile
+from tapegrad.tracing.files.screen import _output_slots, _screen
 
 W = np.linspace(-1.0, 1.0, 12).reshape(3, 4)
 SPD = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
@@ -538,7 +538,7 @@ def test_interrupted_save_keeps_the_old_file(tmp_path, monkeypatch):
 def test_a_signal_as_the_temporary_file_is_opened_leaves_none(tmp_path, monkeypatch):
     """Ctrl-C handled the moment the open of the temporary file returns (the
     file made, its descriptor not yet kept): the file is removed."""
-    from tapegrad import tapefile
+    from tapegrad.tracing.files import io as tapefile
     ft, _ = _traced("mixed")
     path = tmp_path / "f.npz"
     ft.save(path)

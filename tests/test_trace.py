@@ -134,7 +134,7 @@ def test_signature_cache_is_bounded_and_an_evicted_shape_retraces():
     """A traced function called with many input shapes keeps the traces of
     the ``cache_size`` signatures used last (MAX_SIGNATURES by default); a
     call with a dropped signature traces again and is right."""
-    from tapegrad.traced_function import MAX_SIGNATURES
+    from tapegrad.tracing.function import MAX_SIGNATURES
 
     def f(x):
         return (np.sin(x) * x + np.exp(x)).sum()

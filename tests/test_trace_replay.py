@@ -6,7 +6,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad import trace_replay
+from tapegrad.tracing import replay as trace_replay
 
 N = 2 * trace_replay.FUSE_MIN + 37  # large enough to fuse; not a whole number of blocks
 
@@ -378,7 +378,7 @@ def test_traced_jacobian_and_cotangent_batch_take_one_vector_sweep(monkeypatch):
     np.testing.assert_allclose(g, cts @ J, rtol=1e-12, atol=1e-14)
     monkeypatch.undo()
     # chunks of vectors give the same rows (a last chunk of one takes the plain sweep)
-    from tapegrad import functional
+    from tapegrad.transforms import functional
     monkeypatch.setattr(functional, "JACOBIAN_BYTES", 8 * 7 * 100)
     np.testing.assert_allclose(ft.jacobian(x), J, rtol=1e-13, atol=1e-15)
 

@@ -1,10 +1,10 @@
 """A traced function called on tensors that require grad: its value joins
-their graph and its gradient is the trace's (tapegrad/traced_call.py)."""
+their graph and its gradient is the trace's (tapegrad/tracing/call.py)."""
 import numpy as np
 import pytest
 
 import tapegrad as tg
-import tapegrad.functional as F
+import tapegrad.transforms.functional as F
 
 X = np.array([0.3, -0.7, 1.1, 0.5])
 

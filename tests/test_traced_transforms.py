@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tapegrad as tg
-import tapegrad.functional as F
-from tapegrad.tape import current
+import tapegrad.transforms.functional as F
+from tapegrad.core.tape import current
 
 RNG = np.random.default_rng(7)
 A, B, C = RNG.uniform(-1, 1, 6), RNG.uniform(-1, 1, 6), RNG.uniform(0.5, 2, 6)

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad import autograd as A
+from tapegrad.engine import backward as A
 from tapegrad.kernels._views import SMALL
 from tapegrad.kernels.sweep import layout
-from tapegrad.tape import current
+from tapegrad.core.tape import current
 
 
 @pytest.fixture(params=["graph search", "whole tape"])
@@ -219,7 +219,7 @@ def test_the_graph_search_scratch_is_all_zeros_after_each_backward(search):
     behind would hide a record from the next graph.  Checked after backwards
     of interleaved graphs, a multi-output record, a fused run of large
     elementwise records and retain_graph."""
-    from tapegrad.fused_backward import FUSE_MIN
+    from tapegrad.engine.fused import FUSE_MIN
     tape = current()
     _, kept = _unrelated(40)
     w = tg.tensor(np.linspace(0.1, 0.9, 6), requires_grad=True)

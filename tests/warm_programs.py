@@ -11,7 +11,7 @@ compilation, or the interpreted tier's rent, on first use.
 import numpy as np
 
 import tapegrad as tg
-import tapegrad.functional as ft
+import tapegrad.transforms.functional as ft
 from tapegrad.__main__ import _steps
 from tapegrad.kernels import dispatch, interpret
 

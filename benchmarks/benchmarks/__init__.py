@@ -6,5 +6,5 @@ import os
 os.environ.setdefault("TAPEGRAD_INTERPRET", "0")
 
 # Fused runs sweep with their own compiled loops from the first sweep
-# (tapegrad/fused_codegen.py): the steady state of a long-running process.
+# (tapegrad/engine/fused_codegen.py): the steady state of a long-running process.
 os.environ.setdefault("TAPEGRAD_FUSE_LOOPS", "now")

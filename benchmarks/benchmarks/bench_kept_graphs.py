@@ -73,7 +73,7 @@ class DroppedLargeGraphs:
 
     def track_kept_mb(self):
         tg = self.tg
-        from tapegrad.tape import current
+        from tapegrad.core.tape import current
         z = tg.tensor(np.ones(3), requires_grad=True)
         kept = (z * 2.0).sum()  # keeps the tape alive: no reset between steps
         X = tg.tensor(np.linspace(0.0, 1.0, 10**6), requires_grad=True)

@@ -1,7 +1,7 @@
 """Views of the tape that every kernel uses.
 
 A kernel receives the tape as one tuple ``T`` of flat arrays (see
-:func:`tapegrad.tape.Tape.arrays` and :class:`tapegrad.autograd.Adjoints`):
+:func:`tapegrad.core.tape.Tape.arrays` and :class:`tapegrad.engine.backward.Adjoints`):
 
 ====  ======  ===========================================================
  idx  name    meaning (per record ``r`` unless noted)
@@ -22,7 +22,7 @@ A kernel receives the tape as one tuple ``T`` of flat arrays (see
  13   reached whether r's adjoint has been written in this sweep
 ====  ======  ===========================================================
 
-A float32 graph (autograd.py: ``Adjoints``) is swept with ``v1`` and
+A float32 graph (engine/backward.py: ``Adjoints``) is swept with ``v1`` and
 ``vals`` as float32 arrays: its large values are kept as float32 and its
 adjoints are float32, which halves the memory the sweep streams.  The same
 kernel sources serve both: :func:`~tapegrad.kernels.dtypes.float_dtype` is a constant of the

@@ -2,7 +2,7 @@
 
 An op code is ``kind << 6 | sub``: the sweep dispatches on the kind (one
 branch, one call per kernel family) and the family kernel on the sub code.
-The registry (:mod:`tapegrad.ops.registry`) gives each code its name and its
+The registry (:mod:`tapegrad.core.registry`) gives each code its name and its
 forward; this file only fixes the numbers, because compiled kernels freeze
 them.
 """

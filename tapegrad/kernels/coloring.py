@@ -1,4 +1,4 @@
-"""Greedy distance-2 colouring of a sparse matrix's columns (``tapegrad.sparsity``).
+"""Greedy distance-2 colouring of a sparse matrix's columns (``tapegrad.transforms.sparsity``).
 
 Two columns conflict when some row has a nonzero in both; columns of one
 colour can then share one Hessian-vector product and be told apart row by

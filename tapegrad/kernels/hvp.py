@@ -1,6 +1,6 @@
 """Forward-over-reverse in one compiled sweep: the Hessian's inner loop.
 
-``tapegrad.second`` carries p + 1 adjoints per record: vector 0 is the
+``tapegrad.transforms.second.passes`` carries p + 1 adjoints per record: vector 0 is the
 ordinary adjoint ``ybar`` (seed 1), vectors 1..p its tangents ``ybar_dot``
 along the p directions whose tangents ``xdot`` a forward sweep has put on
 the records.  The tangent-linear of an op's VJP ``xbar += phi'(x)^T ybar`` is

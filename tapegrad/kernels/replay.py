@@ -1,4 +1,4 @@
-"""Compiled forward replay of a traced tape (see :mod:`tapegrad.tracing`).
+"""Compiled forward replay of a traced tape (see :mod:`tapegrad.tracing.api`).
 
 ``replay`` walks a trace's records in recording order and recomputes each
 output value from its parents' values with the same parameters the reverse

@@ -30,7 +30,7 @@ def unhandled(sub):
 
 
 #: kinds whose kernels switch on a closed set of subs (kernels/structural.py,
-#: tangents.py, replay.py, user.py; tapegrad/second_rules.py); their last branch
+#: tangents.py, replay.py, user.py; tapegrad/transforms/second/rules.py); their last branch
 #: writes NaN
 FAMILIES = {
     C.K_REDUCE: (C.SUM, C.MEAN, C.MAX, C.MIN, C.PROD, C.LOGSUMEXP, C.SOFTMAX,

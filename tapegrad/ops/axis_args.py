@@ -6,7 +6,7 @@ import operator
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..core.tensor import Tensor
 from . import shape as S
 
 

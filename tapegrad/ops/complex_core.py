@@ -27,7 +27,7 @@ import numbers
 
 import numpy as np
 
-from ..tensor import ConcretizationError, Tensor, _concrete, _plain
+from ..core.tensor import ConcretizationError, Tensor, _concrete, _plain
 from . import elementwise as E
 from . import reductions as Rd
 

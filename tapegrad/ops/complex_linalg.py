@@ -34,9 +34,9 @@ import numbers
 
 import numpy as np
 
-from ..function import Function
-from ..tape import current
-from ..tensor import Tensor, _plain
+from .function import Function
+from ..core.tape import current
+from ..core.tensor import Tensor, _plain
 from . import complex_tensor as Z
 from . import elementwise as E
 from . import matrix as L

@@ -12,7 +12,7 @@ and includes this module's namespace.
 """
 import numpy as np
 
-from ..tensor import Tensor
+from ..core.tensor import Tensor
 from . import elementwise as E
 from .complex_core import _split, _z, is_complex
 from .matrix import _einsum_sublists

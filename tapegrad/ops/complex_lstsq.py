@@ -22,7 +22,7 @@
 """
 import numpy as np
 
-from ..function import Function
+from .function import Function
 from . import complex_linalg as ZL
 from . import complex_tensor as Z
 from . import matrix as L

@@ -15,7 +15,7 @@ import numbers
 
 import numpy as np
 
-from ..tensor import Tensor
+from ..core.tensor import Tensor
 from . import reductions as Rd
 from . import elementwise as E
 from .complex_core import ComplexTensor, _as_z, _split, _z

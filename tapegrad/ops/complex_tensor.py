@@ -17,7 +17,7 @@ through ``tensor.bound``.
 """
 import numpy as np
 
-from ..tensor import bound
+from ..core.tensor import bound
 from . import composite as K
 from . import elementwise as E
 from . import reductions as Rd

@@ -7,7 +7,7 @@ values and the gradients against finite differences.
 """
 import numpy as np
 
-from ..tensor import Tensor, _plain
+from ..core.tensor import Tensor, _plain
 from . import elementwise as E
 from . import reductions as Rd
 from . import shape as S

@@ -11,7 +11,7 @@ import operator
 
 import numpy as np
 
-from ..tensor import Tensor, _plain
+from ..core.tensor import Tensor, _plain
 from . import numeric as N
 
 _DEFAULT_RNG = None

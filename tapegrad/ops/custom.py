@@ -15,12 +15,12 @@ import numpy as np
 
 from ..kernels import codes as C
 from ..kernels._jit import compile_lock
-from ..tape import current
-from ..tensor import Tensor, _plain, _result
+from ..core.tape import current
+from ..core.tensor import Tensor, _plain, _result
 from .derive import derive, ready
 from .elementwise import _operand, broadcast_params
 from .numpy_api import UFUNCS
-from .registry import register
+from ..core.registry import register
 
 _UNARY = register("UserElementwise", C.K_USER, C.USER_UNARY)
 _BINARY = register("UserElementwiseBinary", C.K_USER, C.USER_BINARY)
@@ -217,7 +217,7 @@ class ElementwiseOp:
 
     def second_rules(self):
         """The second derivatives as float64 NumPy ufuncs, for ``tg.hessian`` /
-        ``tg.hvp`` (``tapegrad/second_rules.py`` applies them with NumPy): ``(d2(x,
+        ``tg.hvp`` (``tapegrad/transforms/second/rules.py`` applies them with NumPy): ``(d2(x,
         y),)`` for a unary op, ``(d_aa, d_ab, d_bb)`` of ``(a, b, y)`` for a
         binary one; None when the op was defined without one.  Compiled on
         first use only: ops that never meet a Hessian never pay for it."""

@@ -5,10 +5,10 @@ pseudo-inverse and least squares -- as host records whose VJPs run in NumPy;
 import numpy as np
 
 from ..kernels import codes as C
-from ..tensor import _plain
+from ..core.tensor import _plain
 from .host_records import (_T, _data, _f64, _host, _needs_grad, _record_outputs, _slot_grads, _sym,
                            _triangle_read)
-from .registry import CONST, register
+from ..core.registry import CONST, register
 
 
 def _copyltu(m):

@@ -12,10 +12,10 @@ import numpy as np
 from ..kernels import codes as C
 from ..kernels._views import SMALL as _SMALL
 from ..kernels.special_arrays import values_into
-from ..tape import (NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand,
+from ..core.tape import (NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand,
                     matrix_operand)
-from ..tensor import Tensor, _node, _plain, _result
-from .registry import register
+from ..core.tensor import Tensor, _node, _plain, _result
+from ..core.registry import register
 
 _SCALARS = (numbers.Real, np.floating, np.integer)
 _SUB_CODE = C.code(C.K_NARY, C.SUB)

@@ -57,7 +57,7 @@ def recall(tape, x, axes):
 
 def forget():
     """Drop the memo of this thread's tape: a value was written in place."""
-    from ..tape import _local
+    from ..core.tape import _local
     tape = _local.__dict__.get("tape")
     if tape is not None:
         tape.exp_memo = None

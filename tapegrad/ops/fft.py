@@ -23,11 +23,11 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
-from ..tape import current
-from ..tensor import Tensor, _plain, _result
+from ..core.tape import current
+from ..core.tensor import Tensor, _plain, _result
 from . import complex_tensor as Z
 from .elementwise import _operand
-from .registry import CONST, register
+from ..core.registry import CONST, register
 
 _DUAL = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 

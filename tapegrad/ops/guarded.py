@@ -5,8 +5,8 @@ Below the other op modules, which all may use it.
 """
 import numpy as np
 
-from ..tape import _local
-from ..tensor import Tensor
+from ..core.tape import _local
+from ..core.tensor import Tensor
 
 
 def _tracing():

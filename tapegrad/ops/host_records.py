@@ -5,10 +5,10 @@ matrix helpers their VJPs share.
 """
 import numpy as np
 
-from ..tape import current
-from ..tensor import Tensor, _plain, _result
+from ..core.tape import current
+from ..core.tensor import Tensor, _plain, _result
 from .elementwise import _operand
-from .registry import OUTPUT
+from ..core.registry import OUTPUT
 from .shape import swapaxes, tril, triu
 
 

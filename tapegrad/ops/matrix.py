@@ -15,13 +15,13 @@ import numpy as np
 
 from ..kernels import codes as C
 from ..kernels.blocks import sparse_products
-from ..tape import current
-from ..tensor import Tensor, _plain, _result
+from ..core.tape import current
+from ..core.tensor import Tensor, _plain, _result
 from .decompositions import (_LSTSQ, _PINV, _QR, _SVD, QRResult, SVDResult,  # noqa: F401
                              _copyltu, _pinv_vjp_core, lstsq, pinv, qr, svd, svdvals)
 from .elementwise import _operand
 from .host_records import _T, _data, _host, _sym, _triangle_read  # noqa: F401
-from .registry import CONST, OUTPUT, register
+from ..core.registry import CONST, OUTPUT, register
 
 
 def _unbroadcast(g, shape):

@@ -4,20 +4,20 @@ that makes plain NumPy code (``np.sin(t)``, ``X @ t``) record unchanged.
 """
 import numpy as np
 
-from ..grad_mode import enable_grad
+from ..core.grad_mode import enable_grad
 from ..kernels._views import SMALL
-from ..tape import NO_TAPE, Tape as _Tape, _local, current
-from ..tensor import Tensor, _owner, _plain, bound
+from ..core.tape import NO_TAPE, Tape as _Tape, _local, current
+from ..core.tensor import Tensor, _owner, _plain, bound
 from . import composite as K
 from . import elementwise as E
 from . import matrix as L
 from . import reductions as Rd
 from . import shape as S
-from .. import views as V
+from . import views as V
 from . import exp_memo, view_writes
 from . import ndarray_methods as NM
 from . import complex_tensor as Z
-from .registry import BY_NAME
+from ..core.registry import BY_NAME
 from .numpy_api import (HANDLED_FUNCTIONS, PLAIN_UFUNCS, REDUCE_UFUNCS, UFUNCS, special_ufunc,
                         ufunc_name, unsupported)
 
@@ -116,7 +116,7 @@ _UNSET = object()
 
 def _record_write(self, compute):
     """A recorded in-place write: self takes the value ``compute()`` makes;
-    through a view, the write reaches its bases (tapegrad/views.py)."""
+    through a view, the write reaches its bases (tapegrad/ops/views.py)."""
     if getattr(self, "_vw", None) is None:
         _become(self, compute())
     else:
@@ -200,7 +200,7 @@ def exposed(t):
         o._scalar = t._scalar = True
     t._data = d
     # a leaf's array is made read-only when a graph records it, and given
-    # back when the last graph that reads it is freed (tape.py); a new 0-d
+    # back when the last graph that reads it is freed (core/tape.py); a new 0-d
     # array or a non-leaf's value is protected here
     if d.flags.writeable and (fresh or o._tok is not None) and _held(o):
         d.flags.writeable = False

@@ -8,8 +8,8 @@ Bound by ``ops/methods.py``.
 """
 import numpy as np
 
-from ..tensor import Tensor
-from ..views import ViewOf, note_read_only
+from ..core.tensor import Tensor
+from .views import ViewOf, note_read_only
 from . import composite as K
 from . import elementwise as E
 from . import numeric as N

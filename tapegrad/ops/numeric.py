@@ -15,7 +15,7 @@ import operator
 
 import numpy as np
 
-from ..tensor import Tensor, _plain
+from ..core.tensor import Tensor, _plain
 from . import elementwise as E
 from . import shape as S
 from .axis_args import _axis, _ndim, _shape

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 
+from ..core.tensor import SCIPY_COUNTERPARTS
 from . import complex_linalg as ZL
 from . import complex_lstsq  # noqa: F401  (registers complex qr, pinv, lstsq)
 from . import complex_tensor as Z
@@ -167,7 +168,7 @@ def _plain_values(fn):
     """
     if fn in _STATIC:
         def run(*args, **kwargs):
-            from ..tensor import Tensor
+            from ..core.tensor import Tensor
             conv = lambda x: np.asarray(x._data) if isinstance(x, Tensor) else x  # noqa: E731
             args = [conv(a) if not isinstance(a, (list, tuple)) else type(a)(conv(x) for x in a)
                     for a in args]
@@ -205,7 +206,10 @@ PLAIN_UFUNCS = {
 
 
 def unsupported(name, args):
+    ours = ""
+    if name.startswith("scipy.") and name.removeprefix("scipy.") in SCIPY_COUNTERPARTS:
+        ours = f" Write tapegrad.{name} (same arguments), which is differentiable."
     raise TypeError(
-        f"tapegrad cannot differentiate {name} yet. To compute it on plain "
+        f"tapegrad cannot differentiate {name} yet.{ours} To compute it on plain "
         f"values, pass t.numpy() (or np.asarray(t.detach())) instead of the tensor; "
         f"the result will not be differentiable.")

@@ -10,11 +10,11 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
-from ..tape import current, matrix_operand
-from ..tensor import Tensor, _node, _plain, _result
+from ..core.tape import current, matrix_operand
+from ..core.tensor import Tensor, _node, _plain, _result
 from .elementwise import _bstrides
 from .exp_memo import recall, remember
-from .registry import register
+from ..core.registry import register
 
 
 #: the reductions that are ufunc reduces in NumPy: of a 0-d array they take

@@ -8,16 +8,16 @@ record which input and position each output element comes from.
 """
 import numpy as np
 
-from ..views import (ViewOf, is_basic, is_full_index, is_scalar, note_read_only, note_view,
+from .views import (ViewOf, is_basic, is_full_index, is_scalar, note_read_only, note_view,
                      track as track_view)
 
 from ..kernels import codes as C
 from ..kernels._views import SMALL as _SMALL
-from ..tape import NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand
-from ..tensor import Tensor, _node, _plain, _result
+from ..core.tape import NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand
+from ..core.tensor import Tensor, _node, _plain, _result
 from .elementwise import _operand, where as _where
 from .guarded import on_values
-from .registry import register
+from ..core.registry import register
 
 
 # -- identity-VJP views ----------------------------------------------------------
@@ -36,7 +36,7 @@ def _view(code, fn, x, *args, **kwargs):
 def _aliased(x, out, name, np_fn, tg_fn, args, undo=None, writeable=True):
     """``out`` (an op's result on tensor x), noted as a view of x when it is
     one (it shares x's memory, as NumPy's result does), so that writes
-    through either reach the other (tapegrad/views.py: ``ViewOf``)."""
+    through either reach the other (tapegrad/ops/views.py: ``ViewOf``)."""
     if not (isinstance(out, Tensor) and isinstance(x, Tensor)):
         return out
     how = ViewOf(name, np_fn, tg_fn, args, undo, writeable)

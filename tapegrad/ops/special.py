@@ -16,7 +16,7 @@ never multiplies a zero adjoint by an infinite derivative.
 """
 import numpy as np
 
-from ..tensor import Tensor, _plain
+from ..core.tensor import Tensor, _plain
 from . import elementwise as E
 from .elementwise import (digamma, erf, erfc, erfinv, gammaln, i0e, i1e,  # noqa: F401
                           log_ndtr, psi)
@@ -156,10 +156,10 @@ def _polygamma_function():
     next polygamma, recorded with tapegrad ops too (``vjp_ops``), so its
     gradients differentiate again under ``create_graph=True`` to any order
     (digamma's derivative is ``polygamma(1, x)``).  Made on first use:
-    ``function.py`` imports this package's elementwise ops."""
+    ``ops/function.py`` imports this package's elementwise ops."""
     global _POLYGAMMA
     if _POLYGAMMA is None:
-        from ..function import Function
+        from .function import Function
 
         class Polygamma(Function):
             @staticmethod

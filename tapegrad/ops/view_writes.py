@@ -1,13 +1,13 @@
 """A write into a view tensor carried up to its bases, recorded
-(``tapegrad/views.py`` has the bookkeeping and the rules): the view takes its
+(``tapegrad/ops/views.py`` has the bookkeeping and the rules): the view takes its
 new value, each base up the chain becomes its old value with the view's
 elements replaced (:func:`put`), and the other live views of a changed base
 are taken again from its new value (:func:`take`).
 """
 import numpy as np
 
-from ..grad_mode import enable_grad
-from ..views import ViewOf, _chain, array_of, check_writable
+from ..core.grad_mode import enable_grad
+from .views import ViewOf, _chain, array_of, check_writable
 from .shape import getitem, index_put
 
 

@@ -1,0 +1,315 @@
+"""The ``create_graph=True`` VJP of each compiled kind, as recorded ops:
+elementwise (unary, scalar, n-ary), reductions, gathers, concatenations and
+scans (``create_graph.RULES`` dispatches on the kind).
+
+Piecewise-constant factors (masks of maximum, sign of abs) are constants of
+the new graph: their derivative is zero wherever it exists.  prod and
+cumprod over inputs with zero entries use products of the other elements
+(no division), polynomials in the input, exact at every order.  digamma's
+derivative is ``polygamma(1, x)`` (``ops/special.py``), whose own
+derivative is the next polygamma.
+"""
+import math
+
+import numpy as np
+
+from .index import NoRule, _tg, scatter, take
+from ...core.index_maps import gather_map, operand_maps, reduce_map
+from ...kernels import codes as C
+from ...core.tensor import Tensor
+
+
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+def _d_unary(W, r, sub):
+    """dy/dx of record r as a tensor (or a number), from x and y."""
+    tg = _tg()
+    (q,) = W.parents(r)
+    x = (lambda: W.x(q))
+    y = (lambda: W.x(r))
+    if sub == C.IDENT or sub >= C.VIEW_FIRST:
+        return 1.0
+    if sub == C.NEG:
+        return -1.0
+    D = {
+        C.EXP: lambda: y(), C.LOG: lambda: 1.0 / x(), C.LOG1P: lambda: 1.0 / (1.0 + x()),
+        C.EXPM1: lambda: y() + 1.0, C.SQRT: lambda: 0.5 / y(), C.SQUARE: lambda: 2.0 * x(),
+        C.SIN: lambda: tg.cos(x()), C.COS: lambda: -tg.sin(x()),
+        C.TAN: lambda: 1.0 + y() * y(), C.TANH: lambda: 1.0 - y() * y(),
+        C.SINH: lambda: tg.cosh(x()), C.COSH: lambda: tg.sinh(x()),
+        C.ARCSIN: lambda: 1.0 / tg.sqrt(1.0 - x() * x()),
+        C.ARCCOS: lambda: -1.0 / tg.sqrt(1.0 - x() * x()),
+        C.ARCTAN: lambda: 1.0 / (1.0 + x() * x()),
+        C.ABS: lambda: np.sign(W.val(q)), C.FABS: lambda: np.sign(W.val(q)),
+        C.RECIPROCAL: lambda: -y() * y(), C.EXP2: lambda: y() * _LN2,
+        C.LOG2: lambda: 1.0 / (x() * _LN2), C.LOG10: lambda: 1.0 / (x() * _LN10),
+        C.CBRT: lambda: 1.0 / (3.0 * y() * y()),
+        C.ARCSINH: lambda: 1.0 / tg.sqrt(x() * x() + 1.0),
+        C.ARCCOSH: lambda: 1.0 / tg.sqrt(x() * x() - 1.0),
+        C.ARCTANH: lambda: 1.0 / (1.0 - x() * x()),
+        C.DEG2RAD: lambda: math.pi / 180.0, C.RAD2DEG: lambda: 180.0 / math.pi,
+        C.ERF: lambda: (2.0 / math.sqrt(math.pi)) * tg.exp(-x() * x()),
+        C.ERFC: lambda: (-2.0 / math.sqrt(math.pi)) * tg.exp(-x() * x()),
+        C.ERFINV: lambda: (math.sqrt(math.pi) / 2.0) * tg.exp(y() * y()),
+        C.GAMMALN: lambda: tg.digamma(x()),
+        C.DIGAMMA: lambda: _special().polygamma(1, x()),
+        C.I0E: lambda: tg.i1e(x()) - np.sign(W.val(q)) * y(),
+        C.I1E: lambda: _d_i1e(W, q, x, y),
+        C.LOG_NDTR: lambda: tg.exp(-0.5 * x() * x() - tg.log_ndtr(x()))
+        / math.sqrt(2.0 * math.pi),
+    }
+    if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:
+        return None
+    return D[sub]()  # a sub with no formula: KeyError, never a zero
+
+
+def _special():
+    from ...ops import special
+    return special
+
+
+def _d_i1e(W, q, x, y):
+    # i1e' = i0e - i1e (sign(x) + 1/x); 1/2 at 0
+    tg = _tg()
+    xv = W.val(q)
+    if (xv == 0).any():
+        raise NoRule("I1e", "its input has zero entries")
+    return tg.i0e(x()) - y() * (np.sign(xv) + 1.0 / x())
+
+
+def _unary(W, r, sub, u):
+    (q,) = W.parents(r)
+    d = _d_unary(W, r, sub)
+    if d is None:
+        return
+    W.add(q, u if isinstance(d, float) and d == 1.0 else u * d)
+
+
+def _scalar(W, r, sub, u):
+    (q,) = W.parents(r)
+    c = float(W.tape.fp[r])
+    if sub == C.ADDC:
+        d = u
+    elif sub == C.MULC:
+        d = u * c
+    elif sub == C.DIVC:
+        d = u / c
+    elif sub == C.RSUBC:
+        d = -u
+    elif sub == C.RDIVC:  # c / x
+        d = -u * W.x(r) / W.x(q)
+    elif sub == C.POWC:  # x ** c
+        d = u * (c * W.x(q) ** (c - 1.0)) if c != 0.0 else None
+    elif sub == C.RPOWC:  # c ** x
+        d = u * W.x(r) * math.log(c) if c != 1.0 else None
+    else:
+        raise KeyError(sub)
+    W.add(q, d)
+
+
+def _nary(W, r, sub, u):
+    tg = _tg()
+    ps = W.parents(r)
+    m = W.size(r)
+    if sub == C.WHERE:
+        qc, qa, qb = ps
+        cond = W.val(qc) != 0
+        ic, ia, ib = _maps(W, r, m, ps)
+        cond = cond[ic] if ic is not None else np.broadcast_to(cond, (m,))
+        W.add(qa, _back(u * cond.astype(np.float64), ia, W.size(qa)))
+        W.add(qb, _back(u * (~cond).astype(np.float64), ib, W.size(qb)))
+        return
+    if sub >= C.NARY_ZERO_FIRST:
+        return
+    qa, qb = ps
+    ia, ib = _maps(W, r, m, ps)
+    A = lambda: _at(W.x(qa), ia, m)  # noqa: E731
+    B = lambda: _at(W.x(qb), ib, m)  # noqa: E731
+    av = lambda: _atv(W.val(qa), ia, m)  # noqa: E731
+    bv = lambda: _atv(W.val(qb), ib, m)  # noqa: E731
+    Y = lambda: W.x(r)  # noqa: E731
+    need_a, need_b = W.dep[qa], W.dep[qb]
+    if sub == C.ADD:
+        da, db = 1.0, 1.0
+    elif sub == C.SUB:
+        da, db = 1.0, -1.0
+    elif sub == C.MUL:
+        da = B() if need_a else None
+        db = A() if need_b else None
+    elif sub == C.DIV:
+        da = 1.0 / B() if need_a else None
+        db = -Y() / B() if need_b else None
+    elif sub in (C.POW, C.FLOAT_POWER):
+        a_, b_ = av(), bv()
+        da = (B() * A() ** (B() - 1.0)) * (b_ != 0).astype(np.float64) if need_a else None
+        if need_b:
+            safe = np.where(a_ != 0, a_, 1.0)
+            a_t = A()
+            la = tg.log(tg.where(a_ != 0, a_t, safe)) if isinstance(a_t, Tensor) \
+                else np.log(safe)
+            db = Y() * la * (a_ != 0)
+        else:
+            db = None
+    elif sub == C.ARCTAN2:
+        r2 = A() * A() + B() * B()
+        da, db = B() / r2, -A() / r2
+    elif sub == C.HYPOT:
+        da, db = A() / Y(), B() / Y()
+    elif sub == C.LOGADDEXP:
+        da, db = tg.exp(A() - Y()), tg.exp(B() - Y())
+    elif sub == C.LOGADDEXP2:
+        da, db = tg.exp2(A() - Y()), tg.exp2(B() - Y())
+    elif sub == C.COPYSIGN:
+        da, db = np.copysign(1.0, av()) * np.copysign(1.0, bv()), None
+    elif sub == C.FMOD:
+        da, db = 1.0, -np.trunc(av() / bv())
+    elif sub == C.REMAINDER:
+        da, db = 1.0, -np.floor(av() / bv())
+    elif sub in (C.MAXIMUM, C.MINIMUM, C.FMAX, C.FMIN):
+        a_, b_ = av(), bv()
+        big = sub in (C.MAXIMUM, C.FMAX)
+        wins = (a_ > b_) if big else (a_ < b_)
+        tie = a_ == b_
+        da = np.where(tie, 0.5, wins.astype(np.float64))
+        nan_a, nan_b = a_ != a_, b_ != b_
+        if sub in (C.MAXIMUM, C.MINIMUM):  # NaN wins
+            da = np.where(nan_a, 1.0, np.where(nan_b, 0.0, da))
+        else:  # NaN loses
+            da = np.where(nan_a, 0.0, np.where(nan_b, 1.0, da))
+        db = 1.0 - da
+    else:
+        raise KeyError(sub)
+    if need_a and da is not None:
+        W.add(qa, _back(u * da, ia, W.size(qa)))
+    if need_b and db is not None:
+        W.add(qb, _back(u * db, ib, W.size(qb)))
+
+
+def _maps(W, r, m, ps):
+    return operand_maps(W.tape, r, m, [W.size(q) for q in ps])
+
+
+def _at(t, idx, m):
+    """Operand value ``t`` at the m output elements (its map ``idx``)."""
+    if idx is None:
+        return t
+    if isinstance(t, np.ndarray):
+        return t[idx]
+    return take(t, idx)
+
+
+def _atv(v, idx, m):
+    if idx is None:
+        return v
+    return v[idx]
+
+
+def _back(t, idx, n):
+    """The adjoint ``t`` of the m output elements, summed into the operand's n."""
+    if idx is None:
+        return t
+    if isinstance(t, np.ndarray):
+        return np.bincount(idx, t, minlength=n)
+    return scatter(t, idx, n)
+
+
+def _reduce(W, r, sub, u):
+    (q,) = W.parents(r)
+    n, m = W.size(q), W.size(r)
+    om = reduce_map(W.tape, r, n) if m > 1 or sub in (C.SOFTMAX, C.LOG_SOFTMAX) else \
+        np.zeros(n, np.int64)
+    tg = _tg()
+    if sub == C.SUM:
+        W.add(q, take(u, om))
+    elif sub == C.MEAN:
+        W.add(q, take(u, om) * (m / n if n else 0.0))
+    elif sub in (C.MAX, C.MIN):
+        x, y = W.val(q), W.val(r)
+        hit = (x == y[om]) | ((x != x) & (y[om] != y[om]))
+        ties = np.bincount(om, hit.astype(np.float64), m)
+        W.add(q, take(u, om) * np.where(hit, 1.0 / np.maximum(ties, 1.0)[om], 0.0))
+    elif sub == C.PROD:
+        if (W.val(q) != 0).all():  # y / x
+            W.add(q, take(u * W.x(r), om) / W.x(q))
+        elif n:
+            W.add(q, _prod_others(W.x(q), om, m, n) * take(u, om))
+    elif sub == C.LOGSUMEXP:
+        W.add(q, take(u, om) * tg.exp(W.x(q) - take(W.x(r), om)))
+    elif sub == C.SOFTMAX:
+        y = W.x(r)
+        rows = int(om.max()) + 1 if n else 0
+        W.add(q, y * (u - take(scatter(u * y, om, rows), om)))
+    elif sub == C.LOG_SOFTMAX:
+        y = W.x(r)
+        rows = int(om.max()) + 1 if n else 0
+        W.add(q, u - tg.exp(y) * take(scatter(u, om, rows), om))
+    else:
+        raise KeyError(sub)
+
+
+def _prod_others(x, om, m, n):
+    """The product of the other elements of each element's group (``om``: its
+    output), exact with zeros: the exclusive cumulative products from both
+    sides, a polynomial in x, so every further order is exact too."""
+    tg = _tg()
+    perm = np.argsort(om, kind="stable")  # each output's elements, in a row
+    k = n // m
+    X = tg.reshape(take(x, perm), (m, k))
+    one = np.ones((m, 1))
+    left = tg.cumprod(tg.concatenate([one, X[:, :k - 1]], axis=1), axis=1)
+    right = tg.flip(tg.cumprod(tg.concatenate([one, tg.flip(X[:, 1:], 1)], axis=1),
+                               axis=1), 1)
+    return scatter(tg.reshape(left * right, (-1,)), perm, n)
+
+
+#: the most elements of the zero-safe cumprod formula (n^2 along the scan)
+_CUMPROD_ZERO_MAX = 1 << 22
+
+
+def _gather(W, r, sub, u):
+    tape = W.tape
+    (q,) = W.parents(r)
+    W.add(q, scatter(u, gather_map(tape, r), W.size(q)))
+
+
+def _concat(W, r, sub, u):
+    tape = W.tape
+    b = int(tape.ip0[r])
+    m = int(tape.ip[b])
+    src = tape.ip[b + 1:b + 1 + m]
+    pos = tape.ip[b + 1 + m:b + 1 + 2 * m]
+    for j, q in enumerate(W.parents(r)):
+        if not W.dep[q]:
+            continue
+        ks = np.flatnonzero(src == j)
+        W.add(q, scatter(take(u, ks), pos[ks], W.size(q)))
+
+
+def _scan(W, r, sub, u):
+    tape = W.tape
+    tg = _tg()
+    (q,) = W.parents(r)
+    b = int(tape.ip0[r])
+    shape = (int(tape.ip[b]), int(tape.ip[b + 1]), int(tape.ip[b + 2]))
+
+    def rcumsum(t):  # sum over j >= k along the scanned axis
+        t = tg.reshape(t, shape)
+        return tg.reshape(tg.flip(tg.cumsum(tg.flip(t, 1), axis=1), 1), (-1,))
+    if sub == C.CUMSUM:
+        W.add(q, rcumsum(u))
+    elif sub == C.CUMPROD:
+        if (W.val(q) != 0).all():
+            W.add(q, rcumsum(u * W.x(r)) / W.x(q))
+            return
+        # with zeros: dy_j/dx_k = prod_{i <= j, i != k} x_i (k <= j), each row k
+        # a cumprod of x with x_k replaced by 1: polynomial, exact to any order
+        a, n, c = shape
+        X = tg.expand_dims(tg.reshape(W.x(q), shape), 1)            # (a, 1, n, c)
+        eye = np.eye(n)[None, :, :, None]
+        Cp = tg.cumprod(X * (1.0 - eye) + eye, axis=2)               # (a, k, j, c)
+        U = tg.expand_dims(tg.reshape(u, shape), 1)
+        upper = np.triu(np.ones((n, n)))[None, :, :, None]           # j >= k
+        W.add(q, tg.reshape(tg.sum(U * Cp * upper, axis=2), (-1,)))
+    else:
+        raise KeyError(sub)

@@ -1,0 +1,369 @@
+"""Forward mode: ``jvp`` and ``jacfwd`` by a compiled tangent sweep over the tape.
+
+The function is recorded on the tape as for reverse mode; then one compiled
+sweep walks the records upwards from the inputs' leaves and applies each
+op's tangent rule (``kernels/tangents.py``), carrying p tangent directions
+per element at once.  Host records (matmul, LAPACK ops) stop the sweep and
+their rules (``transforms/forward/host_rules.py``) run with NumPy on ``(p,) + shape``
+tangent arrays, then the sweep resumes.  Nothing extra is recorded: each tangent rule uses the same
+local partial derivatives as the op's VJP, so it reads exactly the values
+the tape already keeps for the VJP (``kernels/optable.py: READS_*``).  A
+forward sweep frees nothing, so several sweeps (chunks of a Jacobian) may
+run over one recording.
+"""
+import numpy as np
+
+from ...engine.backward import Adjoints
+from ...ops.complex_tensor import ComplexTensor
+from ..base import (_argnums, _call, _call_complex, _connected, _root_span, _scratch,
+                             _trace_inputs, _value)
+from ...kernels._views import SMALL
+from ...kernels.tangents import fwd_layout, sweep_fwd
+from ...kernels.sweep import layout
+from ...core.registry import REGISTRY
+from ...core.tape import current
+from ...core.tensor import Tensor
+# the host records' rules (transforms/forward/host_rules.py); this module's namespace includes them
+from .host_rules import (HOST_JVP, _cholesky_jvp, _det_jvp, _eigh_jvp,  # noqa: F401
+                           _einsum_jvp, _function_jvp, _inv_jvp, _logabsdet_jvp, _lstsq_jvp,
+                           _matmul_jvp, _pad, _parents, _pinv_jvp, _qr_jvp, _qr_tall,
+                           _solve_jvp, _sum_terms, _svd_jvp, _sym, _T, _trace_inv)
+
+#: tangent memory one forward sweep may use (p directions of every reached
+#: record); a forward Jacobian with more is computed in chunks of columns
+JACFWD_BYTES = 256 * 2**20
+
+
+class _Tangents:
+    """The tangents of the records that depend on the seeded leaves.
+
+    ``layout`` fixes which records are reached and their offsets once;
+    ``alloc(p)`` gives memory for p directions (record r's tangents are a
+    ``(size, p)`` block).  For host rules: ``value`` (the recorded value),
+    ``lead(r, shape)`` (the tangents as a ``(p,) + shape`` view, None when r
+    does not depend on the inputs) and ``put(r, t)``.
+    """
+
+    value = None  # set below: the same accessor host VJPs use
+
+    def __init__(self, tape, upto, seed_recs):
+        self.size = tape.size
+        self.voff = layout(tape.op, tape.size, upto, SMALL)[0]
+        tape.arg0[tape.n] = tape.na  # closes the last record's parents
+        self.reached = np.zeros(upto, np.bool_)
+        self.reached[seed_recs] = True
+        start = int(min(seed_recs))
+        self.toff, self.total = fwd_layout(tape.op, tape.arg0, tape.args, tape.size,
+                                           start, upto, self.reached)
+        self.start, self.upto = start, upto
+        # value() of an unreached record whose large value was not kept falls
+        # back to reading its tangent address: point those at zeros
+        big = (~self.reached) & (tape.size[:upto] > SMALL) & (tape.rix[:upto] < 0)
+        self.Z = np.zeros(max(int(tape.size[:upto][big].max()) if big.any() else 1, 1))
+
+    @classmethod
+    def laid_out(cls, tape, upto, voff, reached, toff, total, start, zsize):
+        """The same from a layout computed elsewhere (``kernels/hvp.py:
+        hvp_layout`` computes this one and the adjoints' in one call)."""
+        self = cls.__new__(cls)
+        self.size, self.voff, self.reached = tape.size, voff, reached
+        self.toff, self.total, self.start, self.upto = toff, total, start, upto
+        self.Z = np.zeros(zsize)
+        return self
+
+    def alloc(self, p, own=False):
+        """Memory for p directions: this thread's reusable arena (callers
+        copy results out: fresh memory costs a page fault per 4 KiB), or with
+        ``own`` an arena of its own, for a pass that is kept and rerun."""
+        self.p = p
+        n = max(int(self.total) * p, 1)
+        self.A = np.empty(n) if own else _scratch("tangents", n)
+        self.aptr = np.where(self.toff >= 0, self.A.ctypes.data + self.toff * (8 * p),
+                             self.Z.ctypes.data)
+
+    def block(self, r):
+        """Record r's tangents as a ``(size, p)`` view."""
+        o, s = int(self.toff[r]) * self.p, int(self.size[r])
+        return self.A[o:o + s * self.p].reshape(s, self.p)
+
+    def trail(self, r, shape):
+        """Record r's tangents as a ``shape + (p,)`` view, or None."""
+        if r >= self.upto or not self.reached[r]:
+            return None
+        return self.block(r).reshape(tuple(shape) + (self.p,))
+
+    def lead(self, r, shape):
+        t = self.trail(r, shape)
+        return None if t is None else np.moveaxis(t, -1, 0)
+
+    def put(self, r, t):
+        view = self.block(r)
+        # the size spelled out: with no directions or no elements, -1 is ambiguous
+        view[...] = np.reshape(t, (self.p, view.shape[0])).T
+
+
+# recorded values are found the same way as for host VJPs (needs only voff)
+_Tangents.value = Adjoints.value
+
+
+def _sweep(tape, tan, T):
+    start = tan.start
+    while True:
+        s = sweep_fwd(T, start, tan.upto, tan.p)
+        if s == -1:
+            return
+        if s < -1:
+            raise RuntimeError(
+                "jvp: a value the tangent sweep needs was freed by a backward() that ran "
+                "inside the function; call backward(retain_graph=True) there, or use "
+                "tg.grad / tg.vjp, which free nothing of the caller's graph")
+        code = int(tape.op[s])
+        rule = HOST_JVP.get(code)
+        if rule is None:
+            name = REGISTRY[code].name if code in REGISTRY else f"with code {code}"
+            raise NotImplementedError(
+                f"jvp: the op {name} has no forward-mode rule; use "
+                "reverse mode (tg.vjp, tg.jacobian) for functions that use it")
+        rule(tape, tan, s)
+        start = s + 1
+
+
+def push(leaves, seeds, out, p):
+    """The tangents of ``out`` for the leaves' tangent directions.
+
+    ``leaves`` are the leaf tensors the function was called with, ``seeds``
+    their tangents as ``(p, size)`` float64 arrays (or a callable ``(k, lo,
+    hi)`` giving leaf k's directions ``lo .. hi-1``, for chunked Jacobians).
+    Returns ``(p, out.size)`` float64.
+    """
+    m = int(out.size)
+    res = np.zeros((p, m))
+    if out._tok is None:  # the output is itself a leaf
+        for k, x in enumerate(leaves):
+            if x is out:
+                res += _seed_rows(seeds, k, 0, p)
+        return res
+    tape = current()
+    if not out._requires_grad or out._tok is not tape.tok:
+        return res  # recorded before the inputs existed: independent of them
+    upto = _root_span(tape, out._rec)
+    recs = [x._lrec if x._ltok is tape.lkey and x._lrec < upto else None for x in leaves]
+    live = [r for r in recs if r is not None]
+    if not live:
+        return res
+    # a tg.Function's jvp is user code that may record: no compaction may
+    # renumber the records the walk reads
+    with tape.walking():
+        return _push(tape, out, recs, live, seeds, upto, res, p)
+
+
+def _push(tape, out, recs, live, seeds, upto, res, p):
+    tan = _Tangents(tape, upto, np.array(live, np.int64))
+    if not tan.reached[out._rec]:
+        return res
+    per_dir = max(int(tan.total), 1) * 8
+    chunk = int(max(1, min(p, JACFWD_BYTES // per_dir)))
+    for lo in range(0, p, chunk):
+        hi = min(p, lo + chunk)
+        tan.alloc(hi - lo)
+        for k, r in enumerate(recs):
+            if r is not None:
+                tan.block(r)[...] = _seed_rows(seeds, k, lo, hi).T
+        T = tape.arrays(tan) + (tan.reached,)
+        _sweep(tape, tan, T)
+        res[lo:hi] = tan.block(out._rec).T
+    return res
+
+
+def _seed_rows(seeds, k, lo, hi):
+    return seeds(k, lo, hi) if callable(seeds) else seeds[k][lo:hi]
+
+
+# -- jvp, jacfwd -------------------------------------------------------------------------
+def _as_tuple(x, what):
+    if not isinstance(x, (tuple, list)):
+        raise TypeError(f"jvp: {what} must be a tuple (or list) with one entry per positional "
+                        f"argument of the function, got {type(x).__name__}")
+    return tuple(x)
+
+
+def jvp(f, primals, tangents, batched=None):
+    """``(f(*primals), J t)``: the Jacobian-vector product by forward mode.
+
+    JAX's signature: ``primals`` and ``tangents`` are tuples with one entry per
+    positional argument of ``f``, each tangent of its primal's shape.  The
+    function is recorded once and one compiled tangent sweep pushes the
+    tangents from the inputs to the output.
+
+    A *batch* of p tangent directions goes through that one sweep together:
+    give every tangent the shape ``(p,) + primal.shape``, and ``tangent_out``
+    has shape ``(p,) + out.shape``.  ``batched=None`` tells the two forms apart
+    by the number of axes (which is never ambiguous); ``True`` or ``False``
+    insists on one of them.
+
+    Tangents are taken in float64, and ``tangent_out`` has the output's
+    dtype.  A complex primal (array, number or ComplexTensor) takes a complex
+    tangent (a real one is a tangent along the real axis); a function with
+    a complex output gives a complex ``tangent_out``, the derivative of its
+    real and imaginary parts: for a holomorphic ``f``, ``f'(z) * dz``.  A
+    ``tg.Function`` has no forward rule (it only defines ``backward``): a
+    function that calls one raises ``NotImplementedError``.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> f = lambda x, y: np.sin(x) * y
+    >>> out, t = tg.jvp(f, (np.array([0.0, 1.0]), np.array([2.0, 3.0])),
+    ...                 (np.array([1.0, 0.0]), np.array([0.0, 0.0])))
+    >>> t                                   # d/dx sin(x) * y along e_0
+    array([2., 0.])
+    >>> out, T = tg.jvp(lambda x: x ** 2, (np.array([1.0, 2.0]),), (np.eye(2),))
+    >>> T                                   # two directions at once: the Jacobian
+    array([[2., 0.],
+           [0., 4.]])
+    >>> tg.jvp(lambda z: z ** 2, (np.array([1.0 + 1.0j]),), (np.array([1.0j]),))[1]
+    array([-2.+2.j])
+    """
+    primals = _as_tuple(primals, "primals")
+    tangents = _as_tuple(tangents, "tangents")
+    if len(primals) != len(tangents):
+        raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents; give "
+                         "one tangent per primal")
+    if hasattr(f, "_tangents") and not _connected(primals):
+        # a traced function at plain arrays: its own tangent sweep over the
+        # replay (the call recorded as an op has no forward rule)
+        inputs = _trace_inputs(primals, range(len(primals)))
+        if inputs is not None and len(inputs) == len(primals):
+            return f.jvp(primals, tangents, batched=batched)
+    leaves, out, pairs = _call_complex(f, primals, tuple(range(len(primals))), "jvp")
+    ts, p, batch = _check_tangents(leaves, _leaf_tangents(tangents, pairs), batched)
+    seeds = [t.reshape(p, -1) for t in ts]
+    if type(out) is ComplexTensor:
+        shape = (p,) + tuple(out.shape)
+        t = push(leaves, seeds, out.real, p).reshape(shape) + \
+            1j * push(leaves, seeds, out.imag, p).reshape(shape)
+        value = out.detach().numpy()
+        return (value[()] if value.ndim == 0 else value), (t if batch else t[0])
+    value = _value(out)
+    t = push(leaves, seeds, out, p).reshape((p,) + out.shape)
+    dtype = out.dtype if out.dtype.kind == "f" else np.float64
+    t = t.astype(dtype, copy=False)
+    return value, (t if batch else t[0])
+
+
+def _leaf_tangents(tangents, pairs):
+    """Per leaf from per primal (``_call_complex``'s ``pairs``): a complex
+    primal's tangent gives its two leaves the real and imaginary parts; a
+    real primal's tangent must be real."""
+    if pairs is None:
+        pairs = list(range(len(tangents)))
+    res = []
+    for i, (t, pr) in enumerate(zip(tangents, pairs)):
+        t = t.detach().numpy() if type(t) is ComplexTensor else \
+            t._data if isinstance(t, Tensor) else t
+        if type(pr) is tuple:
+            try:
+                t = np.asarray(t)
+            except ValueError as e:
+                raise TypeError(f"jvp: tangent {i} is not a rectangular array: {e}") from None
+            if t.dtype.kind not in "fiuc":
+                raise TypeError(f"jvp: tangent {i} has dtype {t.dtype}; a complex primal "
+                                "takes a complex (or real) tangent")
+            res += [t.real, t.imag if t.dtype.kind == "c" else np.zeros(t.shape)]
+        else:
+            if np.iscomplexobj(t):
+                raise TypeError(f"jvp: tangent {i} is complex but its primal is real; give a "
+                                "real tangent, or a complex primal for a complex direction")
+            res.append(t)
+    return res
+
+
+def _check_tangents(leaves, tangents, batched):
+    ts = []
+    for i, (x, t) in enumerate(zip(leaves, tangents)):
+        t = t._data if isinstance(t, Tensor) else t
+        try:
+            t = np.asarray(t)
+        except ValueError as e:
+            raise TypeError(f"jvp: tangent {i} is not a rectangular array: {e}") from None
+        if t.dtype.kind not in "fiu":
+            raise TypeError(f"jvp: tangent {i} has dtype {t.dtype}; tangents must be real "
+                            f"numbers (the primal's dtype is {x.dtype})")
+        ts.append(t)
+    shapes = [x.shape for x in leaves]
+    single = all(t.shape == s for t, s in zip(ts, shapes))
+    batch = bool(ts) and all(t.ndim == len(s) + 1 and t.shape[1:] == s
+                             for t, s in zip(ts, shapes))
+    if batched is None:
+        batched = batch and not single
+    if batched:
+        if not batch:
+            bad = next(i for i, (t, s) in enumerate(zip(ts, shapes))
+                       if not (t.ndim == len(s) + 1 and t.shape[1:] == s))
+            raise ValueError(f"jvp: with batched=True, tangent {bad} must have shape (p,) + "
+                             f"{shapes[bad]}, got {ts[bad].shape}")
+        ps = {t.shape[0] for t in ts}
+        if len(ps) > 1:
+            raise ValueError(f"jvp: a batch of tangents needs the same number p of directions "
+                             f"for every primal; got p = {sorted(ps)}")
+        p = ps.pop()
+    else:
+        for i, (t, s) in enumerate(zip(ts, shapes)):
+            if t.shape != s:
+                raise ValueError(
+                    f"jvp: tangent {i} has shape {t.shape} but its primal has shape {s}; "
+                    f"give a tangent of the primal's shape, or shape (p,) + {s} for a batch "
+                    "of p directions")
+        p = 1
+        ts = [t[None] for t in ts]
+    return [np.asarray(t, dtype=np.float64) for t in ts], p, batched
+
+
+def unit_directions(leaves):
+    """``(n, starts, unit)`` for the n unit directions over all leaves' elements:
+    ``unit(k, lo, hi)`` is leaf k's part of directions ``lo .. hi-1``, as rows
+    (the seeds of a chunk of a Jacobian or Hessian)."""
+    sizes = [int(x.size) for x in leaves]
+    starts = np.cumsum([0] + sizes)
+
+    def unit(k, lo, hi):
+        rows = np.zeros((hi - lo, sizes[k]))
+        j = np.arange(max(lo, starts[k]), min(hi, starts[k + 1]))
+        rows[j - lo, j - starts[k]] = 1.0
+        return rows
+    return int(starts[-1]), starts, unit
+
+
+def forward_jacobian(leaves, out):
+    """Per leaf, ``(m,) + leaf.shape`` float64: out's Jacobian by one batched
+    tangent sweep with the n unit directions (in chunks when large)."""
+    n, starts, unit = unit_directions(leaves)
+    J = push(leaves, unit, out, n).T  # (m, n)
+    return [J[:, starts[k]:starts[k + 1]].reshape((J.shape[0],) + x.shape)
+            for k, x in enumerate(leaves)]
+
+
+def jacfwd(f, argnums=0):
+    """The Jacobian of ``f`` by forward mode, shape ``out.shape + in.shape``.
+
+    All n unit tangents of the inputs at ``argnums`` go through one compiled
+    tangent sweep (in chunks when their tangents would take more than
+    ``tapegrad.transforms.forward.sweep.JACFWD_BYTES``): the cheap direction when f has far
+    fewer inputs than outputs.  ``tg.jacobian`` picks this mode by itself
+    then.  Results have the inputs' dtypes, as ``tg.jacobian``'s.
+
+    Examples
+    --------
+    >>> import numpy as np, tapegrad as tg
+    >>> tg.jacfwd(lambda x: np.outer(x, [1.0, 2.0, 3.0]).ravel())(np.array([1.0, 2.0])).shape
+    (6, 2)
+    """
+    def jacfwd_f(*args):
+        single, nums = _argnums(argnums, len(args), "jacfwd")
+        leaves, out = _call(f, args, nums, "jacfwd")
+        gs = forward_jacobian(leaves, out)
+        res = [g.reshape(out.shape + x.shape).astype(x.dtype, copy=False)
+               for g, x in zip(gs, leaves)]
+        return res[0] if single else tuple(res)
+    jacfwd_f.__name__ = f"jacfwd({getattr(f, '__name__', 'f')})"
+    return jacfwd_f
