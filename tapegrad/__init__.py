@@ -75,7 +75,14 @@ _LAZY = {
 __all__ = sorted([n for n in dir() if not n.startswith("_")] + list(_LAZY))
 
 
+#: subpackages imported on first use: ``tg.scipy.stats.norm.logpdf(...)``
+_LAZY_PACKAGES = ("scipy",)
+
+
 def __getattr__(name):
+    if name in _LAZY_PACKAGES:
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tapegrad' has no attribute {name!r}")

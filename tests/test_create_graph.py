@@ -254,3 +254,34 @@ def test_a_seed_that_requires_grad_gets_its_gradient():
     np.testing.assert_allclose(v.grad.numpy(), [8.0, 96.0])
     np.testing.assert_allclose(x.grad.numpy(), [10.0, 156.0])  # 2 x v + 8 x v^2
     x.grad = None
+
+
+def test_a_freed_graph_over_the_same_leaf_is_not_visited():
+    # the second-order pass seeds x's tangent: a record of an earlier graph
+    # that reads x, freed by its backward, leads to no root and must be
+    # skipped (it was visited, and its freed host record raised ValueError)
+    import math
+
+    def fwd(v):
+        return max(v, 0.0) + math.log1p(math.exp(-abs(v)))
+
+    def d1(v, y):
+        return 1.0 / (1.0 + math.exp(-v))
+
+    def d2(v, y):
+        s = 1.0 / (1.0 + math.exp(-v))
+        return s * (1.0 - s)
+
+    softplus = tg.elementwise(fwd, d1, second_derivative=d2)
+    x = tg.tensor([0.0, 1.0], requires_grad=True)
+    (g,) = tg.autograd.grad((softplus(x) * x).sum(), x, create_graph=True)
+    (g * g).sum().backward()
+    (g,) = tg.autograd.grad(softplus(x).sum(), x, create_graph=True)
+    (h,) = tg.autograd.grad(g.sum(), x)
+    s = 1.0 / (1.0 + np.exp(-np.array([0.0, 1.0])))
+    np.testing.assert_allclose(h.numpy(), s * (1.0 - s), rtol=1e-12)
+    # and forward mode over the same tape
+    _, t = tg.jvp(lambda v: (softplus(v) * v).sum(), (np.array([0.0, 1.0]),),
+                  (np.array([1.0, 0.0]),))
+    # d/dv0 of softplus(v0) v0 at 0: sigma(0) * 0 + softplus(0) = log 2
+    np.testing.assert_allclose(t, np.log(2.0), rtol=1e-12)

@@ -391,14 +391,15 @@ def _sweep_block(T, freed, start, stop, ctx, table):
 
 
 @kernel
-def hvp_layout(op, size, arg0, args, rix, upto, small, seeds, p1):
+def hvp_layout(op, size, arg0, args, rix, upto, small, seeds, p1, root):
     """Where everything of a pass over records ``0 .. upto-1`` lives, in one
     call from Python (separate calls and their NumPy glue cost more than the
     Hessian of a small function takes to compute).
 
     Returns ``(voff, treached, toff, total, zsize, aoff, stride, leaf, inner,
     outer)``: mid-size values' offsets (``layout``); which records depend on
-    the ``seeds`` records, their tangent offsets and count (``fwd_layout``);
+    the ``seeds`` records and lead to the roots ``root .. upto-1``, their
+    tangent offsets and count (``fwd_layout``);
     the room an unreached record's unkept large value needs when a loop loads
     it through its tangent address; and the adjoint layout for p1 vectors
     (``vec_layout``).
@@ -409,7 +410,7 @@ def hvp_layout(op, size, arg0, args, rix, upto, small, seeds, p1):
     for s in seeds:
         treached[s] = True
         start = min(start, s)
-    toff, total = fwd_layout(op, arg0, args, size, start, upto, treached)
+    toff, total = fwd_layout(op, arg0, args, size, start, upto, treached, root)
     zsize = 1
     for r in range(upto):
         if not treached[r] and size[r] > small and rix[r] < 0:

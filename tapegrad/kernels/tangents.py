@@ -479,15 +479,31 @@ def user_jvp(T, r, sub, p):
 
 # -- the sweep and its layout --------------------------------------------------------------
 @kernel
-def fwd_layout(op, arg0, args, size, start, upto, reached):
+def fwd_layout(op, arg0, args, size, start, upto, reached, root):
     """Which records ``start .. upto-1`` depend on the seeded ones (``reached``
-    comes in with the seeds set) and where their tangents live: returns
-    ``(toff, total)``, element offsets (-1 for unreached records) and the
-    number of elements that need tangents."""
+    comes in with the seeds set) and lead to the roots ``root .. upto-1``,
+    and where their tangents live: returns ``(toff, total)``, element offsets
+    (-1 for unreached records) and the number of elements that need tangents.
+
+    A record that reads the seeds but that no root reads -- another graph
+    over the same leaves, or one an earlier backward freed -- gets no
+    tangent and no rule runs for it."""
+    need = np.zeros(upto, np.bool_)
+    for r in range(max(root, start), upto):
+        need[r] = True
+    for r in range(upto - 1, start - 1, -1):
+        if need[r]:
+            for j in range(arg0[r], arg0[r + 1]):
+                need[args[j]] = True
+    # a multi-output op's rule writes every output's tangents: each OUTPUT
+    # record of a needed op is needed too
+    for r in range(start, upto):
+        if op[r] == C.OUTPUT and not need[r] and need[args[arg0[r]]]:
+            need[r] = True
     toff = np.full(upto, -1, np.int64)
     total = 0
     for r in range(start, upto):
-        if not reached[r]:
+        if not reached[r] and need[r]:
             for j in range(arg0[r], arg0[r + 1]):
                 if reached[args[j]]:
                     reached[r] = True

@@ -89,7 +89,7 @@ class _TangentMethods:
                     if root is not None:
                         upto = _root_span(rep, root)
                         recs = [r for r in rep.leaf_rec if r < upto]
-                        tan = FW._Tangents(rep, upto, np.array(recs or [root], np.int64))
+                        tan = FW._Tangents(rep, upto, np.array(recs or [root], np.int64), root)
                         if recs and tan.reached[root]:
                             per = max(int(tan.total), 1) * 8
                             chunk = int(max(1, min(p, FW.JACFWD_BYTES // per)))

@@ -46,7 +46,7 @@ class _Tangents:
 
     value = None  # set below: the same accessor host VJPs use
 
-    def __init__(self, tape, upto, seed_recs):
+    def __init__(self, tape, upto, seed_recs, root):
         self.size = tape.size
         self.voff = layout(tape.op, tape.size, upto, SMALL)[0]
         tape.arg0[tape.n] = tape.na  # closes the last record's parents
@@ -54,7 +54,7 @@ class _Tangents:
         self.reached[seed_recs] = True
         start = int(min(seed_recs))
         self.toff, self.total = fwd_layout(tape.op, tape.arg0, tape.args, tape.size,
-                                           start, upto, self.reached)
+                                           start, upto, self.reached, root)
         self.start, self.upto = start, upto
         # value() of an unreached record whose large value was not kept falls
         # back to reading its tangent address: point those at zeros
@@ -158,7 +158,7 @@ def push(leaves, seeds, out, p):
 
 
 def _push(tape, out, recs, live, seeds, upto, res, p):
-    tan = _Tangents(tape, upto, np.array(live, np.int64))
+    tan = _Tangents(tape, upto, np.array(live, np.int64), out._rec)
     if not tan.reached[out._rec]:
         return res
     per_dir = max(int(tan.total), 1) * 8

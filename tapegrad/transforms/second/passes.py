@@ -80,7 +80,7 @@ class HvpPlan:
         tape.arg0[tape.n] = tape.na  # closes the last record's parents
         (voff, treached, toff, total, zsize, aoff, stride, leaf, inner, outer) = hvp_layout(
             tape.op, tape.size, tape.arg0, tape.args, tape.rix, upto, SMALL,
-            np.array(live, np.int64), p + 1)
+            np.array(live, np.int64), p + 1, root)
         self.tan = FW._Tangents.laid_out(tape, upto, voff, treached, toff, total, min(live),
                                          zsize)
         self.tan.alloc(p, own=own)
