@@ -15,6 +15,7 @@ from . import reductions as Rd
 from . import shape as S
 from . import views as V
 from . import exp_memo, view_writes
+from . import ufunc_methods as UM
 from . import ndarray_methods as NM
 from . import complex_tensor as Z
 from ..core.registry import BY_NAME
@@ -508,6 +509,13 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         if fn is not None and (_real(inputs[0]) if len(inputs) == 1 else
                                len(inputs) == 2 and _real(inputs[0]) and _real(inputs[1])):
             return fn(*inputs)
+    if method != "__call__":
+        # reduce, accumulate, outer, at: ops/ufunc_methods.py
+        got = UM.method(ufunc, ufunc_name(ufunc), UFUNCS.get(ufunc) or special_ufunc(ufunc),
+                        REDUCE_UFUNCS.get(ufunc), method, inputs, kwargs)
+        if got is not NotImplemented:
+            return got
+        return unsupported(f"{ufunc_name(ufunc)}.{method}", inputs)
     out = kwargs.pop("out", None)
     if out is not None:
         raise TypeError(
@@ -522,9 +530,6 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
     dtype = kwargs.pop("dtype", None)
     if method == "__call__" and ufunc in PLAIN_UFUNCS:
         return PLAIN_UFUNCS[ufunc](*inputs, dtype=dtype, **kwargs)
-    if method == "reduce" and ufunc in REDUCE_UFUNCS:
-        axis = kwargs.pop("axis", 0)  # ufunc.reduce's default, unlike np.sum's
-        keepdims = kwargs.pop("keepdims", False)
     if kwargs:
         raise TypeError(f"{ufunc_name(ufunc)}: keyword(s) {sorted(kwargs)} are not "
                         "supported on tensors")
@@ -532,16 +537,10 @@ def _array_ufunc(self, ufunc, method, *inputs, **kwargs):
         inputs = tuple(S.astype(x, dtype) if isinstance(x, Tensor) else x for x in inputs)
     if method == "__call__" and any(map(Z.is_complex, inputs)):
         return Z.ComplexTensor.__array_ufunc__(None, ufunc, method, *inputs)
-    if method == "__call__":
-        fn = UFUNCS.get(ufunc) or special_ufunc(ufunc)
-        if fn is not None:
-            return fn(*inputs)
-    elif method == "reduce":
-        fn = REDUCE_UFUNCS.get(ufunc)
-        if fn is not None:
-            return fn(*inputs, axis=axis, keepdims=keepdims)
-    return unsupported(ufunc_name(ufunc) + ("" if method == "__call__" else f".{method}"),
-                       inputs)
+    fn = UFUNCS.get(ufunc) or special_ufunc(ufunc)
+    if fn is not None:
+        return fn(*inputs)
+    return unsupported(ufunc_name(ufunc), inputs)
 
 
 def _has_complex(args, kwargs):

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 
 from ..core.tensor import SCIPY_COUNTERPARTS
+from . import arrays as A
 from . import complex_linalg as ZL
 from . import complex_lstsq  # noqa: F401  (registers complex qr, pinv, lstsq)
 from . import complex_tensor as Z
@@ -21,6 +22,7 @@ from . import numeric as N
 from . import reductions as Rd
 from . import shape as S
 from . import special as Sp
+from . import statistics as St
 
 UFUNCS = {
     np.add: E.add, np.subtract: E.subtract, np.multiply: E.multiply,
@@ -194,6 +196,17 @@ HANDLED_FUNCTIONS[np.sort] = K.sort
 HANDLED_FUNCTIONS[np.copyto] = S.copyto
 HANDLED_FUNCTIONS[np.copy] = lambda a, order="K", subok=False: a.copy()  # Tensor.copy
 HANDLED_FUNCTIONS[np.unique] = K.unique
+# statistics (ops/statistics.py) and array builders (ops/arrays.py)
+HANDLED_FUNCTIONS.update({
+    np.median: St.median, np.quantile: St.quantile, np.percentile: St.percentile,
+    np.cov: St.cov, np.corrcoef: St.corrcoef, np.polyfit: St.polyfit, np.vander: St.vander,
+    np.histogram: St.histogram, np.meshgrid: A.meshgrid,
+    np.broadcast_arrays: A.broadcast_arrays, np.insert: A.insert, np.delete: A.delete,
+    np.diagflat: A.diagflat, np.fill_diagonal: A.fill_diagonal, np.piecewise: A.piecewise,
+    np.apply_along_axis: A.apply_along_axis, np.fft.hfft: A.hfft, np.fft.ihfft: A.ihfft,
+})
+Z.FUNCTIONS[np.fft.hfft] = A.hfft
+Z.FUNCTIONS[np.fft.ihfft] = A.ihfft
 
 
 # ufuncs whose results carry no gradient (predicates, bit and logic ops);
