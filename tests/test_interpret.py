@@ -41,7 +41,7 @@ def _both(program):
 
 
 def _close(want, got):
-    """The same float64 bits (NaN where NaN)."""
+    """The same bits (NaN where NaN)."""
     for w, g in zip(want, got):
         np.testing.assert_array_equal(g, w)
 

@@ -11,6 +11,7 @@ from . import codes as C
 from . import optable
 from . import replay as R
 from . import rules as RU
+from . import vecmath  # noqa: F401  (adds its whole-array stand-ins first)
 from .interpret import STAND_INS, python_copy
 from .unhandled import FAMILIES, KINDS, UnhandledCode
 

@@ -51,7 +51,7 @@ def _d_arrays(sub, a, b, y):
     copy, never the compiled rule."""
     twin = BINARY_TWINS.get(sub)
     if twin is not None:
-        return twin(a, b, y)
+        return python_copy(twin)(a, b, y)
     return python_copy(d_binary)(sub, a, b, y)
 
 
@@ -326,7 +326,14 @@ def _broadcast_flat(sub, g, xa, xb, y, ga, gb, ca, cb):
 
 def _add_in_order(acc, v):
     """``acc + v[0] + v[1] + ...`` summed left to right, as a loop does (a
-    cumulative sum is sequential; ``np.sum`` is pairwise)."""
+    cumulative sum is sequential; ``np.sum`` is pairwise).  A float32
+    adjoint that takes float64 terms rounds after each, as the loop stores
+    each sum (a Python loop: float32 sweeps only)."""
+    if acc.dtype == np.float32 and v.dtype != np.float32:
+        a, f32 = float(acc), np.float32
+        for t in v.tolist():
+            a = float(f32(a + t))
+        return f32(a)
     return np.cumsum(np.concatenate((np.array([acc]), v)))[-1]
 
 

@@ -23,19 +23,41 @@ imported only when the first kernel must run compiled (kernels/_numba.py).
 Interpreted kernels hold the GIL: threads that sweep at once run one at a
 time until the kernels are compiled.
 
-Both tiers run the same source on the same memory (tests/test_interpret.py
-checks every op and loop of one against the other, the interpreted side in
-a process that compiles nothing); the interpreted tier only swaps the few
-names that exist in compiled code alone (``numba.carray``, the intrinsics
-that call through a function pointer) for Python equivalents, and ``math``
-for NumPy's functions, which return inf and NaN where compiled code does
-instead of raising.  The element loops of the elementwise, sum and gather
-(indexing, views) VJPs also
-have whole-array forms (:func:`array_form`): the same scalar rules applied
-to whole arrays, so a first gradient over a million elements runs at
-NumPy's speed with nothing compiled.  Arithmetic is the same IEEE operation
-per element in either tier; transcendental functions may differ in the last
-bit between NumPy and the compiled code's libm.
+Both tiers run the same source on the same memory and compute the same
+bits (tests/test_interpret.py checks every op and loop of one against the
+other, the interpreted side in a process that compiles nothing;
+tests/test_same_bits.py whole gradients); the interpreted tier only swaps
+the few names that exist in compiled code alone (``numba.carray``, the
+intrinsics that call through a function pointer) for Python equivalents,
+and the functions compiled code takes from the C library for the same
+functions (kernels/libm.py: ``np.exp``, ``math.log1p``, ``np.power``, ...
+of each element through libm, as compiled code calls them, where NumPy's
+vector loops differ from libm in the last bit; returning inf and NaN where
+compiled code does, where Python's ``math`` would raise) and for
+kernels/vecmath.py's ``exp_v``, ``log_v`` and ``tanh_v`` (their array
+forms: the same operations on whole arrays).  The element loops of the
+elementwise, sum and gather (indexing, views) VJPs also have whole-array
+forms (:func:`array_form`): the same scalar rules applied to whole arrays,
+in the same order, so a first gradient over a million elements runs at
+NumPy's speed with nothing compiled.  Float32 tapes agree too: NumPy
+would keep ``float32 * 1.0`` float32 where Numba widens it to float64, so
+the copies' float literals and float globals are float64 NumPy scalars
+(:func:`_typed_literals`), and the rule switches, whose results Numba
+types float64 (one return type for all their branches), return float64
+(:func:`returns_float64`).  Kernel sources write a power as ``np.power``
+(or products), never ``**`` (Numba turns ``x ** 3`` into multiplications,
+Python into a call of ``pow``), and widen with ``np.float64(x)``, never
+``float(x)`` (which Numba leaves float32).
+
+What stays apart: a Numba that vectorises libm calls through Intel's SVML
+(installed with ``icc_rt``: set ``NUMBA_DISABLE_INTEL_SVML=1`` for the
+tiers to agree), and a platform whose C library ``ctypes`` cannot find
+(then Python's ``math`` stands in for ``hypot`` and ``lgamma``).  Eager
+code is not a tier of the kernels: its forward values are NumPy's own
+(``np.exp`` of the array), a traced function's replay computes them with
+the kernels' functions, so ``ft(x)`` and ``f(x)``, and their gradients,
+may differ in the last bit (calling libm per element in eager code would
+cost 70-100 ns an element on every forward).
 
 ``TAPEGRAD_INTERPRET=0`` compiles every kernel on its first call;
 ``TAPEGRAD_INTERPRET=force`` interprets every kernel that is not compiled
@@ -43,7 +65,6 @@ yet, whatever the work (for tests and debugging: slow on large arrays).
 """
 import contextlib
 import ctypes
-import math as _math
 import os
 import threading
 import time
@@ -52,6 +73,7 @@ import types
 import numpy as np
 
 from . import codes as C
+from . import libm
 
 #: seconds of interpretation per kernel after which it is compiled: about
 #: what compiling one kernel with the families it reaches costs here
@@ -138,17 +160,6 @@ class _NumbaNames:
     carray = staticmethod(_carray)
 
 
-class _MathNames:
-    """``math`` with NumPy's functions where the two differ on bad input:
-    compiled ``math.log(0.0)`` is -inf, Python's raises."""
-
-    def __getattr__(self, name):
-        f = getattr(np, name, None)
-        if name in ("floor", "ceil", "trunc", "isqrt", "factorial") or f is None:
-            return getattr(_math, name)
-        return f
-
-
 _C_DOUBLE_FNS = {}
 
 
@@ -168,7 +179,9 @@ def _nan(*_args):
 #: Python stand-ins, by the name kernels import them under
 STAND_INS = {
     "numba": _NumbaNames,
-    "math": _MathNames(),
+    # libm's functions of each element, as compiled code calls them
+    "np": libm.NUMPY,
+    "math": libm.MATH,
     "_voidptr": int,
     "carray": _carray,
     "load_tape": lambda tp: tp,
@@ -183,10 +196,9 @@ STAND_INS = {
     "call_d3": lambda addr, a, b, y: _c_double_fn(addr, 3)(float(a), float(b), float(y)),
     # an op switch's last branch is NaN compiled (kernels/unhandled.py)
     "unhandled": _nan,
-    # kernels/vecmath.py's vectorisable forms of NumPy's functions
-    "exp_v": np.exp,
-    "log_v": np.log,
-    "tanh_v": np.tanh,
+    # kernels/vecmath.py adds its functions' whole-array forms (exp_v,
+    # log_v, tanh_v) when it is imported, which is before any kernel that
+    # calls them can run
 }
 
 _copies = {}
@@ -259,6 +271,51 @@ def _is_kernel(v):
         and not isinstance(v, types.FunctionType)
 
 
+#: kernels whose every result compiled code types float64 (``py_func``s)
+FLOAT64_RESULTS = set()
+
+
+def returns_float64(fn):
+    """Declare that compiled code types every result of the kernel ``fn``
+    float64: Numba gives a function one return type, the unification of
+    every ``return`` in it, so a rule switch with a float64 literal in one
+    branch returns float64 from all, ``return x`` of a float32 ``x``
+    included.  The interpreted tier casts its results so (a float32 sweep
+    then rounds where compiled code rounds)."""
+    FLOAT64_RESULTS.add(getattr(fn, "py_func", fn))
+    return fn
+
+
+def _f64(v):
+    return v.astype(np.float64, copy=False) if isinstance(v, np.ndarray) else np.float64(v)
+
+
+def _float64_results(f):
+    def g(*args):
+        r = f(*args)
+        return tuple(map(_f64, r)) if type(r) is tuple else _f64(r)
+    return g
+
+
+def _names(code):
+    """The global names ``code`` and the functions defined in it read."""
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _names(c)
+    return sorted(names)
+
+
+def _typed_literals(code):
+    """``code`` with its float literals float64 NumPy scalars, as Numba
+    types them: ``float32 * 1.0`` is float64 compiled, but float32 in
+    NumPy's arithmetic with a Python float (a "weak" scalar)."""
+    consts = tuple(np.float64(c) if type(c) is float else
+                   _typed_literals(c) if isinstance(c, types.CodeType) else c
+                   for c in code.co_consts)
+    return code.replace(co_consts=consts)
+
+
 def python_copy(fn, stand_ins=None):
     """``fn``'s source as a plain Python function whose calls of other
     kernels run their sources too, so nothing is compiled; the names of
@@ -270,13 +327,19 @@ def python_copy(fn, stand_ins=None):
     if got is not None:
         return got
     env = dict(f.__globals__)
-    copy = types.FunctionType(f.__code__, env, f.__name__, f.__defaults__, f.__closure__)
+    copy = types.FunctionType(_typed_literals(f.__code__), env, f.__name__, f.__defaults__,
+                              f.__closure__)
+    if f in FLOAT64_RESULTS:
+        copy = _float64_results(copy)
     _copies[key] = copy
-    for name in f.__code__.co_names:
+    for name in _names(f.__code__):
         if name in subs:
             env[name] = subs[name]
             continue
         v = env.get(name)
+        if type(v) is float:  # a global constant, float64 to Numba too
+            env[name] = np.float64(v)
+            continue
         if _is_kernel(v):
             loop = python_copy(v, stand_ins)
             arrays = ARRAY_FORMS.get(v.py_func)

@@ -20,8 +20,9 @@ from . import optable
 from .special import (d2_i0e, d2_i1e, d2_log_ndtr, d_i0e, d_i1e, d_log_ndtr, digamma,
                       f_special, tetragamma, trigamma)
 from ._jit import inline
+from .interpret import returns_float64  # the interpreted tier casts as compiled
 from .unhandled import unhandled
-from .vecmath import exp_v, log_v, tanh_v  # vectorised; NumPy's in the interpreted tier
+from .vecmath import exp_v, log_v, tanh_v  # vectorised; array forms when interpreted
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -54,6 +55,7 @@ def nary_has_d2(sub):
 
 
 # -- one operand: y = f(x) ------------------------------------------------------------
+@returns_float64
 @inline
 def f_unary(sub, x):
     """``f(x)`` of a K_UNARY sub code at one element."""
@@ -114,7 +116,7 @@ def f_unary(sub, x):
     if sub == C.RAD2DEG:
         return x * (180.0 / math.pi)
     if C.ERF <= sub <= C.LOG_NDTR:  # special functions: kernels/special.py
-        return f_special(sub, float(x))
+        return f_special(sub, np.float64(x))
     if sub == C.ZERO:
         return np.sign(x)
     if sub == C.ZERO_FIRST:
@@ -129,6 +131,7 @@ def f_unary(sub, x):
     return unhandled(sub)
 
 
+@returns_float64
 @inline
 def d_unary(sub, x, y):
     """dy/dx of ``y = f(x)`` at one element."""
@@ -195,20 +198,21 @@ def d_unary(sub, x, y):
     if sub == C.ERFINV:
         return _HALF_SQRT_PI * math.exp(y * y)
     if sub == C.GAMMALN:
-        return digamma(float(x))
+        return digamma(np.float64(x))
     if sub == C.DIGAMMA:
-        return trigamma(float(x))
+        return trigamma(np.float64(x))
     if sub == C.I0E:
-        return d_i0e(float(x), float(y))
+        return d_i0e(np.float64(x), np.float64(y))
     if sub == C.I1E:
-        return d_i1e(float(x), float(y))
+        return d_i1e(np.float64(x), np.float64(y))
     if sub == C.LOG_NDTR:
-        return d_log_ndtr(float(x))
+        return d_log_ndtr(np.float64(x))
     if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:  # piecewise constant
         return 0.0
     return unhandled(sub)
 
 
+@returns_float64
 @inline
 def d2_unary(sub, x, y):
     """d^2y/dx^2 of ``y = f(x)`` at one element (0 for the linear subs)."""
@@ -239,9 +243,9 @@ def d2_unary(sub, x, y):
     if sub == C.COSH:
         return math.cosh(x)
     if sub == C.ARCSIN:
-        return x / (1.0 - x * x) ** 1.5
+        return x / np.power(1.0 - x * x, 1.5)
     if sub == C.ARCCOS:
-        return -x / (1.0 - x * x) ** 1.5
+        return -x / np.power(1.0 - x * x, 1.5)
     if sub == C.ARCTAN:
         return -2.0 * x / ((1.0 + x * x) * (1.0 + x * x))
     if sub == C.RECIPROCAL:
@@ -253,11 +257,12 @@ def d2_unary(sub, x, y):
     if sub == C.LOG10:
         return -1.0 / (x * x * _LN10)
     if sub == C.CBRT:
-        return -2.0 / (9.0 * y ** 5)
+        y2 = y * y
+        return -2.0 / (9.0 * (y * (y2 * y2)))
     if sub == C.ARCSINH:
-        return -x / (x * x + 1.0) ** 1.5
+        return -x / np.power(x * x + 1.0, 1.5)
     if sub == C.ARCCOSH:
-        return -x / (x * x - 1.0) ** 1.5
+        return -x / np.power(x * x - 1.0, 1.5)
     if sub == C.ARCTANH:
         return 2.0 * x / ((1.0 - x * x) * (1.0 - x * x))
     if sub == C.ERF:
@@ -268,19 +273,20 @@ def d2_unary(sub, x, y):
         d = _HALF_SQRT_PI * math.exp(y * y)
         return 2.0 * y * d * d
     if sub == C.GAMMALN:
-        return trigamma(float(x))
+        return trigamma(np.float64(x))
     if sub == C.DIGAMMA:
-        return tetragamma(float(x))
+        return tetragamma(np.float64(x))
     if sub == C.I0E:
-        return d2_i0e(float(x), float(y))
+        return d2_i0e(np.float64(x), np.float64(y))
     if sub == C.I1E:
-        return d2_i1e(float(x), float(y))
+        return d2_i1e(np.float64(x), np.float64(y))
     if sub == C.LOG_NDTR:
-        return d2_log_ndtr(float(x))
+        return d2_log_ndtr(np.float64(x))
     return unhandled(sub)
 
 
 # -- with a constant: y = x op c, c op x -----------------------------------------------
+@returns_float64
 @inline
 def f_scalar(sub, x, c):
     """``x op c`` or ``c op x`` of a K_SCALAR sub code (``x - c`` is ADDC of -c)."""
@@ -301,6 +307,7 @@ def f_scalar(sub, x, c):
     return unhandled(sub)
 
 
+@returns_float64
 @inline
 def d_scalar(sub, x, y, c):
     """dy/dx of ``y = x op c`` or ``y = c op x`` at one element."""
@@ -322,12 +329,13 @@ def d_scalar(sub, x, y, c):
             return 2.0 * x
         if c == 3.0:
             return 3.0 * (x * x)
-        return c * x ** (c - 1.0) if c != 0.0 else 0.0
+        return c * np.power(x, c - 1.0) if c != 0.0 else 0.0
     if sub == C.RPOWC:  # d c**x = c**x log c; the limit for c == 0 is 0
         return y * math.log(c) if c != 0.0 else 0.0
     return unhandled(sub)
 
 
+@returns_float64
 @inline
 def d2_scalar(sub, x, y, c):
     """d^2y/dx^2 of ``y = x op c`` or ``c op x`` (0 for the linear subs)."""
@@ -342,7 +350,7 @@ def d2_scalar(sub, x, y, c):
             return 2.0
         if c == 3.0:
             return 6.0 * x
-        return c * (c - 1.0) * x ** (c - 2.0)
+        return c * (c - 1.0) * np.power(x, c - 2.0)
     if sub == C.RPOWC:  # c ** x
         if c == 0.0:
             return 0.0
@@ -374,6 +382,7 @@ def _fmod_floor(a, b):
     return fl, mod
 
 
+@returns_float64
 @inline
 def f_binary(sub, a, b):
     """``a op b`` of a K_NARY sub code (not WHERE) at one element."""
@@ -420,6 +429,7 @@ def f_binary(sub, a, b):
     return unhandled(sub)
 
 
+@returns_float64
 @inline
 def d_binary(sub, a, b, y):
     """(dy/da, dy/db) of ``y = a op b`` at one element."""
@@ -432,7 +442,7 @@ def d_binary(sub, a, b, y):
     if sub == C.DIV:
         return 1.0 / b, -y / b
     if sub == C.POW or sub == C.FLOAT_POWER:
-        da = b * a ** (b - 1.0) if b != 0.0 else 0.0
+        da = b * np.power(a, b - 1.0) if b != 0.0 else 0.0
         # d/db a**b = a**b log a; the limit at a == 0 (b > 0) is 0, as in PyTorch
         db = y * math.log(a) if a != 0.0 else 0.0
         return da, db
@@ -444,7 +454,7 @@ def d_binary(sub, a, b, y):
     if sub == C.LOGADDEXP:
         return math.exp(a - y), math.exp(b - y)
     if sub == C.LOGADDEXP2:
-        return 2.0 ** (a - y), 2.0 ** (b - y)
+        return np.exp2(a - y), np.exp2(b - y)
     if sub == C.COPYSIGN:  # |a| with b's sign
         return math.copysign(1.0, a) * math.copysign(1.0, b), 0.0
     if sub == C.FMOD:  # a - trunc(a / b) * b
@@ -489,7 +499,7 @@ def d_binary(sub, a, b, y):
 # each twin to its element rule bit for bit, NaN, ties and zeros included.
 def _pow_arrays(a, b, y):
     with np.errstate(all="ignore"):
-        da = np.where(b != 0.0, b * a ** (b - 1.0), 0.0)
+        da = np.where(b != 0.0, b * np.power(a, b - 1.0), 0.0)
         db = np.where(a != 0.0, y * np.log(a), 0.0)
     return da, db
 
@@ -532,6 +542,7 @@ BINARY_TWINS = {
 }
 
 
+@returns_float64
 @inline
 def d2_binary(sub, a, b, y):
     """(d2/da2, d2/da db, d2/db2) of ``y = a op b`` at one element."""
@@ -544,11 +555,11 @@ def d2_binary(sub, a, b, y):
     if sub == C.POW or sub == C.FLOAT_POWER:
         # b == 0 and b == 1 are exact zeros, also at a == 0 (0 * 0 ** -1 would
         # be NaN), as for x ** c (d2_scalar) and in tg.elementwise's derived rule
-        aa = b * (b - 1.0) * a ** (b - 2.0) if b != 0.0 and b != 1.0 else 0.0
+        aa = b * (b - 1.0) * np.power(a, b - 2.0) if b != 0.0 and b != 1.0 else 0.0
         if a == 0.0:  # the log terms take their limit 0, as the first derivative does
             return aa, (1.0 if b == 1.0 else 0.0), 0.0
         la = math.log(abs(a))
-        return aa, a ** (b - 1.0) * (1.0 + b * la), y * la * la
+        return aa, np.power(a, b - 1.0) * (1.0 + b * la), y * la * la
     if sub == C.ARCTAN2:
         r2 = a * a + b * b
         q = r2 * r2
@@ -560,6 +571,6 @@ def d2_binary(sub, a, b, y):
         s = math.exp(a - y) * math.exp(b - y)
         return s, -s, s
     if sub == C.LOGADDEXP2:
-        s = 2.0 ** (a - y) * 2.0 ** (b - y) * _LN2
+        s = np.exp2(a - y) * np.exp2(b - y) * _LN2
         return s, -s, s
     return unhandled(sub), unhandled(sub), unhandled(sub)

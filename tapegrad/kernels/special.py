@@ -39,6 +39,7 @@ from .unhandled import unhandled
 _INF = math.inf
 _NAN = math.nan
 _PI = math.pi
+_TWO_PI_CUBED = 2.0 * (_PI * _PI * _PI)
 _SQRT_PI = math.sqrt(math.pi)
 _SQRT2 = math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -170,7 +171,7 @@ def tetragamma(x):
         # psi''(x) = psi''(1 - x) - 2 pi^3 cos(pi x) / sin^3(pi x)
         r = _reduced(x)
         s = math.sin(_PI * r)
-        return _tetragamma_positive(1.0 - x) - 2.0 * _PI ** 3 * math.cos(_PI * r) / (s * s * s)
+        return _tetragamma_positive(1.0 - x) - _TWO_PI_CUBED * math.cos(_PI * r) / (s * s * s)
     return _tetragamma_positive(x)
 
 
@@ -198,7 +199,7 @@ def polygamma(n, x):
     acc = 0.0
     top = _ASYMPTOTIC + n
     while x < top:
-        acc += 1.0 / x ** (n + 1)
+        acc += 1.0 / np.power(x, float(n + 1))
         x += 1.0
     z = 1.0 / (x * x)
     s = 0.0
@@ -210,7 +211,7 @@ def polygamma(n, x):
         terms[k] = _BERNOULLI[k] * binom
     for k in range(_BERNOULLI.size - 1, -1, -1):
         s = (s + terms[k]) * z
-    tail = fact / x ** n * (1.0 + 0.5 * n / x + s)
+    tail = fact / np.power(x, float(n)) * (1.0 + 0.5 * n / x + s)
     return sign * (fact * n * acc + tail)
 
 
@@ -218,7 +219,7 @@ def polygamma(n, x):
 def polygamma_into(n, x, y):
     """``y[i] = polygamma(n, x[i])`` over flat arrays."""
     for i in range(x.size):
-        y[i] = polygamma(n, float(x[i]))
+        y[i] = polygamma(n, np.float64(x[i]))
 
 
 @inner
@@ -262,7 +263,8 @@ def ive(n, x):
         term = 1.0
         s = 1.0
         for k in range(1, 80):
-            term *= -(mu - (2.0 * k - 1.0) ** 2) / (8.0 * k * ax)
+            odd_k = 2.0 * k - 1.0
+            term *= -(mu - odd_k * odd_k) / (8.0 * k * ax)
             if abs(term) < 1e-17 * abs(s):
                 break
             s += term

@@ -25,49 +25,49 @@ from .special import d_i0e, d_i1e, d_log_ndtr, digamma, erfinv, gammaln, ive, lo
 @kernel
 def _erf(x, y):
     for i in range(x.size):
-        y[i] = math.erf(float(x[i]))
+        y[i] = math.erf(np.float64(x[i]))
 
 
 @kernel
 def _erfc(x, y):
     for i in range(x.size):
-        y[i] = math.erfc(float(x[i]))
+        y[i] = math.erfc(np.float64(x[i]))
 
 
 @kernel
 def _erfinv(x, y):
     for i in range(x.size):
-        y[i] = erfinv(float(x[i]))
+        y[i] = erfinv(np.float64(x[i]))
 
 
 @kernel
 def _gammaln(x, y):
     for i in range(x.size):
-        y[i] = gammaln(float(x[i]))
+        y[i] = gammaln(np.float64(x[i]))
 
 
 @kernel
 def _digamma(x, y):
     for i in range(x.size):
-        y[i] = digamma(float(x[i]))
+        y[i] = digamma(np.float64(x[i]))
 
 
 @kernel
 def _i0e(x, y):
     for i in range(x.size):
-        y[i] = ive(0, float(x[i]))
+        y[i] = ive(0, np.float64(x[i]))
 
 
 @kernel
 def _i1e(x, y):
     for i in range(x.size):
-        y[i] = ive(1, float(x[i]))
+        y[i] = ive(1, np.float64(x[i]))
 
 
 @kernel
 def _log_ndtr(x, y):
     for i in range(x.size):
-        y[i] = log_ndtr(float(x[i]))
+        y[i] = log_ndtr(np.float64(x[i]))
 
 
 #: unary sub code -> the kernel computing its values (special.f_special's
@@ -127,5 +127,6 @@ def derivative(sub, x, y):
     if loop is None:
         return None
     out = np.empty(x.shape)
-    loop(x, y, out)
+    # float64, as the element rule converts each element (np.float64(x))
+    loop(np.asarray(x, np.float64), np.asarray(y, np.float64), out)
     return out
