@@ -438,3 +438,102 @@ def test_a_leaf_written_before_a_compaction_records_its_new_value(write):
     want = np.zeros(5)
     want[1:4] = c.numpy() * (1 - np.tanh(before) ** 2) + c.numpy()
     np.testing.assert_allclose(g.numpy(), want, rtol=1e-14)
+
+
+# -- the epoch ends when its last tensor is dropped -----------------------------------
+def _on_a_fresh_tape(fn):
+    # a new thread has a tape of its own, with no other test's graphs on it
+    import threading
+    err = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 (reraised below)
+            err.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    if err:
+        raise err[0]
+
+
+def test_a_buffer_is_writable_again_once_its_graphs_are_dropped():
+    _on_a_fresh_tape(_writable_after_del)
+
+
+def _writable_after_del():
+    # no op runs after the del: the epoch's token dies with its last tensor
+    # and the arrays its records made read-only get their write flags back
+    # (the epoch is the unit: beside graphs that stay alive on the same tape
+    # the flag comes back when a backward or a compaction finds no live
+    # record reading the array)
+    # (values of more than SMALL elements are kept by reference, not copied)
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    w = tg.tensor(np.ones(3), requires_grad=True)
+    loss = ((X @ w) ** 2).sum()
+    metric = (X @ w).mean()
+    assert not X.flags.writeable
+    del loss
+    assert not X.flags.writeable           # metric's graph still reads X
+    del metric
+    assert X.flags.writeable
+    X[0, 0] = 5.0                          # and a new graph sees the new value
+    loss = ((X @ w) ** 2).sum()
+    loss.backward()
+    np.testing.assert_allclose(w.grad.numpy(), 2 * X.T @ (X @ np.ones(3)))
+
+
+def test_a_graph_dropped_on_another_thread_gives_the_flag_back_at_the_next_op():
+    # the tape belongs to its thread: another thread dropping the last tensor
+    # does not touch it, and the recording thread's next op resets it
+    _on_a_fresh_tape(_dropped_elsewhere)
+
+
+def _dropped_elsewhere():
+    import threading
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    w = tg.tensor(np.ones(3), requires_grad=True)
+    box = [((X @ w) ** 2).sum()]
+    assert not X.flags.writeable
+    t = threading.Thread(target=box.clear)
+    t.start()
+    t.join()
+    tg.tensor(1.0, requires_grad=True) * 2.0      # any op of this thread
+    assert X.flags.writeable
+
+
+def test_an_epoch_over_detaches_its_tensors():
+    _on_a_fresh_tape(_detaches)
+
+
+def _detaches():
+    # every record freed by backward: the tape resets at the next op, and the
+    # tensors of the old epoch are of none (freed, not "another thread's")
+    x = tg.tensor([1.0, 2.0], requires_grad=True)
+    y = x * x
+    y.backward(np.ones(2))
+    z = tg.exp(x)              # a new epoch
+    assert y._tok.tape is None and z._tok.tape is current()
+    with pytest.raises(RuntimeError, match="a second time|freed"):
+        y.backward(np.ones(2))
+    z.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.array([1.0, 2.0]) + np.exp([1.0, 2.0]))
+
+
+def test_a_user_ops_node_keeps_its_name_after_its_epoch():
+    class Twice(tg.Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a * 2.0
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2.0
+
+    x = tg.tensor([1.0], requires_grad=True)
+    y = Twice.apply(x)
+    node = y.grad_fn
+    y.backward(np.ones(1))
+    tg.exp(x)                  # the tape resets: the node's records are gone
+    assert node.name() == "TwiceBackward"

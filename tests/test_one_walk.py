@@ -334,7 +334,7 @@ def _tape_state():
     tape = current()
     n = tape.n
     return (n, tape.freed[:n].copy(), tape.spent[:n].copy(), tape.n_freed, tape.n_spent,
-            len(tape.hooks), tape.tok)
+            len(tape.hooks), tape.live_tok())
 
 
 def _same_tape(a, b):

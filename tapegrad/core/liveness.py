@@ -35,6 +35,7 @@ _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
 _HOLDERS = (C.code(C.K_NONE, C.LEAF), C.code(C.K_NONE, C.CONST))
 _FUNCTION = C.code(C.K_HOST, 5)  # a tg.Function's record (ops/function.py, engine/graph.py)
 _getrefcount = sys.getrefcount
+_FRAME = type(sys._getframe())
 
 
 def _saves_by_code():
@@ -327,11 +328,16 @@ class _Liveness:
         """
         from ..kernels.sweep import live_records
         n = self.n
-        holders = [h for h in gc.get_referrers(self.tok) if h is not self]
+        tok = self.live_tok()
+        if tok is None:        # the epoch is over: the next current() resets
+            return
+        holders = [h for h in gc.get_referrers(tok) if h is not self and type(h) is not _FRAME]
         # each holder holds one reference: more references than holders found
         # are holders gc cannot show (objects moved out of its reach by
         # gc.freeze(), a running frame's locals), whose records must stay put
-        if (len(holders) != _getrefcount(self.tok) - self.base
+        # (not counted: ``tok`` here, the call's argument, and the tape's own
+        # reference while it holds the token)
+        if (len(holders) != _getrefcount(tok) - 2 - (self.tok_hold is tok)
                 or not all(type(h) in TOKEN_HOLDERS for h in holders)):
             # an op in progress or a sweep holds it: look again once the tape
             # has doubled; for kept bytes, at the next op (an op's fallback
@@ -409,7 +415,7 @@ class _Liveness:
         # next use records its new value
         attached = [(int(new_id[r]), leaf) for r, leaf in self.leaves.items()
                     if keep[r] and leaf._ltok is self.lkey and leaf._lrec == r]
-        flipped = Flipped(a for a in self.flipped if id(a) in kept)
+        flipped = Flipped((a for a in self.flipped if id(a) in kept), self.flipped.first)
         released = [a for a in self.flipped if id(a) not in kept]
         stale = self.stale.renumbered(keep, new_id)
         aliases = {int(new_id[r]) for r in self.aliases if keep[r]}
@@ -470,8 +476,9 @@ class _Liveness:
         self.rix[:n] = -1
         self.f32[:n] = False
         self.held32 = 0
-        for a in self.flipped:
-            _writeable(a)
+        if not self.released:      # (the epoch's end gave them back already)
+            for a in self.flipped:
+                _writeable(a)
         self.flipped.clear()
         self.refs.clear()
         self.ref_rec.clear()

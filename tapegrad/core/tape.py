@@ -25,6 +25,7 @@ origins (:mod:`tapegrad.core.writes`).
 """
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -38,6 +39,8 @@ _INT = np.int64
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
 _getrefcount = sys.getrefcount
+_weakref = weakref.ref
+_get_ident = threading.get_ident
 
 
 def masked(x):
@@ -85,7 +88,16 @@ def odd_operand(x):
 
 
 class Epoch:
-    """Token held by the tensors and nodes of one tape epoch."""
+    """Token held by the tensors and nodes of one tape epoch.
+
+    A tensor belongs to its tape's live epoch when ``tok.tape is tape``: the
+    tape holds the token only weakly (``Tape.tok`` makes it on first use), so
+    the moment the epoch's last tensor or node is dropped -- ``del loss`` --
+    the token dies and the arrays its records made read-only get their write
+    flags back (``Tape._epoch_ended``), with no op needed to notice.  A reset
+    while tensors still hold the token (every record freed by backward)
+    detaches it: ``tape`` becomes None.
+    """
 
     __slots__ = ("tape", "__weakref__")
 
@@ -129,7 +141,7 @@ class Tape(_Liveness, _Writes):
     # slots: the recording fast paths read a dozen attributes per op
     __slots__ = ("_enabled", "op", "arg0", "size", "ip0", "fp", "v1", "rix", "freed", "args", "ip",
                  "vals", "refs", "leaves", "host", "flipped", "scratch", "check_at", "n",
-                 "na", "ni", "nv", "all_freed", "tok", "base", "lkey", "room", "hooks",
+                 "na", "ni", "nv", "all_freed", "tok_hold", "tok_ref", "base", "released", "owner", "lkey", "room", "hooks",
                  "where", "stale", "consts", "sums", "aliases", "voff", "n_none", "n_freed",
                  "spent", "n_spent",
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
@@ -161,7 +173,11 @@ class Tape(_Liveness, _Writes):
         self.host = {}             # host record -> what its VJP needs
         self.hooks = {}            # record -> its tensor's hooks (tapegrad.engine.hooks)
         self.where = {}            # record -> source line, only in anomaly mode
-        self.flipped = Flipped()   # arrays made read-only, to restore
+        self.flipped = Flipped(first=self._watch)  # arrays made read-only, to restore
+        self.owner = _get_ident()  # the thread whose ops record here
+        self.tok_hold = None       # the live epoch's token (see Tape.tok)
+        self.tok_ref = None        # ... or a weak reference to it
+        self.base = 0
         # record -> what was written in place after it saved it; and when it
         # was marked (see Stale, origin)
         self.stale = Stale(self)
@@ -179,6 +195,87 @@ class Tape(_Liveness, _Writes):
         self.check_at = self.CHECK_RECORDS  # when to try compact(); kept
         # across epochs, so a tape that regularly grows large is not scanned
         self._new_epoch()
+
+    # The live epoch's token.  While no record of the epoch made an array
+    # read-only, the tape holds it (``tok_hold``) and current() finds the
+    # epoch over by its reference count, as cheap as an attribute; from the
+    # first such array on (``_watch``) it holds it only weakly (``tok_ref``),
+    # so that the token's death -- the moment its last tensor or node is
+    # dropped -- gives the arrays their write flags back (``_epoch_ended``).
+    @property
+    def tok(self):
+        """The live epoch's token, made on first use: ops hand it to the
+        tensors they record (compare with ``tok.tape is tape``, or
+        :meth:`is_live`, which make none)."""
+        tok = self.tok_hold
+        if tok is not None:
+            return tok
+        ref = self.tok_ref
+        if ref is not None:
+            tok = ref()
+            return tok if tok is not None else self._token_again()
+        tok = Epoch(self)          # the epoch's first token
+        if self.flipped.arrays:
+            self.tok_ref = _weakref(tok, self._epoch_ended)
+        else:
+            self.tok_hold = tok
+            self.base = _getrefcount(tok) - 1   # the tape's own reference and the call's
+        return tok
+
+    def _token_again(self):
+        # the epoch ended inside an op (a collection dropped its last tensor)
+        # and the op goes on recording on its records: a new token for them,
+        # and they read their arrays again
+        tok = Epoch(self)
+        self.tok_ref = _weakref(tok, self._epoch_ended)
+        if self.released:
+            self.released = False
+            for a in self.flipped:
+                a.flags.writeable = False
+        return tok
+
+    def live_tok(self):
+        """The live epoch's token, or None when the epoch has none or is over
+        (makes none)."""
+        tok = self.tok_hold
+        if tok is not None:
+            return tok if _getrefcount(tok) - 1 > self.base else None
+        ref = self.tok_ref
+        return ref() if ref is not None else None
+
+    def epoch_over(self):
+        """Whether no tensor or node holds the live epoch's token any more."""
+        tok = self.tok_hold
+        if tok is not None:
+            return _getrefcount(tok) - 1 <= self.base
+        ref = self.tok_ref
+        return ref is None or ref() is None
+
+    def is_live(self, tok):
+        """Whether ``tok`` (a tensor's or node's ``_tok``) is this tape's live
+        epoch."""
+        return tok is not None and tok.tape is self
+
+    def _watch(self):
+        # the epoch makes its first array read-only: from now on the tape
+        # holds its token weakly, and its death calls _epoch_ended (graphs
+        # that copy what they save -- small values -- never pay for this)
+        tok = self.tok_hold
+        if tok is not None:
+            self.tok_ref = _weakref(tok, self._epoch_ended)
+            self.tok_hold = None
+
+    def _epoch_ended(self, ref):
+        # the weak reference's callback: the epoch's last tensor or node is
+        # gone, so no graph can read its records; the next current() resets
+        # the tape.  Dropped on another thread (which must not touch this
+        # tape while its own thread may be recording), the flags come back
+        # with that reset instead.
+        if ref is not self.tok_ref or _get_ident() != self.owner:
+            return
+        self.released = True
+        for a in self.flipped:
+            _writeable(a)
 
     def _alloc(self, cap):
         self.op = np.zeros(cap, _INT)
@@ -213,8 +310,18 @@ class Tape(_Liveness, _Writes):
         # look for runs (fused_backward.run)
         self.max_size = 0
         self._update_room()
-        self.tok = Epoch(self)
-        self.base = _getrefcount(self.tok)
+        # the next epoch's token is made on first use; a token still held is
+        # detached: its tensors belong to no live epoch (its callback, should
+        # it run now, finds it is no longer the tape's)
+        old = self.tok_hold
+        self.tok_hold = None
+        ref = self.tok_ref
+        if ref is not None:
+            self.tok_ref = None    # the old token's callback does nothing now
+            old = ref()
+        if old is not None:
+            old.tape = None
+        self.released = False
         self.lkey = object()       # identifies the epoch to leaves, uncounted
         self.graph = None
         self.exp_memo = None       # the last large logsumexp's exponentials (ops/exp_memo.py)
@@ -614,7 +721,7 @@ def current():
     except AttributeError:
         t = _local.tape = Tape()
     if t.n:
-        if t.all_freed or _getrefcount(t.tok) <= t.base:
+        if t.all_freed or t.epoch_over():
             t.reset()
         elif t.n >= t.check_at or (t.kept_bytes >= t.check_bytes and t.check_at < NO_COMPACTION):
             t.compact()

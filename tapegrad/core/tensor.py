@@ -580,7 +580,13 @@ def _result(tape, r, data):
     t = Tensor()
     t._data = data
     t._requires_grad = True
-    t._tok = tape.tok
+    tok = tape.tok_hold    # Tape.tok, without a property call on this path
+    if tok is None:
+        ref = tape.tok_ref
+        tok = ref() if ref is not None else None
+        if tok is None:
+            tok = tape.tok
+    t._tok = tok
     t._rec = r
     return t
 
@@ -588,7 +594,7 @@ def _result(tape, r, data):
 def _node(tape, t):
     """Record id of tensor ``t`` (which requires grad) on ``tape``."""
     tok = t._tok
-    if tok is tape.tok:
+    if tok is not None and tok.tape is tape:
         return t._rec
     if tok is None:  # a leaf: one LEAF record per epoch
         if t._ltok is tape.lkey:
@@ -605,7 +611,7 @@ def _node(tape, t):
         t._ltok = tape.lkey
         t._lrec = r
         return r
-    if tok.tape is not tape:
+    if tok.tape is not tape and tok.tape is not None:
         raise RuntimeError(
             "this tensor was recorded on another thread's tape; each thread "
             "differentiates its own graphs. Pass t.detach() (a leaf) between "

@@ -70,13 +70,18 @@ class Flipped:
     write flag back when no graph reads them any more; a set by identity
     (an array's ``id`` cannot be reused while this holds it)."""
 
-    __slots__ = ("arrays", "new")
+    __slots__ = ("arrays", "new", "first")
 
-    def __init__(self, arrays=()):
+    def __init__(self, arrays=(), first=None):
         self.arrays = {id(a): a for a in arrays}
         self.new = []   # flipped since the last look of a release (take_new)
+        # called before the first array is added (Tape._watch: from then on
+        # the epoch's end must give the flags back)
+        self.first = first
 
     def append(self, a):
+        if not self.arrays and self.first is not None:
+            self.first()
         self.arrays[id(a)] = a
         self.new.append(a)
 

@@ -60,8 +60,9 @@ def _live(tape, n):
     from ..core.tensor import Tensor
     if not n:
         return 0
-    holders = [h for h in gc.get_referrers(tape.tok)
-               if (type(h) is Tensor or type(h) is Node) and h._tok is tape.tok]
+    tok = tape.live_tok()
+    holders = [h for h in (gc.get_referrers(tok) if tok is not None else ())
+               if (type(h) is Tensor or type(h) is Node) and h._tok is tok]
     if not holders:
         return 0
     roots = np.array([h._rec for h in holders], dtype=np.int64)

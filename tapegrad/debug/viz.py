@@ -52,7 +52,7 @@ def _graph_of(outputs):
             leaf_outs.append(t)
             continue
         tp = t._tok.tape
-        if t._tok is not tp.tok:
+        if tp is None or not tp.is_live(t._tok):
             raise RuntimeError(
                 "the graph of this tensor was freed by backward() and its tape reused; "
                 "draw it before backward or call backward(retain_graph=True)")
@@ -122,8 +122,9 @@ def _shapes(tape, recs, parents):
     """Best-known output shape of each record in ``recs`` (ascending ids)."""
     from ..core.tensor import Tensor
     known = {}
-    for h in gc.get_referrers(tape.tok):
-        if type(h) is Tensor and h._tok is tape.tok:
+    tok = tape.live_tok()
+    for h in gc.get_referrers(tok) if tok is not None else ():
+        if type(h) is Tensor and h._tok is tok:
             known[h._rec] = np.shape(h._data)
     for r, leaf in tape.leaves.items():
         known[r] = leaf.shape

@@ -443,9 +443,11 @@ def graph_tape(roots, who="backward()"):
             continue
         if tape is None:
             tape = t._tok.tape
+            if tape is None:           # its epoch is over: the graph was freed
+                raise _freed_error()
             if tape is not current():
                 raise RuntimeError(f"{who} must run on the thread that recorded the graph")
-        if t._tok is not tape.tok or tape.freed[t._rec]:
+        if t._tok.tape is not tape or tape.freed[t._rec]:
             raise _freed_error()
     return tape
 
@@ -568,10 +570,12 @@ def backward(t, gradient=None, retain_graph=False):
         walk(None, None, 0, None, [(t, seed[None, :].copy())], retain_graph=retain_graph)
         return
     tape = t._tok.tape
+    if tape is None:                   # its epoch is over: the graph was freed
+        raise _freed_error()
     if tape is not current():
         raise RuntimeError("backward() must run on the thread that recorded the graph")
     root = t._rec
-    if t._tok is not tape.tok or tape.freed[root]:
+    if t._tok.tape is not tape or tape.freed[root]:
         raise _freed_error()
     # held for the whole walk: host VJPs and hooks are user code that may
     # record ops, and a compaction (renumbering records) must wait until the
@@ -724,7 +728,7 @@ def _target_records(tape, targets, upto):
             if not rs and x._ltok is tape.lkey and x._lrec < upto:
                 rs = [x._lrec]
             recs.append(rs or None)
-        elif x._tok is tape.tok:
+        elif tape.is_live(x._tok):
             r = origin(tape, x._rec)
             recs.append([r] if r < upto else None)
         else:

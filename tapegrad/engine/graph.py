@@ -14,21 +14,25 @@ FUNCTION = C.code(C.K_HOST, 5)  # see ops/function.py
 class Node:
     """The backward function of one record, as PyTorch's ``grad_fn`` objects."""
 
-    __slots__ = ("_tok", "_rec", "_code")
+    __slots__ = ("_tok", "_rec", "_code", "_user")
 
     def __init__(self, tok, rec):
         self._tok = tok
         self._rec = rec
-        self._code = int(tok.tape.op[rec])
+        t = tok.tape
+        self._code = code = int(t.op[rec])
+        # a user op's name is read now: the node outlives its epoch's records
+        self._user = None
+        if code == FUNCTION:  # a tg.Function: the user's class name
+            self._user = t.host[rec][0].__name__
+        elif code >> C.SHIFT == C.K_USER:  # a tg.elementwise op: its name
+            from ..ops.custom import USER_OPS
+            self._user = USER_OPS[int(t.ip[t.ip0[rec]])].name
 
     def name(self):
         """``<Op>Backward``, e.g. ``AddBackward`` or ``UnbindBackward``."""
-        if self._code == FUNCTION:  # a tg.Function: the user's class name
-            return self._tok.tape.host[self._rec][0].__name__ + "Backward"
-        if self._code >> C.SHIFT == C.K_USER:  # a tg.elementwise op: its name
-            from ..ops.custom import USER_OPS
-            t = self._tok.tape
-            return USER_OPS[int(t.ip[t.ip0[self._rec]])].name + "Backward"
+        if self._user is not None:
+            return self._user + "Backward"
         return REGISTRY[self._code].name + "Backward"
 
     @property
@@ -39,7 +43,7 @@ class Node:
         that do not require grad as ``(None, 0)``.
         """
         t = self._tok.tape
-        if self._tok is not t.tok or self._code == FREED:
+        if t is None or not t.is_live(self._tok) or self._code == FREED:
             raise RuntimeError(
                 f"the graph behind {self.name()} was freed by backward() and its "
                 "tape reused; call backward(retain_graph=True) to keep it")
@@ -102,7 +106,7 @@ def _edge(t, p):
 def node_of(tensor):
     tok = tensor._tok
     t = tok.tape
-    if tok is not t.tok:
+    if t is None or not t.is_live(tok):
         return _FreedNode()
     # a write no graph records leaves the tensor's history as it was (PyTorch):
     # its node is the one it had before the write

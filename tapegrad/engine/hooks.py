@@ -137,7 +137,7 @@ def _hooks_of(t, create):
         LEAF_HOOKS[key] = (weakref.ref(t, lambda _: LEAF_HOOKS.pop(key, None)), h)
         return h
     tape = t._tok.tape
-    if t._tok is not tape.tok:
+    if tape is None or not tape.is_live(t._tok):
         raise RuntimeError(
             "the graph of this tensor was freed by backward() and its tape reused; "
             "register hooks before calling backward (or use retain_graph=True)")
@@ -188,7 +188,7 @@ def follow_retained(tape):
     """
     for h in list(tape.hooks.values()):
         owner = h.retain() if h.retain is not None else None
-        if owner is None or owner._tok is not tape.tok:
+        if owner is None or not tape.is_live(owner._tok):
             continue
         now = _hooks_of(owner, True)
         if now is not h:

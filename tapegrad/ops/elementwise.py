@@ -47,7 +47,7 @@ def _def_unary(name, sub, fn, doc_name=None, example=0.5, doc_module="numpy"):
             except AttributeError:
                 tape = NO_TAPE
             tok = x._tok
-            if tok is tape.tok:
+            if tok is not None and tok.tape is tape:
                 r = tape.n
                 if r < tape.room and type(tape) is _Tape:  # room is -1 under no_grad
                     d = x._data
@@ -303,7 +303,7 @@ def _binary_op(code, fn, left, negate, slow):
                     tape = NO_TAPE
                 tok = a._tok
                 r = tape.n
-                if (tok is tape.tok and tok is b._tok and r < tape.room and type(tape) is _Tape
+                if (tok is not None and tok.tape is tape and tok is b._tok and r < tape.room and type(tape) is _Tape
                         and (type(ad) is _F64 or type(bd) is _F64 or ad.shape == bd.shape)):
                     data = fn(ad, bd)
                     na = tape.na
@@ -335,7 +335,7 @@ def _binary_op(code, fn, left, negate, slow):
                     tape = NO_TAPE
                 tok = a._tok
                 r = tape.n
-                if tok is tape.tok and r < tape.room and type(tape) is _Tape:
+                if tok is not None and tok.tape is tape and r < tape.room and type(tape) is _Tape:
                     ad = a._data
                     data = fn(ad, b)
                     na = tape.na
@@ -385,7 +385,8 @@ def _with_array(code, fn, t, c, swapped):
         tape = _tls.tape
     except AttributeError:
         return None
-    if (t._tok is not tape.tok or type(tape) is not _Tape or type(td) is not _ND
+    tok = t._tok
+    if (tok is None or tok.tape is not tape or type(tape) is not _Tape or type(td) is not _ND
             or c.dtype.kind != "f" or td.shape != c.shape):
         return None
     m = td.size
@@ -429,7 +430,7 @@ def _with_array(code, fn, t, c, swapped):
     out = Tensor()
     out._data = data
     out._requires_grad = True
-    out._tok = tape.tok
+    out._tok = tok
     out._rec = r
     return out
 
@@ -447,7 +448,7 @@ def _reflected_op(fn, right, slow):
                 tape = NO_TAPE
             tok = self._tok
             r = tape.n
-            if tok is tape.tok and r < tape.room and type(tape) is _Tape:
+            if tok is not None and tok.tape is tape and r < tape.room and type(tape) is _Tape:
                 d = self._data
                 data = fn(c, d)
                 na = tape.na

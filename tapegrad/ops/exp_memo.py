@@ -47,7 +47,7 @@ def recall(tape, x, axes):
     lkey, r, maxes, xref, m, eref, s = memo
     if lkey is not tape.lkey or maxes != axes or xref() is not x._data or tape.freed[r]:
         return None
-    mine = x._rec if x._tok is tape.tok else (x._lrec if x._tok is None and x._ltok is lkey
+    mine = x._rec if tape.is_live(x._tok) else (x._lrec if x._tok is None and x._ltok is lkey
                                               else -1)
     e = eref()
     if mine != r or e is None:

@@ -157,7 +157,7 @@ def _held(o):
         return False
     if o._tok is not None:
         # (a record a backward spent saved nothing: no VJP reads its value)
-        return o._tok is tape.tok and not (tape.all_freed or tape.freed[o._rec]
+        return tape.is_live(o._tok) and not (tape.all_freed or tape.freed[o._rec]
                                            or tape.spent[o._rec])
     return o._requires_grad and o._ltok is tape.lkey and not tape.all_freed
 
@@ -171,7 +171,7 @@ def _written(o, what):
     tape = _local.__dict__.get("tape")
     if tape is None:
         return
-    if o._tok is not None and o._tok is tape.tok:
+    if tape.is_live(o._tok):
         tape.stale[o._rec] = what
         if not tape.freed[o._rec]:
             # a tensor made by an op keeps its graph (as a leaf keeps being the
@@ -205,7 +205,8 @@ def exposed(t):
     # array or a non-leaf's value is protected here
     if d.flags.writeable and (fresh or o._tok is not None) and _held(o):
         d.flags.writeable = False
-        (o._tok.tape if o._tok is not None else current()).flipped.append(d)
+        (o._tok.tape if o._tok is not None and o._tok.tape is not None
+         else current()).flipped.append(d)
     return d
 
 
@@ -447,7 +448,7 @@ def _sum(self, axis=None, keepdims=False, where=None, initial=None):
             tape = NO_TAPE
         tok = self._tok
         r = tape.n
-        if (tok is tape.tok and r < tape.room and type(tape) is _Tape and type(d) is np.ndarray
+        if (tok is not None and tok.tape is tape and r < tape.room and type(tape) is _Tape and type(d) is np.ndarray
                 and 1 < d.size <= SMALL and d.ndim < 8):
             data = np.add.reduce(d, _AXES[d.ndim], None, None, keepdims=False)
             na = tape.na

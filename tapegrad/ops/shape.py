@@ -588,7 +588,7 @@ def getitem(a, key):
                     tape = _tls.tape
                 except AttributeError:
                     tape = NO_TAPE
-            if ((tok is None or tok is tape.tok) and -n <= key < n and type(tape) is _Tape
+            if ((tok is None or tok.tape is tape) and -n <= key < n and type(tape) is _Tape
                     and (tape.n + 2 <= tape.room and tape.ni + 3 <= len(tape.ip)
                          or tape.reserve(2, 3))):
                 p = (a._rec if tok is not None else
@@ -616,7 +616,7 @@ def getitem(a, key):
                 t = Tensor()  # a scalar: a copy, as NumPy's a[i] (no view)
                 t._data = data
                 t._requires_grad = True
-                t._tok = tape.tok
+                t._tok = tok if tok is not None else tape.tok
                 t._rec = r
                 return t
     if type(key) is slice and type(a) is Tensor:
@@ -692,7 +692,7 @@ def _slice_fast(a, key):
             tape = _tls.tape
         except AttributeError:
             return None
-        if tok is not tape.tok:
+        if not tape.is_live(tok):
             return None
     if type(tape) is not _Tape:
         return None
@@ -884,9 +884,11 @@ def stack_fast(arrays, axis=0):
     if (ta is not list and ta is not tuple) or type(axis) is not int or not arrays:
         return None
     tape = _tls.__dict__.get("tape", NO_TAPE)
-    tok = tape.tok
     first = arrays[0]
-    if type(first) is not Tensor or first._tok is not tok or type(tape) is not _Tape:
+    if type(first) is not Tensor or type(tape) is not _Tape:
+        return None
+    tok = first._tok
+    if tok is None or tok.tape is not tape:
         return None
     d0 = first._data
     td = type(d0)

@@ -72,7 +72,7 @@ def retake(base, skip, stale=None):
             continue
         if not base._requires_grad and not w._requires_grad:
             continue
-        if stale is not None and w._tok is not None and w._tok is stale[0].tok:
+        if stale is not None and stale[0].is_live(w._tok):
             stale[0].stale[w._rec] = stale[1]
         with enable_grad():   # under no_grad too: the view stays in the graph
             fresh = take(base, w._vw[1])

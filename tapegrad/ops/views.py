@@ -83,7 +83,7 @@ def note_view(base, view, key):
     index or a :class:`ViewOf`)."""
     view._vw = (base, key)
     tok = view._tok
-    if tok is not None and tok is tok.tape.tok:
+    if tok is not None and tok.tape is not None:   # of its tape's live epoch
         # its record shares the base record's memory: a write the graph does not
         # see into the base reaches what the view's consumers saved (check_stale)
         tok.tape.aliases.add(view._rec)

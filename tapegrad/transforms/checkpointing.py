@@ -163,7 +163,7 @@ def _check_closed(tape, start, args, own_records=False):
     whose records before ``start`` the recomputation may read."""
     own = {id(a) for a in args if isinstance(a, Tensor)}
     recs = ({int(a._rec) for a in args if isinstance(a, Tensor) and a.requires_grad
-             and getattr(a, "_tok", None) is tape.tok} if own_records else set())
+             and tape.is_live(getattr(a, "_tok", None))} if own_records else set())
     op, arg0, args_ = tape.op, tape.arg0, tape.args
     from ..core.registry import CONST, LEAF
     n = tape.n

@@ -277,7 +277,7 @@ def _graph_grad(outputs, seeds, inputs, allow_unused, own=False, accumulate=Fals
     # inputs the outputs reach; the recorded walk then runs the hooks
     gs = reverse(outputs, seeds, inputs, retain_graph=True, own=own, hooks=False)
     _check_used(gs, inputs, allow_unused)
-    upto = max([root_span(tape, t._rec) for t in outputs if t._tok is tape.tok] or [0])
+    upto = max([root_span(tape, t._rec) for t in outputs if tape.is_live(t._tok)] or [0])
     graph_seeds = graph_seeds or [None] * len(outputs)
     direct = [(t, tensor(np.asarray(v, np.float64).reshape(-1)) if gs is None else gs)
               for t, v, gs in zip(outputs, seeds, graph_seeds)

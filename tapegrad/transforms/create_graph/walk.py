@@ -271,7 +271,7 @@ def input_records(tape, x, upto):
     """The records of input tensor ``x`` below ``upto``: a non-leaf's own, or
     every LEAF record of a leaf (one written in place since records anew)."""
     if x._tok is not None:
-        return [int(x._rec)] if x._tok is tape.tok and x._rec < upto else []
+        return [int(x._rec)] if tape.is_live(x._tok) and x._rec < upto else []
     return [q for q, z in tape.leaves.items() if z is x and q < upto]
 
 
@@ -294,13 +294,13 @@ class Recorded:
         from ...core.tensor import tensor
         flat = sorted({q for rs in recs if rs for q in rs})
         self.W = W = Walk(tape, upto, flat)
-        roots = np.array([t._rec for t in outputs if t._tok is tape.tok], np.int64)
+        roots = np.array([t._rec for t in outputs if tape.is_live(t._tok)], np.int64)
         tape.arg0[tape.n] = tape.na
         live = live_records((tape.op, tape.arg0, tape.size, None, tape.args), upto, roots)
         check(tape, upto, W.dep & live[:upto], roots[roots < upto])
         with enable_grad():
             for t, v, g in zip(outputs, seeds, graph_seeds or [None] * len(outputs)):
-                if t._tok is tape.tok:
+                if tape.is_live(t._tok):
                     W.add(int(t._rec),
                           tensor(np.asarray(v, np.float64).reshape(-1)) if g is None else g)
 

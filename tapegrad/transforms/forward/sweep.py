@@ -144,7 +144,7 @@ def push(leaves, seeds, out, p):
                 res += _seed_rows(seeds, k, 0, p)
         return res
     tape = current()
-    if not out._requires_grad or out._tok is not tape.tok:
+    if not out._requires_grad or not tape.is_live(out._tok):
         return res  # recorded before the inputs existed: independent of them
     upto = _root_span(tape, out._rec)
     recs = [x._lrec if x._ltok is tape.lkey and x._lrec < upto else None for x in leaves]

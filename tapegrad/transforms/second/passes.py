@@ -198,7 +198,7 @@ def _drive(leaves, out, p, seeds, fill=None):
                     grads[k][:] = 1.0
         return grads, [np.zeros((p, x.size)) for x in leaves]
     tape = current()
-    if out._tok is not tape.tok or tape.freed[out._rec]:
+    if not tape.is_live(out._tok) or tape.freed[out._rec]:
         raise _freed_error()
     with tape.walking():  # no compaction under the walks (see forward.push)
         return _drive_walks(tape, leaves, out, p, seeds, fill)
@@ -409,7 +409,7 @@ def _leaf_recs(leaves, out):
     if not out._requires_grad or out._tok is None:
         return None
     tape = current()
-    if out._tok is not tape.tok or tape.freed[out._rec]:
+    if not tape.is_live(out._tok) or tape.freed[out._rec]:
         return None
     return _recs_below(tape, leaves, _root_span(tape, out._rec))
 
