@@ -75,8 +75,8 @@ _LAZY = {
 __all__ = sorted([n for n in dir() if not n.startswith("_")] + list(_LAZY))
 
 
-#: subpackages imported on first use: ``tg.scipy.stats.norm.logpdf(...)``
-_LAZY_PACKAGES = ("scipy",)
+#: subpackages imported on first use: ``tg.scipy.stats.norm.logpdf(...)``, ``tg.numpy``
+_LAZY_PACKAGES = ("scipy", "numpy")
 
 
 def __getattr__(name):

@@ -31,7 +31,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent / "tapegrad"
 #: is the package's top-level modules (the namespaces users import) and
 #: ``scipy/``, SciPy's names over the ops
 LAYERS = ["kernels", "core", "ops", "engine", "transforms", "tracing", "debug", "api", "integrations"]
-API_FOLDERS = ("scipy",)
+API_FOLDERS = ("scipy", "numpy")
 #: the most modules the package's top level may hold (the rest live in the
 #: layers' folders)
 MAX_TOP_MODULES = 12

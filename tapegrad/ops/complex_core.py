@@ -114,7 +114,7 @@ class ComplexTensor:
 
     def numpy(self):
         """The value as a new ndarray of ``dtype`` (a copy)."""
-        return np.asarray(self.real._data) + 1j * np.asarray(self.imag._data)
+        return np.asarray(np.asarray(self.real._data) + 1j * np.asarray(self.imag._data))
 
     def __array__(self, dtype=None, copy=None):
         if self.requires_grad:

@@ -101,8 +101,8 @@ def _scalar(W, r, sub, u):
         d = -u * W.x(r) / W.x(q)
     elif sub == C.POWC:  # x ** c
         d = u * (c * W.x(q) ** (c - 1.0)) if c != 0.0 else None
-    elif sub == C.RPOWC:  # c ** x
-        d = u * W.x(r) * math.log(c) if c != 1.0 else None
+    elif sub == C.RPOWC:  # c ** x; the limit for c == 0 is 0 (as the kernels')
+        d = None if c in (0.0, 1.0) else u * W.x(r) * (math.log(c) if c > 0.0 else math.nan)
     else:
         raise KeyError(sub)
     W.add(q, d)
