@@ -285,3 +285,32 @@ def test_a_freed_graph_over_the_same_leaf_is_not_visited():
                   (np.array([1.0, 0.0]),))
     # d/dv0 of softplus(v0) v0 at 0: sigma(0) * 0 + softplus(0) = log 2
     np.testing.assert_allclose(t, np.log(2.0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("spec", ["ii,ij->j", "ijk,lji,lli->lki", "iij->ij"])
+def test_einsum_with_a_repeated_index_to_second_order(spec):
+    # an index repeated within one operand reads its diagonal: the gradient
+    # recorded under create_graph lays it back on the diagonal, and is
+    # differentiated again (checked against differences of the gradient)
+    rng = np.random.default_rng(3)
+    sizes = {c: 3 for c in "ijkl"}
+    ins = spec.split("->")[0].split(",")
+    vals = [rng.normal(size=tuple(sizes[c] for c in s)) for s in ins]
+
+    def f(*ts):
+        return (tg.einsum(spec, *ts) ** 2).sum()
+
+    def grad0(v0):
+        x = tg.tensor(v0, requires_grad=True)
+        rest = [tg.tensor(v) for v in vals[1:]]
+        (g,) = tg.autograd.grad(f(x, *rest), x, create_graph=True)
+        return x, g
+
+    x, g = grad0(vals[0])
+    w = rng.normal(size=g.shape)
+    (hv,) = tg.autograd.grad((g * w).sum(), x)
+    h, d = 1e-6, rng.normal(size=vals[0].shape)
+    gp = grad0(vals[0] + h * d)[1].detach().numpy()
+    gm = grad0(vals[0] - h * d)[1].detach().numpy()
+    np.testing.assert_allclose((hv.numpy() * d).sum(), (((gp - gm) / (2 * h)) * w).sum(),
+                               rtol=1e-6, atol=1e-8)

@@ -115,7 +115,10 @@ def _einsum(W, r, u):
             continue
         others = [ins[j] for j in range(len(ins)) if j != k]
         present = set(out).union(*others)
-        uniq = ins[k]
+        # an index repeated within the operand ("ii", "lli") reads its
+        # diagonal: the gradient of the diagonal first, over the distinct
+        # indices, then laid on the diagonal (below)
+        uniq = "".join(dict.fromkeys(ins[k]))
         kept = "".join(c for c in uniq if c in present)
         spec = ",".join([out] + others) + "->" + kept
         gk = tg.einsum(spec, g, *[values[j] for j in range(len(ins)) if j != k])
@@ -128,7 +131,28 @@ def _einsum(W, r, u):
         stretched = tuple(i for i, c in enumerate(uniq) if own[c] == 1 and gk.shape[i] != 1)
         if stretched:
             gk = tg.sum(gk, axis=stretched, keepdims=True)
+        if len(uniq) != len(ins[k]):
+            gk = _on_diagonal(tg, gk, uniq, ins[k], own, "".join(ins) + out)
         W.add(p, _flat(tg.broadcast_to(gk, shapes[k])))
+
+
+def _on_diagonal(tg, gk, uniq, spec, own, used):
+    """``gk`` (indices ``uniq``) laid on the diagonal of an operand whose
+    subscripts ``spec`` repeat some of them: each repeat gets a fresh index
+    tied to the first by an identity matrix, a constant of the graph."""
+    fresh = iter(c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                 if c not in used)
+    seen, full, eyes, ties = set(), "", [], []
+    for c in spec:
+        if c in seen:
+            f = next(fresh)
+            full += f
+            ties.append(c + f)
+            eyes.append(np.eye(own[c]))
+        else:
+            seen.add(c)
+            full += c
+    return tg.einsum(",".join([uniq] + ties) + "->" + full, gk, *eyes)
 
 
 # the decompositions: each VJP of ops/matrix.py, on tensors of the graph.  The
