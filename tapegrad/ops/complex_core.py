@@ -113,8 +113,12 @@ class ComplexTensor:
         return ComplexTensor(self.real.T, self.imag.T)
 
     def numpy(self):
-        """The value as a new ndarray of ``dtype`` (a copy)."""
-        return np.asarray(np.asarray(self.real._data) + 1j * np.asarray(self.imag._data))
+        """The value as a new ndarray of ``dtype`` (a copy).  Built part by
+        part: ``re + 1j * im`` would turn ``1 + inf j`` into ``nan + inf j``."""
+        re, im = np.broadcast_arrays(np.asarray(self.real._data), np.asarray(self.imag._data))
+        z = np.empty(re.shape, self.dtype)
+        z.real, z.imag = re, im
+        return z
 
     def __array__(self, dtype=None, copy=None):
         if self.requires_grad:

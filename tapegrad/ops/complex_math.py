@@ -22,6 +22,65 @@ from .complex_core import ComplexTensor, _as_z, _split, _z
 from .guarded import on_values
 
 
+# -- NumPy's values where the formulas give none --------------------------------------------------
+def _finite(re, im):
+    """Whether every element of both parts is finite (a sum of finite
+    numbers is never NaN; one that overflows only takes the slow path)."""
+    return bool(np.isfinite(np.add.reduce(re, None) + np.add.reduce(im, None)))
+
+
+def _nonfinite(*parts):
+    bad = ~np.isfinite(parts[0])
+    for p in parts[1:]:
+        bad = bad | ~np.isfinite(p)
+    return bad
+
+
+def _numpy_values(np_fn, re, im, bad):
+    """``np_fn`` of the complex numbers ``re + 1j im`` where ``bad`` holds, as
+    a (2,) + shape float array (zeros elsewhere).  The complex array is built
+    part by part: ``1j * inf`` would make a NaN real part."""
+    shape = np.shape(bad)
+    z = np.empty(shape, np.result_type(np.asarray(re).dtype, np.asarray(im).dtype,
+                                       np.complex64))
+    z.real, z.imag = np.broadcast_to(re, shape), np.broadcast_to(im, shape)
+    re, im = np.zeros(shape), np.zeros(shape)
+    with np.errstate(all="ignore"):
+        v = np_fn(z[bad])
+    re[bad], im[bad] = v.real, v.imag
+    return np.stack([re, im])
+
+
+def _special(np_fn):
+    """An elementwise op that gives NumPy's value (``np_fn``'s) wherever the
+    formula's result has an infinite or NaN part.
+
+    The formulas on the parts are exact for finite values, but infinities
+    meet there as ``inf - inf`` or ``0 * inf`` (NaN) where NumPy's complex
+    functions, following C99's Annex G, give a number: ``exp(inf + 0j)`` is
+    ``inf + 0j``, ``arctan(inf j)`` is ``pi / 2``.  Those elements take
+    NumPy's value as a constant (no gradient: the derivative at an infinite
+    point is no number); in a trace both the positions and the values are
+    guards, so a replay that meets other special values traces again.
+    """
+    def wrap(fn):
+        def op(z):
+            z = _as_z(z)
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                out = fn(z)
+            # an infinite or NaN input that the formula carried to a finite
+            # value has met no inf - inf or 0 * inf: its limit is right
+            if on_values(_finite, out.real, out.imag):
+                return out
+            bad = on_values(_nonfinite, out.real, out.imag)
+            v = on_values(lambda a, b, m: _numpy_values(np_fn, a, b, m), z.real, z.imag, bad)
+            return _z(E.where(bad, v[0], out.real), E.where(bad, v[1], out.imag))
+        op.__name__, op.__qualname__, op.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+        op.__wrapped__ = fn
+        return op
+    return wrap
+
+
 # -- elementwise -------------------------------------------------------------------------------
 def _fit(im, like):
     """``im`` broadcast to the shape of the real part ``like``."""
@@ -65,6 +124,7 @@ def _abs2(re, im):
     return E.add(E.multiply(re, re), E.multiply(im, im))
 
 
+@_special(np.reciprocal)
 def reciprocal(z):
     zr, zi = _split(z)
     d = _abs2(zr, zi)
@@ -83,66 +143,82 @@ def divide(a, b):
     return _z(re, im)
 
 
+@_special(np.exp)
 def exp(z):
     z = _as_z(z)
     m = E.exp(z.real)
     return _z(E.multiply(m, E.cos(z.imag)), E.multiply(m, E.sin(z.imag)))
 
 
+@_special(np.log)
 def log(z):
     z = _as_z(z)
     return _z(E.log(E.hypot(z.real, z.imag)), E.arctan2(z.imag, z.real))
 
 
+@_special(np.sin)
 def sin(z):
     z = _as_z(z)
     return _z(E.multiply(E.sin(z.real), E.cosh(z.imag)),
               E.multiply(E.cos(z.real), E.sinh(z.imag)))
 
 
+@_special(np.cos)
 def cos(z):
     z = _as_z(z)
     return _z(E.multiply(E.cos(z.real), E.cosh(z.imag)),
               E.negative(E.multiply(E.sin(z.real), E.sinh(z.imag))))
 
 
+@_special(np.sinh)
 def sinh(z):
     z = _as_z(z)
     return _z(E.multiply(E.sinh(z.real), E.cos(z.imag)),
               E.multiply(E.cosh(z.real), E.sin(z.imag)))
 
 
+@_special(np.cosh)
 def cosh(z):
     z = _as_z(z)
     return _z(E.multiply(E.cosh(z.real), E.cos(z.imag)),
               E.multiply(E.sinh(z.real), E.sin(z.imag)))
 
 
+@_special(np.tan)
 def tan(z):
     # (sin 2x + i sinh 2y) / (cos 2x + cosh 2y), divided through by cosh 2y so
     # that a large |y| gives tanh's limit, not inf / inf
     z = _as_z(z)
     x2, y2 = E.multiply(z.real, 2.0), E.multiply(z.imag, 2.0)
-    with np.errstate(over="ignore"):  # cosh's overflow is the limit's 1 / inf = 0
-        r = E.reciprocal(E.cosh(y2))
+    r = _sech(y2)
     d = E.add(E.multiply(E.cos(x2), r), 1.0)
     return _z(E.divide(E.multiply(E.sin(x2), r), d), E.divide(E.tanh(y2), d))
 
 
+@_special(np.tanh)
 def tanh(z):
     # (sinh 2x + i sin 2y) / (cosh 2x + cos 2y), divided through by cosh 2x
     z = _as_z(z)
     x2, y2 = E.multiply(z.real, 2.0), E.multiply(z.imag, 2.0)
-    with np.errstate(over="ignore"):
-        r = E.reciprocal(E.cosh(x2))
+    r = _sech(x2)
     d = E.add(E.multiply(E.cos(y2), r), 1.0)
     return _z(E.divide(E.tanh(x2), d), E.divide(E.multiply(E.sin(y2), r), d))
 
 
+def _sech(t):
+    """``1 / cosh(t)`` as ``2 e / (1 + e^2)`` with ``e = exp(-|t|)``: no
+    overflow, in the value or in the derivatives (``1 / cosh`` would
+    backpropagate ``0 * inf`` far from the real axis)."""
+    e = E.exp(E.negative(E.absolute(t)))
+    return E.divide(E.multiply(e, 2.0), E.add(E.multiply(e, e), 1.0))
+
+
+@_special(np.exp2)
 def exp2(z):
     return exp(multiply(_as_z(z), np.log(2.0)))
 
 
+@_special(np.expm1)
 def expm1(z):
     # Re: expm1(x) cos y - 2 sin^2(y / 2), accurate near 0 where exp(z) - 1 cancels
     z = _as_z(z)
@@ -152,6 +228,7 @@ def expm1(z):
     return _z(re, E.multiply(E.exp(z.real), E.sin(z.imag)))
 
 
+@_special(np.log1p)
 def log1p(z):
     # log|1 + z| = log1p(2x + x^2 + y^2) / 2, accurate near 0
     z = _as_z(z)
@@ -160,10 +237,12 @@ def log1p(z):
     return _z(E.multiply(E.log1p(q), 0.5), E.arctan2(y, E.add(x, 1.0)))
 
 
+@_special(np.log2)
 def log2(z):
     return multiply(log(z), 1.0 / np.log(2.0))
 
 
+@_special(np.log10)
 def log10(z):
     return multiply(log(z), 1.0 / np.log(10.0))
 
@@ -176,16 +255,19 @@ def _times_minus_i(z):
     return ComplexTensor(z.imag, E.negative(z.real))
 
 
+@_special(np.arctanh)
 def arctanh(z):
     # cuts on the real axis beyond +-1, as NumPy's
     z = _as_z(z)
     return multiply(subtract(log1p(z), log1p(-z)), 0.5)
 
 
+@_special(np.arctan)
 def arctan(z):
     return _times_minus_i(arctanh(_times_i(_as_z(z))))
 
 
+@_special(np.arcsinh)
 def arcsinh(z):
     # log1p(z + z^2 / (sqrt(z^2 + 1) + 1)): no cancellation near 0; for
     # Re z < 0 the odd symmetry (a guarded mask) avoids the cancellation of
@@ -203,19 +285,23 @@ def _arcsinh_right(z):
     return log1p(add(z, divide(z2, add(sqrt(add(z2, 1.0)), 1.0))))
 
 
+@_special(np.arcsin)
 def arcsin(z):
     return _times_minus_i(arcsinh(_times_i(_as_z(z))))
 
 
+@_special(np.arccos)
 def arccos(z):
     return subtract(np.pi / 2, arcsin(z))
 
 
+@_special(np.arccosh)
 def arccosh(z):
     z = _as_z(z)
     return log(add(z, multiply(sqrt(add(z, 1.0)), sqrt(subtract(z, 1.0)))))
 
 
+@_special(np.sign)
 def sign(z):
     """``z / |z|`` (0 at 0), NumPy's complex sign."""
     z = _as_z(z)
@@ -227,6 +313,7 @@ def sign(z):
     return _z(E.where(nz, E.divide(z.real, safe), 0.0), E.where(nz, E.divide(z.imag, safe), 0.0))
 
 
+@_special(np.sqrt)
 def sqrt(z):
     # polar form: no mask, so nothing to guard in a trace; the branch cut
     # follows the sign of the imaginary part's zero as NumPy's does
@@ -236,6 +323,7 @@ def sqrt(z):
     return _z(E.multiply(r, E.cos(half)), E.multiply(r, E.sin(half)))
 
 
+@_special(np.square)
 def square(z):
     return multiply(z, z)
 

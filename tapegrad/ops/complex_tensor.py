@@ -40,10 +40,11 @@ FUNCTIONS = {}
 def _unsupported(name):
     raise TypeError(
         f"tapegrad: {name} is not supported on complex tensors. Supported: + - * / **, "
-        "exp, exp2, expm1, log, log2, log10, log1p, sqrt, square, reciprocal, sin, cos, tan, "
-        "sinh, cosh, tanh, their inverses (arcsin ... arctanh), sign, abs, conj, real, imag, "
-        "angle, sum, mean, prod, var, std, max, min, real_if_close, matmul/dot/einsum, numpy.linalg (inv, solve, det, "
-        "slogdet, cholesky, eigh, eig, svd, qr, pinv, lstsq, norm), reshape, transpose, "
+        "float_power, exp, exp2, expm1, log, log2, log10, log1p, sqrt, square, reciprocal, sin, "
+        "cos, tan, sinh, cosh, tanh, their inverses (arcsin ... arctanh), sinc, sign, abs, conj, "
+        "real, imag, angle, sum, mean, prod, var, std, max, min, real_if_close, "
+        "matmul/dot/einsum, cross, numpy.linalg (inv, solve, det, slogdet, cholesky, eigh, eig, "
+        "svd, qr, pinv, lstsq, norm, tensorinv, tensorsolve), reshape, transpose, split, diag, "
         "indexing and numpy.fft; for anything else, work on the real tensors z.real and z.imag")
 
 

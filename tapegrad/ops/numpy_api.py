@@ -13,6 +13,7 @@ from ..core.tensor import SCIPY_COUNTERPARTS
 from . import arrays as A
 from . import complex_linalg as ZL
 from . import complex_lstsq  # noqa: F401  (registers complex qr, pinv, lstsq)
+from . import complex_functions  # noqa: F401  (registers complex split, sinc, cross, ...)
 from . import complex_tensor as Z
 from . import composite as K
 from . import elementwise as E

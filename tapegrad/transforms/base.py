@@ -265,7 +265,8 @@ def _complex_leaf(x, who, complex_ok):
     if not complex_ok:
         raise TypeError(
             f"{who}: tg.{who} does not take complex arguments (tg.grad, tg.value_and_grad, "
-            "tg.vjp, tg.jacobian and tg.jvp do); pass the real and imaginary "
+            "tg.vjp, tg.jacobian, tg.jacfwd, tg.jvp, tg.hvp and tg.hessian do); pass the "
+            "real and imaginary "
             "parts as one real array v (np.concatenate([z.real, z.imag])) and build "
             "z = tg.complex(v[:n], v[n:]) inside f")
     if type(x) is ComplexTensor:

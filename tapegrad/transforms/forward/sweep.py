@@ -15,7 +15,7 @@ import numpy as np
 
 from ...engine.backward import Adjoints
 from ...ops.complex_tensor import ComplexTensor
-from ..base import (_argnums, _call, _call_complex, _connected, _root_span, _scratch,
+from ..base import (_argnums, _call_complex, _connected, _pair_up, _root_span, _scratch,
                              _trace_inputs, _value)
 from ...kernels._views import SMALL
 from ...kernels.tangents import fwd_layout, sweep_fwd
@@ -360,10 +360,18 @@ def jacfwd(f, argnums=0):
     """
     def jacfwd_f(*args):
         single, nums = _argnums(argnums, len(args), "jacfwd")
-        leaves, out = _call(f, args, nums, "jacfwd")
+        leaves, out, pairs = _call_complex(f, args, nums, "jacfwd")
+        if type(out) is ComplexTensor:
+            raise TypeError(
+                "jacfwd: the function returned a complex tensor, and the Jacobian of a "
+                "complex output has no single convention. Take the Jacobians of its real "
+                "and imaginary parts, tg.jacfwd(lambda *a: np.real(f(*a))) and the same "
+                "with np.imag, or use tg.jvp with complex tangents")
         gs = forward_jacobian(leaves, out)
         res = [g.reshape(out.shape + x.shape).astype(x.dtype, copy=False)
                for g, x in zip(gs, leaves)]
+        if pairs is not None:  # a complex argument: d out/dRe + 1j d out/dIm, as tg.jacobian
+            res = _pair_up(res, pairs)
         return res[0] if single else tuple(res)
     jacfwd_f.__name__ = f"jacfwd({getattr(f, '__name__', 'f')})"
     return jacfwd_f

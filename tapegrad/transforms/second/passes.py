@@ -39,8 +39,9 @@ import numpy as np
 from ..forward import sweep as FW
 from .. import sparsity as SP
 from ...engine.backward import _freed_error
-from ..base import (_Slabs, _argnums, _call, _connected, _root_span, _run,
+from ..base import (_Slabs, _argnums, _call_complex, _connected, _root_span, _run,
                              _trace_inputs, _vector_bytes)
+from ...ops.complex_core import ComplexTensor
 from ...kernels._views import SMALL
 from ...kernels.hvp import hvp_layout, sweep_block
 from .rules import (  # noqa: F401  (HOST_RULES: part of this module's API)
@@ -174,12 +175,45 @@ def _hvp_pass(tape, out, leaves, recs, seeds, p, fill=None, into=None):
 
 
 def _scalar_out(f, args, nums, who):
-    leaves, out = _call(f, args, nums, who)
+    """Record f with fresh leaves at ``nums``: ``(leaves, out, pairs)``.  A
+    complex argument gets two real leaves, its real and imaginary parts
+    (``pairs`` as in ``base._call_complex``: None when all are real)."""
+    leaves, out, pairs = _call_complex(f, args, nums, who)
+    if type(out) is ComplexTensor:
+        raise TypeError(
+            f"{who}: the function returned a complex value; tg.{who} needs one real number. "
+            "Differentiate a real function of it (np.real(w), np.imag(w), np.abs(w) ** 2); "
+            "for a holomorphic f, f''(z)[i, j] = H[i, 0, j, 0] - 1j * H[i, 0, j, 1] where H is "
+            "tg.hessian of np.real(f(z)) (the last axis of each side: real, imaginary part)")
     if out.size != 1:
         raise TypeError(f"{who}: the function must return one number (a scalar); this one "
                         f"returned shape {out.shape}. For vector functions take the "
                         "Jacobian (tg.jacobian) of the gradient by hand, or sum first")
-    return leaves, out
+    return leaves, out, pairs
+
+
+def _pair_order(leaves, pairs):
+    """For a Hessian over complex arguments: ``(order, shapes)``, where
+    ``order`` lists the leaves' element indices argument by argument, a
+    complex argument's real and imaginary parts interleaved (its elements
+    have shape ``z.shape + (2,)``: ``[..., 0]`` the real part, ``[..., 1]``
+    the imaginary), and ``shapes`` gives each argument's shape in that
+    layout; ``(None, leaves' shapes)`` when every argument is real."""
+    if pairs is None:
+        return None, [x.shape for x in leaves]
+    starts = np.cumsum([0] + [int(x.size) for x in leaves])
+    order, shapes = [], []
+    for pr in pairs:
+        if type(pr) is tuple:
+            a, b = pr
+            m = int(leaves[a].size)
+            order.append(np.stack([starts[a] + np.arange(m), starts[b] + np.arange(m)],
+                                  -1).ravel())
+            shapes.append(tuple(leaves[a].shape) + (2,))
+        else:
+            order.append(np.arange(starts[pr], starts[pr + 1]))
+            shapes.append(tuple(leaves[pr].shape))
+    return np.concatenate(order).astype(np.int64), shapes
 
 
 def _drive(leaves, out, p, seeds, fill=None):
@@ -249,6 +283,11 @@ def hvp(f, primals, tangents, batched=None):
     tangent the shape ``(p,) + primal.shape`` and each ``hvp[i]`` has shape
     ``(p,) + primal.shape`` (``batched`` as in ``tg.jvp``).
 
+    A complex primal z = x + iy takes a complex (or real) tangent v and is
+    differentiated over its real and imaginary parts: its ``grad`` is
+    ``df/dx + 1j df/dy`` (``tg.grad``'s convention) and its ``hvp`` the
+    derivative of that gradient along v, both complex128.
+
     Ops with no second-order rule raise ``NotImplementedError`` naming the
     op (see ``tapegrad.transforms.second.passes``).
 
@@ -271,8 +310,8 @@ def hvp(f, primals, tangents, batched=None):
         inputs = _trace_inputs(primals, range(len(primals)))
         if inputs is not None and len(inputs) == len(primals):
             return f.hvp(primals, tangents, batched=batched)
-    leaves, out = _scalar_out(f, primals, tuple(range(len(primals))), "hvp")
-    ts, p, batch = FW._check_tangents(leaves, tangents, batched)
+    leaves, out, pairs = _scalar_out(f, primals, tuple(range(len(primals))), "hvp")
+    ts, p, batch = FW._check_tangents(leaves, FW._leaf_tangents(tangents, pairs), batched)
     flat = [t.reshape(p, -1) for t in ts]
     grads, hvs = _drive(leaves, out, p, lambda k, lo, hi: flat[k][lo:hi])
     gs, hs = [], []
@@ -281,7 +320,22 @@ def hvp(f, primals, tangents, batched=None):
         gs.append(g.reshape(x.shape).astype(dt, copy=False))
         hv = hv.reshape((p,) + x.shape).astype(dt, copy=False)
         hs.append(hv if batch else hv[0])
+    if pairs is not None:  # a complex primal's two parts as d/dRe + 1j d/dIm
+        gs = [_join(gs, pr) for pr in pairs]
+        hs = [_join(hs, pr) for pr in pairs]
     return tuple(gs), tuple(hs)
+
+
+def _join(arrays, pr):
+    """The array of one primal from per-leaf arrays: a complex primal's
+    ``(re, im)`` leaves give ``re + 1j im`` (complex128, built part by part so
+    that an infinite part makes no NaN)."""
+    if type(pr) is not tuple:
+        return arrays[pr]
+    re, im = arrays[pr[0]], arrays[pr[1]]
+    z = np.empty(np.shape(re), np.complex128)
+    z.real, z.imag = re, im
+    return z
 
 
 #: ``sparse="auto"``: a Hessian over fewer input elements than this is computed
@@ -421,10 +475,36 @@ def _recs_below(tape, leaves, upto):
 
 
 def _hessian_flat(f, args, nums, sparse, who, memo=None):
-    """Record f and return ``(leaves, H)``: H an (n, n) array over all the
-    leaves' elements, or a ``SparseHessian`` when ``sparse`` is "coo";
-    ``memo`` as for ``_coloring``."""
-    leaves, out = _scalar_out(f, args, nums, who)
+    """Record f and return ``(layout, H)``: H an (n, n) array over all the
+    arguments' elements, or a ``SparseHessian`` when ``sparse`` is "coo";
+    ``layout`` is per argument ``(shape, dtype)`` of its elements, a complex
+    argument's ``z.shape + (2,)`` float64 (``_pair_order``); ``memo`` as for
+    ``_coloring``."""
+    leaves, out, pairs = _scalar_out(f, args, nums, who)
+    order, shapes = _pair_order(leaves, pairs)
+    layout = [(s, x.dtype) for s, x in zip(shapes, leaves)] if order is None else \
+        [(s, np.float64) for s in shapes]
+    H = _hessian_leaves(leaves, out, sparse, memo)
+    if order is not None:
+        if isinstance(H, SparseHessian):
+            rows, cols = _renumber(order, H.rows, H.cols)
+            k = np.lexsort((cols, rows))
+            H = H._replace(data=H.data[k], rows=rows[k], cols=cols[k])
+        else:
+            H = H[np.ix_(order, order)]
+    return layout, H
+
+
+def _renumber(order, rows, cols):
+    """Leaf-element coordinates ``(rows, cols)`` in the arguments' layout
+    (``_pair_order``'s ``order``)."""
+    at = np.empty(order.size, np.int64)
+    at[order] = np.arange(order.size)
+    return at[rows], at[cols]
+
+
+def _hessian_leaves(leaves, out, sparse, memo):
+    """``_hessian_flat`` over the leaves' elements."""
     n, starts, unit = FW.unit_directions(leaves)
     recs = _leaf_recs(leaves, out)
     coo = sparse == "coo"
@@ -432,14 +512,14 @@ def _hessian_flat(f, args, nums, sparse, who, memo=None):
                                                 True if coo else sparse, memo)
     if (coo and found is None) or (found is not None and found.p == 0):
         # constant or linear f: nothing to compute (the graph goes with f's tensors)
-        return leaves, SparseHessian.zero(n) if coo else np.zeros((n, n))
+        return SparseHessian.zero(n) if coo else np.zeros((n, n))
     if found is None:
         _, hvs = _drive(leaves, out, n, unit, fill=_unit_fill(starts))
         # hvs[i][k] = H e_k restricted to input i: column k of H's rows for i
-        return leaves, (np.concatenate(hvs, axis=1).T if n else np.zeros((0, 0)))
+        return np.concatenate(hvs, axis=1).T if n else np.zeros((0, 0))
     S = SP.seeds(found.color, found.p)
     _, hvs = _drive(leaves, out, found.p, lambda k, lo, hi: S[lo:hi, starts[k]:starts[k + 1]])
-    return leaves, found.hessian(np.concatenate(hvs, axis=1), n, coo)
+    return found.hessian(np.concatenate(hvs, axis=1), n, coo)
 
 
 def hessian(f, argnums=0, *, sparse="auto"):
@@ -451,7 +531,9 @@ def hessian(f, argnums=0, *, sparse="auto"):
     when they would take more than ``tapegrad.transforms.second.passes.HESSIAN_BYTES``).  With
     a tuple ``argnums`` the result is a tuple of tuples, ``H[i][j]`` of shape
     ``in_i.shape + in_j.shape`` (as ``jax.hessian``).  Results have the
-    inputs' dtypes.  ``f`` must return one number.
+    inputs' dtypes.  ``f`` must return one number.  A complex argument z
+    counts as the real array ``np.stack([z.real, z.imag], -1)``: its blocks
+    have shape ``z.shape + (2,)`` on its side, float64.
 
     ``sparse``: with True, the Hessian's structural sparsity pattern is found
     on the recorded graph and the columns that share no row are pushed
@@ -486,8 +568,8 @@ def hessian(f, argnums=0, *, sparse="auto"):
                 at = [inputs.index(n) for n in nums]
                 res = tuple(tuple(rows[i][j] for j in at) for i in at)
                 return res[0][0] if single else res
-        leaves, H = _hessian_flat(f, args, nums, sparse, "hessian", memo.__dict__)
-        res = split_blocks(H, [x.shape for x in leaves], [x.dtype for x in leaves])
+        layout, H = _hessian_flat(f, args, nums, sparse, "hessian", memo.__dict__)
+        res = split_blocks(H, [s for s, _ in layout], [d for _, d in layout])
         return res[0][0] if single else res
     hessian_f.__name__ = f"hessian({getattr(f, '__name__', 'f')})"
     return hessian_f
@@ -539,13 +621,19 @@ def hessian_sparsity(f, argnums=0):
     """
     def hessian_sparsity_f(*args):
         _, nums = _argnums(argnums, len(args), "hessian_sparsity")
-        leaves, out = _scalar_out(f, args, nums, "hessian_sparsity")
+        leaves, out, pairs = _scalar_out(f, args, nums, "hessian_sparsity")
         n, starts, _ = FW.unit_directions(leaves)
         recs = _leaf_recs(leaves, out)
         if recs is None:
             e = np.zeros(0, np.int64)
             return e, e
-        return SP.pattern(current(), out._rec, recs, starts)
+        rows, cols = SP.pattern(current(), out._rec, recs, starts)
+        order, _ = _pair_order(leaves, pairs)
+        if order is None:
+            return rows, cols
+        rows, cols = _renumber(order, rows, cols)
+        k = np.lexsort((cols, rows))
+        return rows[k], cols[k]
     hessian_sparsity_f.__name__ = f"hessian_sparsity({getattr(f, '__name__', 'f')})"
     return hessian_sparsity_f
 
