@@ -153,6 +153,8 @@ class ElementwiseOp:
         self.__name__ = name
         self.__doc__ = forward.__doc__
         self._compiled = None  # (ufunc, cfuncs, addresses), built on first use
+        self.float64_only = False
+        self.second_error = None
 
     def _compile(self):
         # lazily: importing a module that defines ops should not compile them
@@ -162,6 +164,8 @@ class ElementwiseOp:
             # float32 first: NumPy takes the first loop its inputs cast to safely
             sigs = (["float32(float32)", "float64(float64)"] if self.nin == 1
                     else ["float32(float32, float32)", "float64(float64, float64)"])
+            if self.float64_only:   # a derivative op: it runs on float64 values only
+                sigs = sigs[1:]
 
             def build():
                 ufunc = numba.vectorize(sigs)(self.forward)
@@ -222,6 +226,8 @@ class ElementwiseOp:
         binary one; None when the op was defined without one.  Compiled on
         first use only: ops that never meet a Hessian never pay for it."""
         if self.second_derivative is None:
+            if self.second_error is not None:   # a derivative op's, not derivable
+                raise NotImplementedError(self.second_error)
             return None
         with _lock:
             if self._second is not None:
@@ -351,8 +357,12 @@ def elementwise(forward=None, derivative=None, *, second_derivative=None, name=N
     and ``tg.hvp``: ``second_derivative(x, y)`` (or ``(x)``) returns
     d2y/dx2; for a binary op ``second_derivative(a, b, y)`` returns the
     triple ``(d2y/da2, d2y/dadb, d2y/db2)``.  It is compiled when a Hessian
-    first needs it.  Without it, second derivatives through the op raise
-    ``NotImplementedError``.
+    first needs it.  Without it, the second derivatives are derived from the
+    derivative's source (``NotImplementedError`` where that cannot be done).
+
+    Every further order follows: ``create_graph=True`` records the op's VJP
+    with its derivative op, itself a user op whose derivatives are derived
+    in turn (``tapegrad/ops/derivative_ops.py``).
 
     Examples
     --------

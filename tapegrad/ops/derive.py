@@ -106,6 +106,7 @@ class _Derivation:
         self.jitted = False
         self.reads = []       # (globals dict or closure cell, name or None, value read)
         self.forward = None
+        self.top = None       # (nin, value_of, pick): see derive()
         self.use = ()         # the functions ready() hands out
         self.lock = threading.RLock()
 
@@ -191,7 +192,7 @@ class _Derivation:
         with self.lock:
             if not self.done:
                 if self.stale():
-                    fresh = derive(self.forward)
+                    fresh = derive(self.forward, *(self.top or ()))
                     fresh[0]._tg_derivation._jit()
                     self.use = fresh
                 else:
@@ -215,18 +216,26 @@ class _Derivation:
             self.jitted = True
 
 
-def derive(forward):
+def derive(forward, nin=None, value_of=None, pick=None):
     """The derivative and second derivative of the scalar function
     ``forward`` (one or two parameters), as Python functions in the shapes
     ``tg.elementwise`` takes from a user.  Raises :class:`DeriveError` when
     something in ``forward`` (or a function it calls) cannot be
-    differentiated.  ``inspect.getsource`` shows the generated code."""
+    differentiated.  ``inspect.getsource`` shows the generated code.
+
+    With ``nin``, ``forward`` is a derivative function of an ``nin``-input
+    op -- a user's or a derived one, ``d(x.., y)`` or ``d(x..)`` -- and what
+    is differentiated is ``x.. -> d(x.., value_of(x..))[pick]``: the
+    derivative of a further order (``pick``: the entry of a tuple a binary
+    op's derivatives return; None for a scalar)."""
     py = getattr(forward, "py_func", forward) if _is_dispatcher(forward) else forward
     if not isinstance(py, types.FunctionType):
         raise DeriveError(
             f"tapegrad.elementwise cannot derive the derivative of {forward!r}: only Python "
             "functions (def or lambda) are read; wrap it (lambda x: ...) or pass derivative=")
     d = _Derivation()
+    if nin is not None:
+        d.top = (nin, value_of, pick)   # read by derive_reader._Function.bind
     fn = d.function(py, forward, [], None)
     d.n = n = len(fn.params)
     y = "_tg_y"

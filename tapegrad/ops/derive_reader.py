@@ -89,6 +89,34 @@ def _definition(fn):
     return found[0], lines
 
 
+#: the file name of every function ops/derive.py generates
+GENERATED = "<tapegrad derived"
+#: the name the op's forward is called by in a derivative read as a function of x alone
+_FORWARD = "_tg_forward"
+
+
+def _renamed(node):
+    """A copy of a generated function's tree with its ``_tg_`` locals renamed
+    (a prefix its text does not use): derived again, its locals are the
+    user's, and the names the new code generates start with ``_tg_``."""
+    import copy
+    node = copy.deepcopy(node)
+    names = {a.arg for a in node.args.posonlyargs + node.args.args}
+    names |= {n.id for n in ast.walk(node)
+              if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    every = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | names
+    k = 1
+    while any(v.startswith(f"_tgr{k}_") for v in every):
+        k += 1
+    new = {v: f"_tgr{k}_" + v[4:] for v in names if v.startswith("_tg_")}
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in new:
+            n.id = new[n.id]
+        elif isinstance(n, ast.arg) and n.arg in new:
+            n.arg = new[n.arg]
+    return node
+
+
 def _known_functions():
     """``(module, name)`` of every math and NumPy function with a rule."""
     return [(mod, attr) for mod, names in ((math, set(_MATH) | _FLAT_MATH),
@@ -112,6 +140,8 @@ class _Function:
         node, self.lines = _definition(fn)
         if isinstance(node, ast.AsyncFunctionDef):
             self.fail(node, "an async function")
+        if self.file.startswith(GENERATED):
+            node = _renamed(node)   # derived code, read to derive a further order
         a = node.args
         if a.vararg or a.kwarg or a.kwonlyargs:
             self.fail(node, "*args, **kwargs and keyword-only parameters are not supported")
@@ -119,6 +149,13 @@ class _Function:
         body = [ast.Return(value=node.body, lineno=node.lineno)] \
             if isinstance(node, ast.Lambda) else node.body
         self.free = dict(zip(code.co_freevars, fn.__closure__ or ()))
+        # the function derived (not a callee): a derivative of a further order
+        # reads a derivative function, whose y is the op's value and which may
+        # return a tuple (one entry of it is differentiated)
+        top = getattr(derivation, "top", None) if not stack else None
+        self.pick = None
+        if top is not None:
+            body = self.bind(node, body, *top)
         self.locals = set(self.params)
         for sub in body:
             for n in ast.walk(sub):
@@ -135,6 +172,32 @@ class _Function:
         self.returns = []
         self.activities = {}
         self.body = self.block(body)
+
+    def bind(self, node, body, nin, forward, pick):
+        """A derivative function ``d(x.., y)`` read as the function of x alone
+        ``x.. -> d(x.., forward(x..))[pick]``: its parameter y becomes the
+        local ``y = forward(x..)`` where it is read (and is dropped where it
+        is not: a derived derivative never reads it)."""
+        self.pick = pick
+        if len(self.params) == nin:
+            return body
+        if len(self.params) != nin + 1:
+            self.fail(node, f"{len(self.params)} parameters where a derivative of a "
+                            f"{nin}-input op takes {nin} or {nin + 1}")
+        y = self.params.pop()
+        if not any(isinstance(n, ast.Name) and n.id == y and isinstance(n.ctx, ast.Load)
+                   for s in body for n in ast.walk(s)):
+            return body
+        if forward is None:
+            self.fail(node, f"it reads {y}, the op's value, and no forward was given")
+        self.free[_FORWARD] = types.CellType(forward)
+        call = ast.Call(ast.Name(_FORWARD, ast.Load()),
+                        [ast.Name(p, ast.Load()) for p in self.params], [])
+        ln = node.lineno
+        put = ast.Assign(targets=[ast.Name(y, ast.Store())], value=call, lineno=ln)
+        for n in ast.walk(put):
+            n.lineno = ln
+        return [put] + list(body)
 
     def activity(self, mask):
         got = self.activities.get(mask)
@@ -231,7 +294,13 @@ class _Function:
         if t is ast.Return:
             if s.value is None:
                 self.fail(s, "a return without a value")
-            value = self.expr(s.value)
+            raw = s.value
+            if self.pick is not None:   # one entry of a derivative's tuple
+                if not isinstance(raw, ast.Tuple) or len(raw.elts) <= self.pick:
+                    self.fail(s, f"a return that is not a tuple of at least {self.pick + 1} "
+                                 "values (a binary op's derivatives return tuples)")
+                raw = raw.elts[self.pick]
+            value = self.expr(raw)
             if isinstance(value, ast.Tuple):
                 self.fail(s, "a function that returns a tuple (only scalar functions can be "
                              "differentiated)")

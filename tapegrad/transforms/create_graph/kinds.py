@@ -186,8 +186,27 @@ def _nary(W, r, sub, u):
         W.add(qb, _back(u * db, ib, W.size(qb)))
 
 
-def _maps(W, r, m, ps):
-    return operand_maps(W.tape, r, m, [W.size(q) for q in ps])
+def _maps(W, r, m, ps, at=0):
+    return operand_maps(W.tape, r, m, [W.size(q) for q in ps], at)
+
+
+def _user(W, r, sub, u):
+    """A ``tg.elementwise`` op: ``u * dy/dx`` with the derivative op
+    (``ops/derivative_ops.py``), itself a user op, differentiable again."""
+    from ...ops.custom import USER_OPS
+    from ...ops.derivative_ops import derivative_op
+    op = USER_OPS[int(W.tape.ip[int(W.tape.ip0[r])])]
+    ps = W.parents(r)
+    if sub == C.USER_UNARY:
+        (q,) = ps
+        W.add(q, u * derivative_op(op, 0)(W.x(q)))
+        return
+    m = W.size(r)
+    maps = _maps(W, r, m, ps, at=3)   # after [op id, two derivative addresses]
+    xs = [_at(W.x(q), idx, m) for q, idx in zip(ps, maps)]
+    for j, (q, idx) in enumerate(zip(ps, maps)):
+        if W.dep[q]:
+            W.add(q, _back(u * derivative_op(op, j)(*xs), idx, W.size(q)))
 
 
 def _at(t, idx, m):

@@ -23,7 +23,8 @@ divide by a zero gap (or a zero singular value of a non-square matrix) the
 walk raises instead of recording inf/NaN.
 
 A record without a formula here (``RULES``: cumprod over zeros past
-``_CUMPROD_ZERO_MAX`` elements of its n^2 formula; ``tg.Function``; ``tg.elementwise`` ops) raises NoRule from
+``_CUMPROD_ZERO_MAX`` elements of its n^2 formula; ``tg.Function``; a ``tg.elementwise`` op
+whose derivative op cannot be built: ``ops/derivative_ops.py``) raises NoRule from
 building :class:`Recorded`, before anything is recorded; the caller then falls back
 to one second-order node (``tensor_grads._GraphGrad``) and names the op where
 a further order or a non-leaf input needs more.
@@ -32,7 +33,7 @@ import numpy as np
 
 from .index import NoRule, _tg
 from .kinds import (_CUMPROD_ZERO_MAX, _concat, _gather, _nary, _reduce,
-                                 _scalar, _scan, _unary)
+                                 _scalar, _scan, _unary, _user)
 from .linalg import HOST
 from ...ops.function import _FUNCTION
 from ...kernels import codes as C
@@ -199,10 +200,17 @@ def _check(tape, _vals, r, reached):
         elif code in (L._EIGH, L._SVD):
             _check_gaps(tape, r, reached, name)
     if kind == C.K_USER:
+        # its derivative ops (ops/derivative_ops.py), built and compiled now:
+        # one whose derivative cannot be derived leaves the second-order node
         from ...ops.custom import USER_OPS
+        from ...ops.derivative_ops import DerivativeError, derivative_op
         op = USER_OPS[int(tape.ip[int(tape.ip0[r])])]
-        raise NoRule(f"{op.name} (a tg.elementwise op)",
-                     "a tg.elementwise op has no differentiable formula of its derivative")
+        for j, q in enumerate(tape.args[tape.arg0[r]:tape.arg0[r + 1]]):
+            if reached[int(q)] or op.nin == 1:
+                try:
+                    derivative_op(op, j)._compile()
+                except DerivativeError as e:
+                    raise NoRule(f"{op.name} (a tg.elementwise op: {e})", str(e)) from None
 
 
 def _check_gaps(tape, r, reached, name):
@@ -259,7 +267,7 @@ def _missing(W, r, sub, u):
 
 RULES = {C.K_UNARY: _unary, C.K_SCALAR: _scalar, C.K_NARY: _nary, C.K_REDUCE: _reduce,
          C.K_GATHER: _gather, C.K_CONCAT: _concat, C.K_HOST: _host, C.K_SCAN: _scan,
-         C.K_USER: _missing}
+         C.K_USER: _user}
 
 
 # -- the driver ---------------------------------------------------------------------------------

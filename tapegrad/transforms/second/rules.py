@@ -355,6 +355,9 @@ def _user2(P, r, sub):
     tape = P.tape
     op = USER_OPS[int(tape.ip[int(tape.ip0[r])])]
     rules = op.second_rules()
+    if rules is None:   # derivative= only: derived from its source where it can be
+        from ...ops.derivative_ops import derived_second
+        rules = derived_second(op)
     if rules is None:
         raise NotImplementedError(
             f"hessian/hvp: the tg.elementwise op {op.name} ({REGISTRY[int(tape.op[r])].name}) "
