@@ -8,6 +8,8 @@ every record that saved the written array is stale, kept graphs that saved
 an old value raise PyTorch's in-place error, a graph recorded after the last
 write backpropagates, and arrays are writable again once no graph reads them.
 """
+import gc
+
 import numpy as np
 import pytest
 
@@ -65,6 +67,9 @@ def test_a_loop_with_kept_metrics_marks_every_saving_record(keep_every):
     with pytest.raises(ValueError, match="read-only"):
         w.numpy()[0] = 1.0
     del kept, m
+    # the refused backwards' tracebacks hold metrics in reference cycles
+    # until a collection: collect, so that no graph but the next one is left
+    gc.collect()
     w.grad = None
     _step(A, b, w)                       # frees the last graph: the tape resets
     w.numpy()[0] = 1.0                   # nothing reads it any more

@@ -215,3 +215,14 @@ def test_what_the_autograd_suite_found():
     (g,) = agrad(np.power(2.0, y), y, create_graph=True)
     (h,) = agrad(g, y)
     numpy.testing.assert_allclose(float(h), 2.0 ** 0.49 * numpy.log(2.0) ** 2, rtol=1e-13)
+
+
+def test_helpers_use_the_builtins_whatever_was_looked_up_before():
+    # looking up np.max or np.any binds NumPy's function in the module; the
+    # namespace's own helpers (block, r_) must still use Python's builtins
+    for name in ("max", "min", "any", "all", "sum", "abs", "round"):
+        getattr(np, name)
+    x = tg.tensor(numpy.array([1.0, 2.0, 3.0]), requires_grad=True)
+    out = np.block([[x[:2], 1.0], [numpy.zeros(2), x[2]]])
+    numpy.testing.assert_array_equal(out.detach().numpy(), [[1.0, 2.0, 1.0], [0.0, 0.0, 3.0]])
+    numpy.testing.assert_array_equal(np.r_[x, 4.0].detach().numpy(), [1.0, 2.0, 3.0, 4.0])

@@ -21,6 +21,7 @@ Examples
 >>> float(tg.grad(f)(0.0))
 1.0
 """
+import builtins as _builtins
 import sys as _sys
 
 import numpy as _np
@@ -106,7 +107,7 @@ class _Concatenator:
 
     def __getitem__(self, key):
         items = key if isinstance(key, tuple) else (key,)
-        if not any(map(_holds, items)):
+        if not _builtins.any(map(_holds, items)):
             return self._plain[key]
         axis, ndmin, trans1d = self._axis, self._ndmin, self._trans1d
         pieces = []
@@ -171,10 +172,10 @@ def block(arrays):
 
     def nd(x):
         if isinstance(x, list):
-            return max(nd(e) for e in x)
+            return _builtins.max(nd(e) for e in x)
         return _np.ndim(x)
 
-    result_nd = max(top, nd(arrays))
+    result_nd = _builtins.max(top, nd(arrays))
 
     def assemble(x, level):
         if not isinstance(x, list):
