@@ -160,7 +160,7 @@ def test_user_op_interpreted_calls_its_compiled_derivative(interpreted):
 
 
 def test_force_mode_compiles_nothing():
-    from tapegrad.kernels.sweep import layout
+    from tapegrad.kernels.sweep import whole_layout as layout  # the eager backward's
     before = len(layout.overloads)
     with interpret.mode("force"):
         x = tg.tensor([1.0, 2.0], requires_grad=True)
@@ -195,7 +195,7 @@ def _fresh(code, tmp_path, budget=None):
 
 _SMALL = """
     import numpy as np, tapegrad as tg
-    from tapegrad.kernels.sweep import _sweep, layout
+    from tapegrad.kernels.sweep import _sweep, whole_layout as layout
     from tapegrad.kernels import dispatch as D
     a = tg.tensor(np.linspace(1.0, 3.0, 12), requires_grad=True)  # past the sweep's TINY
     v = np.linspace(0.1, 1.0, 12)
@@ -225,7 +225,7 @@ def test_budget_zero_compiles_at_first_use(tmp_path):
     out = _fresh("""
         import numpy as np, tapegrad as tg
         from tapegrad.kernels import interpret
-        from tapegrad.kernels.sweep import _sweep, layout
+        from tapegrad.kernels.sweep import _sweep, whole_layout as layout
         a = tg.tensor(np.linspace(1.0, 3.0, 12), requires_grad=True)
         v = np.linspace(0.1, 1.0, 12)
         n = 0

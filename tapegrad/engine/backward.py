@@ -18,10 +18,12 @@ import threading
 import numpy as np
 
 from . import hooks as H
+from . import fused as _fused
 from .fused import run as fused_run
 from ..kernels._views import SMALL, V1, VALS
 from .graph import origin, view_codes
-from ..kernels.sweep import graph_addresses, graph_of, layout, sweep
+from ..kernels.sweep import (graph_addresses, graph_of, layout, sweep, whole_addresses,
+                             whole_layout)
 from ..core.registry import OUTPUT, REGISTRY
 from ..core.tape import Tape, current
 from ..core.tensor import Tensor, _plain, bound
@@ -47,6 +49,11 @@ def _seed(t, gradient):
             f"Mismatch in shape: gradient has shape {g.shape} and output has shape "
             f"{shape}; the gradient must have the output's shape")
     return np.asarray(g, dtype=np.float64).reshape(-1)
+
+
+#: ``backward()``'s seed of a one-element root (read-only: never handed out)
+_ONE = np.ones(1)
+_ONE.flags.writeable = False
 
 
 # -- nesting ------------------------------------------------------------------------
@@ -281,6 +288,27 @@ class Adjoints:
         ``upto`` (``order`` is None).  ``float32``: the root is float32 --
         then the adjoints are float32 if the whole graph is
         (:func:`_float32_graph`)."""
+        if first is None and not (float32 and tape.f32[:upto].any()):
+            # a float64 whole layout (small graphs): one compiled call fills
+            # arrays made here (one that returns arrays pays more to hand
+            # them over than a small layout costs)
+            self.order = None
+            self.voff, self.off = np.empty(upto, np.int64), np.empty(upto, np.int64)
+            self.leaf, self.aptr = np.empty(upto, np.bool_), np.empty(upto, np.int64)
+            A = tape.scratch
+            if A is None:
+                tape.scratch = A = np.empty(1024)
+            self.L, self.lbase, self.abase, inner = whole_layout(
+                tape.op, tape.size, upto, SMALL, self.voff, self.off, self.leaf, self.aptr,
+                A[:1], A.size)
+            if A.size < inner:
+                tape.scratch = A = np.empty(max(inner, 1024))
+                self.lbase, self.abase = whole_addresses(self.off, self.leaf, self.L[:1], A[:1],
+                                                         upto, self.aptr)
+            self.A = A
+            self.size = tape.size
+            self.reached = np.zeros(upto, np.bool_)
+            return
         if first is None:
             self.order = None
             self.voff, self.off, self.leaf, inner, outer = layout(tape.op, tape.size, upto, SMALL)
@@ -565,7 +593,8 @@ def backward(t, gradient=None, retain_graph=False):
             "element 0 of tensors does not require grad and does not have a grad_fn: "
             "create the inputs with requires_grad=True and compute the output with "
             "grad enabled (not under tg.no_grad())")
-    seed = _seed(t, gradient)
+    # (a scalar root's implicit seed is a shared one: every use below copies it)
+    seed = _ONE if gradient is None and t.size == 1 else _seed(t, gradient)
     if t._tok is None:  # a leaf: d t / d t = identity (never keep the caller's array)
         walk(None, None, 0, None, [(t, seed[None, :].copy())], retain_graph=retain_graph)
         return
@@ -788,6 +817,11 @@ def _run(tape, adj, T, start, stop):
     """Sweep records ``start .. stop+1`` (those of ``adj.order``, when it has
     one): runs of large elementwise records fused (engine/fused.py), the
     rest record by record."""
+    if tape.max_size < _fused.FUSE_MIN:   # (read at each call: a stress mode lowers it)
+        # no value large enough to fuse (fused.run would find no run): the
+        # record-by-record sweep at once, without the closure
+        _sweep_records(tape, adj, T, start, stop)
+        return
     fused_run(tape, T, start, stop, adj.order,
               lambda start, stop: _sweep_records(tape, adj, T, start, stop))
 

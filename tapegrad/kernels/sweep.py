@@ -178,6 +178,9 @@ def _tiny_structural(T, r, kind, sub):
 
 #: ``mmk`` of a tape whose matmuls all go to Python (eager tapes)
 NO_MATMULS = np.zeros(0, np.int64)
+#: record ids ``4095 .. 0``, descending: ``sweep``'s order over a span of a
+#: small tape laid out whole
+_DOWN = np.arange(4095, -1, -1, dtype=np.int64)
 
 
 def sweep(T, freed, start, stop, order=None, mmk=NO_MATMULS):
@@ -200,7 +203,10 @@ def sweep(T, freed, start, stop, order=None, mmk=NO_MATMULS):
     them (kernels/dispatch.py); the compiled loop hands back here for that.
     """
     if order is None:
-        order = np.arange(start, stop, -1)
+        # ``start .. stop+1`` descending: a view of one made once costs less
+        # than a new one
+        order = _DOWN[_DOWN.size - 1 - start:_DOWN.size - 1 - stop] \
+            if stop < start < _DOWN.size else np.arange(start, stop, -1)
     if float_dtype(T) == np.float32:  # a float32 sweep: the float32 families
         return VJP32.run(_sweep, (T, freed, order, start, stop, mmk, VJP32.table), 3)
     return VJP.run(_sweep, (T, freed, order, start, stop, mmk, TABLE), 3)
@@ -542,6 +548,55 @@ def layout(op, size, n, small):
             aoff[r] = inner
             inner += s
     return voff, aoff, leaf, inner, outer
+
+
+@kernel
+def whole_layout(op, size, n, small, voff, aoff, leaf, aptr, A, asize):
+    """:func:`layout` and :func:`graph_addresses` of a float64 backward laid
+    out whole, in one call, written into the given arrays (``n`` entries
+    each): for a small graph each compiled call, and each array one hands
+    back to Python (about half a microsecond), costs more than the work.
+
+    ``A``: the scratch arena's first element (``asize`` elements in all).
+    Returns ``(L, lbase, abase, inner)``: the leaf arena (fresh, ``outer``
+    elements), the arenas' addresses and the scratch elements the layout
+    needs; when ``asize < inner`` the addresses are not written and abase
+    is 0 (give a larger arena to :func:`whole_addresses`)."""
+    v = 0
+    inner = 0
+    outer = 0
+    for r in range(n):
+        s = size[r]
+        voff[r] = v
+        if 1 < s <= small:
+            v += s
+        is_leaf = op[r] == _LEAF
+        leaf[r] = is_leaf
+        if is_leaf:
+            aoff[r] = outer
+            outer += s
+        else:
+            aoff[r] = inner
+            inner += s
+    L = np.empty(outer, np.float64)
+    lbase = L.ctypes.data
+    if asize < inner:
+        return L, lbase, lbase - lbase, inner  # (0 of the addresses' unsigned type)
+    abase = A.ctypes.data
+    for r in range(n):
+        aptr[r] = aoff[r] * 8 + (lbase if leaf[r] else abase)
+    return L, lbase, abase, inner
+
+
+@kernel
+def whole_addresses(aoff, leaf, L, A, n, aptr):
+    """:func:`graph_addresses` of a whole layout, written into ``aptr``;
+    returns the arenas' addresses ``(lbase, abase)`` (``L``, ``A``: their
+    first elements)."""
+    lbase, abase, item = L.ctypes.data, A.ctypes.data, L.itemsize
+    for r in range(n):
+        aptr[r] = aoff[r] * item + (lbase if leaf[r] else abase)
+    return lbase, abase
 
 
 @kernel
