@@ -531,6 +531,13 @@ def layout(op, size, n, small):
     voff = np.empty(n, np.int64)
     aoff = np.empty(n, np.int64)
     leaf = np.empty(n, np.bool_)
+    inner, outer = _lay_out(op, size, n, small, voff, aoff, leaf)
+    return voff, aoff, leaf, inner, outer
+
+
+@inline
+def _lay_out(op, size, n, small, voff, aoff, leaf):
+    """:func:`layout`'s pass, into the given arrays; returns ``(inner, outer)``."""
     v = 0
     inner = 0
     outer = 0
@@ -547,7 +554,7 @@ def layout(op, size, n, small):
         else:
             aoff[r] = inner
             inner += s
-    return voff, aoff, leaf, inner, outer
+    return inner, outer
 
 
 @kernel
@@ -562,22 +569,7 @@ def whole_layout(op, size, n, small, voff, aoff, leaf, aptr, A, asize):
     elements), the arenas' addresses and the scratch elements the layout
     needs; when ``asize < inner`` the addresses are not written and abase
     is 0 (give a larger arena to :func:`whole_addresses`)."""
-    v = 0
-    inner = 0
-    outer = 0
-    for r in range(n):
-        s = size[r]
-        voff[r] = v
-        if 1 < s <= small:
-            v += s
-        is_leaf = op[r] == _LEAF
-        leaf[r] = is_leaf
-        if is_leaf:
-            aoff[r] = outer
-            outer += s
-        else:
-            aoff[r] = inner
-            inner += s
+    inner, outer = _lay_out(op, size, n, small, voff, aoff, leaf)
     L = np.empty(outer, np.float64)
     lbase = L.ctypes.data
     if asize < inner:
