@@ -229,3 +229,15 @@ def test_against_pytorch():
     zt = torch.tensor(z0, requires_grad=True)
     f(torch, zt).backward()
     np.testing.assert_allclose(z.grad.numpy(), zt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("a,b", [(1e-200 + 1e-200j, 1e-200 + 0j), (1 + 1j, 1e200 + 1e200j),
+                                 (1e300 + 1e300j, 1e300 + 0j), (1e-300 + 0j, 3e-300 - 4e-300j),
+                                 (3 + 4j, 1 - 2j)])
+def test_division_at_extreme_scales_is_numpys(a, b):
+    # the divisor's parts are scaled before |b|**2: no overflow or underflow
+    # where the quotient is a normal number
+    A, B = tg.tensor(np.array([a])), tg.tensor(np.array([b]))
+    want = np.array([a]) / np.array([b])
+    np.testing.assert_allclose((A / B).numpy(), want, rtol=1e-14)
+    np.testing.assert_allclose((1.0 / B).numpy(), 1.0 / np.array([b]), rtol=1e-14)

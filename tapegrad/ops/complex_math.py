@@ -124,22 +124,34 @@ def _abs2(re, im):
     return E.add(E.multiply(re, re), E.multiply(im, im))
 
 
+def _divisor(br, bi):
+    """``(br / s, bi / s, (br**2 + bi**2) / s)`` with ``s = max(|br|,
+    |bi|)`` (1 where both are 0): a divisor's parts scaled to at most 1, so
+    that ``|b|**2`` neither overflows nor underflows where the quotient is a
+    normal number (``(1e-200 + 1e-200j) / 1e-200j``, ``1 / (1e200 + 1e200j)``).
+    The quotient does not depend on s, so its derivative is the quotient's."""
+    s = E.maximum(E.absolute(br), E.absolute(bi))
+    s = E.where(E.equal(s, 0.0), 1.0, s)
+    cr, ci = E.divide(br, s), E.divide(bi, s)
+    return cr, ci, E.multiply(_abs2(cr, ci), s)
+
+
 @_special(np.reciprocal)
 def reciprocal(z):
     zr, zi = _split(z)
-    d = _abs2(zr, zi)
-    return _z(E.divide(zr, d), E.negative(E.divide(zi, d)))
+    cr, ci, d = _divisor(zr, zi)
+    return _z(E.divide(cr, d), E.negative(E.divide(ci, d)))
 
 
 def divide(a, b):
     (ar, ai), (br, bi) = _split(a), _split(b)
     if bi is None:
         return _z(E.divide(ar, br), E.divide(ai, br))
-    d = _abs2(br, bi)
+    cr, ci, d = _divisor(br, bi)
     if ai is None:
-        return _z(E.divide(E.multiply(ar, br), d), E.negative(E.divide(E.multiply(ar, bi), d)))
-    re = E.divide(E.add(E.multiply(ar, br), E.multiply(ai, bi)), d)
-    im = E.divide(E.subtract(E.multiply(ai, br), E.multiply(ar, bi)), d)
+        return _z(E.divide(E.multiply(ar, cr), d), E.negative(E.divide(E.multiply(ar, ci), d)))
+    re = E.divide(E.add(E.multiply(ar, cr), E.multiply(ai, ci)), d)
+    im = E.divide(E.subtract(E.multiply(ai, cr), E.multiply(ar, ci)), d)
     return _z(re, im)
 
 
