@@ -23,11 +23,14 @@ _new = object.__new__
 _FLOAT_KINDS = "f"
 
 
-class _Bindings:
-    """The functions of the layers above the core that Tensor's methods call
-    (graph nodes, hooks, backward, value writes): each of those modules binds
-    its own here when it is imported (``bind``), so that this module never
-    imports a module above it.  ``import tapegrad`` imports them all."""
+class Bindings:
+    """Functions of an upper layer that a lower module calls: the upper
+    module binds its own here when it is imported (``bind``), so that the
+    lower one never imports it.  ``missing``: what a call of a name not bound
+    yet says (``{name}`` is filled in)."""
+
+    def __init__(self, missing):
+        self.__dict__["_missing"] = missing
 
     def bind(self, **fns):
         self.__dict__.update(fns)
@@ -35,12 +38,13 @@ class _Bindings:
     def __getattr__(self, name):
         if name.startswith("_"):  # introspection (doctest, copy): a plain missing attribute
             raise AttributeError(name)
-        raise RuntimeError(f"tapegrad is not fully imported ({name} is not bound): "
-                           "use `import tapegrad`")
+        raise RuntimeError(self._missing.format(name=name))
 
 
-#: the upper layers' functions, bound by them (see _Bindings)
-bound = _Bindings()
+#: the functions of the layers above the core that Tensor's methods call
+#: (graph nodes, hooks, backward, value writes); ``import tapegrad`` imports
+#: the modules that bind them all
+bound = Bindings("tapegrad is not fully imported ({name} is not bound): use `import tapegrad`")
 
 
 _SCIPY_STATS_METHODS = {

@@ -28,29 +28,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..core.tensor import Bindings
 from .replay import _LOCK, _Replay
 from .tape import _signature
 from .tangents import _TangentMethods
 
 
-class _FileBindings:
-    """The tape-file functions saving and pickling call (``save``,
-    ``function_state``, ``npz_bytes``, ``from_bytes``): tracing/files/io.py binds
-    them when it is imported (``bind``), so that this module never imports
-    the module above it."""
-
-    def bind(self, **fns):
-        self.__dict__.update(fns)
-
-    def __getattr__(self, name):
-        if name.startswith("_"):  # introspection (doctest, copy): a plain missing attribute
-            raise AttributeError(name)
-        raise RuntimeError(f"tapegrad.tracing.files.io is not imported ({name} is not bound): "
-                           "use tg.trace / tg.compile, or import tapegrad.tracing.api")
-
-
-#: tracing/files/io.py's functions, bound by it (see _FileBindings)
-files = _FileBindings()
+#: the tape-file functions saving and pickling call (``save``,
+#: ``function_state``, ``npz_bytes``, ``from_bytes``): tracing/files/io.py binds
+#: them when it is imported, so that this module never imports the module above it
+files = Bindings("tapegrad.tracing.files.io is not imported ({name} is not bound): "
+                 "use tg.trace / tg.compile, or import tapegrad.tracing.api")
 
 #: a TracedFunction warns once when it has retraced this many times
 RETRACE_WARNING = 10

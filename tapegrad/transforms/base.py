@@ -229,10 +229,10 @@ def _argnums(argnums, n, who):
     return single, tuple(int(a) % n for a in nums)
 
 
-def _leaf_of(x, who, complex_ok=False):
+def _leaf_of(x, who):
     """A fresh float leaf holding x's value; for a complex x (ndarray,
-    number or ComplexTensor) with ``complex_ok``, a ComplexTensor of two
-    fresh float64 leaves, its real and imaginary parts.
+    number or ComplexTensor), a ComplexTensor of two fresh float64 leaves,
+    its real and imaginary parts.
 
     A float ndarray is wrapped without a copy: the tape makes it read-only
     while the recorded graph holds it and gives the write flag back when the
@@ -241,7 +241,7 @@ def _leaf_of(x, who, complex_ok=False):
     if isinstance(x, Tensor):
         data = x.detach().numpy()
     elif type(x) is ComplexTensor:
-        return _complex_leaf(x, who, complex_ok)
+        return _complex_leaf(x)
     else:
         data = x
     try:
@@ -252,7 +252,7 @@ def _leaf_of(x, who, complex_ok=False):
         a = a.astype(np.float64)
     if a.dtype.kind != "f":
         if a.dtype.kind == "c":
-            return _complex_leaf(a, who, complex_ok)
+            return _complex_leaf(a)
         raise TypeError(f"{who}: arguments to differentiate must be real or complex numbers, "
                         f"got dtype {a.dtype}; pass a float or complex array")
     t = _plain(a if a.ndim else a[()])
@@ -260,18 +260,11 @@ def _leaf_of(x, who, complex_ok=False):
     return t
 
 
-def _complex_leaf(x, who, complex_ok):
+def _complex_leaf(x):
     """``_leaf_of`` for a complex argument: a ComplexTensor of two fresh leaves."""
-    if not complex_ok:
-        raise TypeError(
-            f"{who}: tg.{who} does not take complex arguments (tg.grad, tg.value_and_grad, "
-            "tg.vjp, tg.jacobian, tg.jacfwd, tg.jvp, tg.hvp and tg.hessian do); pass the "
-            "real and imaginary "
-            "parts as one real array v (np.concatenate([z.real, z.imag])) and build "
-            "z = tg.complex(v[:n], v[n:]) inside f")
     if type(x) is ComplexTensor:
         # one that requires grad (grad mode on) never comes here: tg.grad and
-        # tg.value_and_grad nest through it, the other transforms raise (_record)
+        # tg.value_and_grad nest through it, the other transforms raise (_call_complex)
         re, im = x.real._data, x.imag._data
     else:
         re, im = x.real, x.imag
@@ -294,30 +287,20 @@ def _connected(args):
         type(a) is ComplexTensor and (a.real._requires_grad or a.imag._requires_grad)))
 
 
-def _call(f, args, nums, who):
-    """Call f with fresh leaves at positions ``nums``; returns (leaves, output).
-
-    While f runs, its leaves are on this thread's stack of differentiated
-    inputs: a backward inside f that reaches them cannot carry a derivative
-    out (tapegrad does not record backward passes), so it raises instead of
-    letting the enclosing transform return zeros (``autograd.check_nested``).
-    Complex arguments raise TypeError (see ``_call_complex``).
-    """
-    leaves, out, _ = _record(f, args, nums, who, False)
-    return leaves, out
-
-
 def _call_complex(f, args, nums, who):
-    """``_call`` that also takes complex arguments: returns (leaves, output,
-    pairs).  Each complex argument gets two real leaves (its real and
-    imaginary parts) and f receives their ComplexTensor; ``pairs`` is None
-    when every argument is real, else per argument its leaf's index, or the
-    indices ``(re, im)`` of its two (see ``_pair_up``).  The output may be a
-    ComplexTensor."""
-    return _record(f, args, nums, who, True)
+    """Call f with fresh leaves at positions ``nums``; returns (leaves,
+    output, pairs).
 
-
-def _record(f, args, nums, who, complex_ok):
+    Each complex argument gets two real leaves (its real and imaginary
+    parts) and f receives their ComplexTensor; ``pairs`` is None when every
+    argument is real, else per argument its leaf's index, or the indices
+    ``(re, im)`` of its two (see ``_pair_up``).  The output may be a
+    ComplexTensor.  While f runs, its leaves are on this thread's stack of
+    differentiated inputs: a backward inside f that reaches them cannot
+    carry a derivative out (tapegrad does not record backward passes), so it
+    raises instead of letting the enclosing transform return zeros
+    (``autograd.check_nested``).
+    """
     args = list(args)
     connected = _connected(args)
     if connected:
@@ -331,7 +314,7 @@ def _record(f, args, nums, who, complex_ok):
     leaves = []
     pairs = None
     for k, a in enumerate(nums):
-        leaf = _leaf_of(args[a], who, complex_ok)
+        leaf = _leaf_of(args[a], who)
         args[a] = leaf
         if type(leaf) is ComplexTensor:
             if pairs is None:
@@ -349,11 +332,6 @@ def _record(f, args, nums, who, complex_ok):
         out = f(*args)
     if not isinstance(out, Tensor):
         if is_complex(out):
-            if not complex_ok:
-                raise TypeError(
-                    f"{who}: the function returned a complex value; it must return a real "
-                    "tensor: differentiate its real and imaginary parts (np.real(z), "
-                    "np.imag(z)) or a real function of it such as np.abs(z) ** 2")
             if type(out) is not ComplexTensor:
                 out = ComplexTensor.constant(out)
             return leaves, out, pairs

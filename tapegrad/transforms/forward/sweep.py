@@ -180,11 +180,28 @@ def _seed_rows(seeds, k, lo, hi):
 
 
 # -- jvp, jacfwd -------------------------------------------------------------------------
-def _as_tuple(x, what):
+def _as_tuple(x, what, who="jvp"):
     if not isinstance(x, (tuple, list)):
-        raise TypeError(f"jvp: {what} must be a tuple (or list) with one entry per positional "
-                        f"argument of the function, got {type(x).__name__}")
+        raise TypeError(f"{who}: {what} must be a tuple (or list) with one entry per "
+                        f"positional argument of the function, got {type(x).__name__}")
     return tuple(x)
+
+
+def primals_and_tangents(f, primals, tangents, who, traced_method):
+    """``(primals, tangents)`` as tuples of one entry per argument, and
+    whether ``f`` is a traced function (one with ``traced_method``) called
+    at plain arrays, which answers with its own pass over the replay (the
+    call recorded as an op has no forward rule)."""
+    primals = _as_tuple(primals, "primals", who)
+    tangents = _as_tuple(tangents, "tangents", who)
+    if len(primals) != len(tangents):
+        raise ValueError(f"{who}: {len(primals)} primals but {len(tangents)} tangents; give "
+                         "one tangent per primal")
+    traced = False
+    if hasattr(f, traced_method) and not _connected(primals):
+        inputs = _trace_inputs(primals, range(len(primals)))
+        traced = inputs is not None and len(inputs) == len(primals)
+    return primals, tangents, traced
 
 
 def jvp(f, primals, tangents, batched=None):
@@ -224,17 +241,9 @@ def jvp(f, primals, tangents, batched=None):
     >>> tg.jvp(lambda z: z ** 2, (np.array([1.0 + 1.0j]),), (np.array([1.0j]),))[1]
     array([-2.+2.j])
     """
-    primals = _as_tuple(primals, "primals")
-    tangents = _as_tuple(tangents, "tangents")
-    if len(primals) != len(tangents):
-        raise ValueError(f"jvp: {len(primals)} primals but {len(tangents)} tangents; give "
-                         "one tangent per primal")
-    if hasattr(f, "_tangents") and not _connected(primals):
-        # a traced function at plain arrays: its own tangent sweep over the
-        # replay (the call recorded as an op has no forward rule)
-        inputs = _trace_inputs(primals, range(len(primals)))
-        if inputs is not None and len(inputs) == len(primals):
-            return f.jvp(primals, tangents, batched=batched)
+    primals, tangents, traced = primals_and_tangents(f, primals, tangents, "jvp", "_tangents")
+    if traced:
+        return f.jvp(primals, tangents, batched=batched)
     leaves, out, pairs = _call_complex(f, primals, tuple(range(len(primals))), "jvp")
     ts, p, batch = _check_tangents(leaves, _leaf_tangents(tangents, pairs), batched)
     seeds = [t.reshape(p, -1) for t in ts]

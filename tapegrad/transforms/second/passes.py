@@ -299,17 +299,9 @@ def hvp(f, primals, tangents, batched=None):
     >>> g[0], hv[0]                          # 3 x^2, and 6 x * v
     (array([ 3., 12.]), array([6., 0.]))
     """
-    primals = FW._as_tuple(primals, "primals")
-    tangents = FW._as_tuple(tangents, "tangents")
-    if len(primals) != len(tangents):
-        raise ValueError(f"hvp: {len(primals)} primals but {len(tangents)} tangents; give "
-                         "one tangent per primal")
-    if hasattr(f, "_hessian") and not _connected(primals):
-        # a traced function at plain arrays: its own forward-over-reverse pass
-        # over the replay (the call recorded as an op has no forward rule)
-        inputs = _trace_inputs(primals, range(len(primals)))
-        if inputs is not None and len(inputs) == len(primals):
-            return f.hvp(primals, tangents, batched=batched)
+    primals, tangents, traced = FW.primals_and_tangents(f, primals, tangents, "hvp", "_hessian")
+    if traced:
+        return f.hvp(primals, tangents, batched=batched)
     leaves, out, pairs = _scalar_out(f, primals, tuple(range(len(primals))), "hvp")
     ts, p, batch = FW._check_tangents(leaves, FW._leaf_tangents(tangents, pairs), batched)
     flat = [t.reshape(p, -1) for t in ts]
