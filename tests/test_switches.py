@@ -243,7 +243,7 @@ def test_second_order_classes_cover_every_registered_code():
 
 # -- a code no switch knows fails loudly ----------------------------------------------------
 FREE_UNARY = C.LOG_NDTR + 1  # the first K_UNARY sub no op uses
-MISSING = [(C.K_UNARY, FREE_UNARY, "d_unary"), (C.K_UNARY, C.ZERO_FIRST + 5, "f_unary"),
+MISSING = [(C.K_UNARY, FREE_UNARY, "d_unary"), (C.K_UNARY, C.ZERO_FIRST + 5, "_unary"),
            (C.K_SCALAR, 7, "d_scalar"), (C.K_NARY, 18, "d_binary"),
            (C.K_NARY, C.NARY_ZERO_FIRST + 2, "f_binary"), (C.K_NONE, R.CMP_FIRST + 6, "f_compare"),
            (C.K_REDUCE, 8, "FAMILIES"), (C.K_SCAN, 2, "FAMILIES"), (C.K_USER, 2, "FAMILIES"),

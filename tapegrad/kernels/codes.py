@@ -6,6 +6,8 @@ The registry (:mod:`tapegrad.core.registry`) gives each code its name and its
 forward; this file only fixes the numbers, because compiled kernels freeze
 them.
 """
+from .formulas import VIEW_FIRST, codes as _unary_codes
+
 SHIFT = 6
 MASK = (1 << SHIFT) - 1
 
@@ -24,19 +26,15 @@ K_USER = 9     # elementwise ops registered by users (derivative via pointer)
 # K_NONE subs
 LEAF, CONST, OUTPUT, FREED = 0, 1, 2, 3
 
-# K_UNARY subs
-(IDENT, NEG, EXP, LOG, LOG1P, EXPM1, SQRT, SQUARE, SIN, COS, TAN, TANH, SINH,
- COSH, ARCSIN, ARCCOS, ARCTAN, ABS, ZERO, RECIPROCAL, EXP2, LOG2, LOG10, CBRT,
- ARCSINH, ARCCOSH, ARCTANH, DEG2RAD, RAD2DEG, FABS,
- # special functions (kernels/special.py; scipy.special's names)
- ERF, ERFC, ERFINV, GAMMALN, DIGAMMA, I0E, I1E, LOG_NDTR) = range(38)
+# K_UNARY subs: the rows of formulas.py name them (C.EXP, C.ARCSINH, ...;
+# IDENT, NEG, ABS and ZERO for positive, negative, absolute and sign)
+globals().update(_unary_codes())
 
 #: K_UNARY subs from ZERO_FIRST are piecewise-constant ops (floor, ceil, ...)
 #: with zero gradient, and from VIEW_FIRST on views with identity VJP (reshape,
 #: squeeze, astype, ...): distinct codes only so that ``grad_fn.name()`` can
 #: tell them apart.
 ZERO_FIRST = 40
-VIEW_FIRST = 48
 
 # K_SCALAR subs: x op c, c op x
 ADDC, MULC, DIVC, RSUBC, RDIVC, POWC, RPOWC = range(7)

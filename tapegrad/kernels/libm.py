@@ -35,6 +35,8 @@ import types
 
 import numpy as np
 
+from . import formulas
+
 
 def _c_library():
     """The C math library, as the process has loaded it (the one compiled
@@ -203,15 +205,10 @@ def _logaddexp_with(expf, log1pf, shift, scale):
 logaddexp = _logaddexp_with(LIBM["exp"], LIBM["log1p"], _LOGE2, None)
 logaddexp2 = _logaddexp_with(LIBM["exp2"], LIBM["log1p"], 1.0, _LOG2E)
 
-#: NumPy's names of the functions above
-_NUMPY_NAMES = {
-    "exp": "exp", "expm1": "expm1", "exp2": "exp2", "log": "log", "log1p": "log1p",
-    "log2": "log2", "log10": "log10", "sin": "sin", "cos": "cos", "tan": "tan",
-    "arcsin": "asin", "arccos": "acos", "arctan": "atan", "sinh": "sinh", "cosh": "cosh",
-    "tanh": "tanh", "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh",
-    "cbrt": "cbrt", "power": "pow", "arctan2": "atan2",
-    "hypot": "hypot",
-}
+#: NumPy's names of the functions above: the rows of formulas.py whose
+#: NumPy loop may differ from libm, and three of two operands
+_NUMPY_NAMES = {**{r.name: r.math for r in formulas.ROWS if r.libm},
+                "power": "pow", "arctan2": "atan2", "hypot": "hypot"}
 
 
 def _namespace(name, base, funcs):

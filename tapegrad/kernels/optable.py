@@ -26,36 +26,24 @@ NaN must not change.
 * ``QUOTIENT``: ``a / b``: the mixed partial and the one in ``b``;
 * ``ALL``: every pair of operands (``power``, ``hypot``, ...).
 
-Adding an elementwise op: its sub code in codes.py, a row here, its
-forward, derivative and (if it curves) second derivative branches side by
-side in ``rules.py``, its registration in ``ops/elementwise.py``, and a row
-in ``tests/op_cases.py``; the registry refuses a code that has no row here
-or no branch in one of the switches.
+The rows of the ops of one tensor are derived from ``formulas.py``, where
+such an op is added. Adding an op of two tensors: its sub code in
+codes.py, a row here, its forward, derivative and second derivative
+branches side by side in ``rules.py``, its registration in
+``ops/elementwise.py``, and a row in ``tests/op_cases.py``; the registry
+refuses a code that has no row here or no branch in one of the switches.
 """
 import numpy as np
 
 from . import codes as C
+from . import formulas
+from .formulas import CONSTANT, LINEAR, SELF
 
-LINEAR, CONSTANT, SELF, CROSS, QUOTIENT, ALL = "linear", "constant", "self", "cross", \
-    "quotient", "all"
+CROSS, QUOTIENT, ALL = "cross", "quotient", "all"
 
+#: one tensor: derived from the formulas' rows (what d and d2 read; whether d2 is given)
 UNARY = {
-    C.IDENT: ("", LINEAR), C.NEG: ("", LINEAR), C.EXP: ("y", SELF), C.LOG: ("x", SELF),
-    C.LOG1P: ("x", SELF), C.EXPM1: ("y", SELF), C.SQRT: ("y", SELF),
-    C.SQUARE: ("x", SELF), C.SIN: ("x", SELF), C.COS: ("x", SELF), C.TAN: ("y", SELF),
-    C.TANH: ("y", SELF), C.SINH: ("x", SELF), C.COSH: ("x", SELF),
-    C.ARCSIN: ("x", SELF), C.ARCCOS: ("x", SELF), C.ARCTAN: ("x", SELF),
-    C.ABS: ("x", LINEAR), C.ZERO: ("", CONSTANT), C.RECIPROCAL: ("y", SELF),
-    C.EXP2: ("y", SELF), C.LOG2: ("x", SELF), C.LOG10: ("x", SELF), C.CBRT: ("y", SELF),
-    C.ARCSINH: ("x", SELF), C.ARCCOSH: ("x", SELF), C.ARCTANH: ("x", SELF),
-    C.DEG2RAD: ("", LINEAR), C.RAD2DEG: ("", LINEAR), C.FABS: ("x", LINEAR),
-    # special functions (kernels/special.py)
-    C.ERF: ("x", SELF), C.ERFC: ("x", SELF), C.ERFINV: ("y", SELF), C.GAMMALN: ("x", SELF),
-    C.DIGAMMA: ("x", SELF), C.I0E: ("xy", SELF), C.I1E: ("xy", SELF),
-    C.LOG_NDTR: ("x", SELF),
-    # floor, ceil, trunc, rint, round: one derivative rule, distinct codes
-    # only so that grad_fn.name() tells them apart
-    **{C.ZERO_FIRST + i: ("", CONSTANT) for i in range(5)},
+    **{r.sub: (r.reads, r.curve) for r in formulas.ROWS},
     # reshape, squeeze, unsqueeze, astype: views with the identity VJP
     **{C.VIEW_FIRST + i: ("", LINEAR) for i in range(4)},
 }

@@ -1,7 +1,8 @@
 """The scalar rules of the elementwise ops, per sub code: the forward
 (``f_*``), the derivative (``d_*``) and the second derivative (``d2_*``) of
 each kind side by side, one switch each, so that an op's three formulas are
-written next to each other.
+written next to each other. The ops of one tensor are rows of
+``formulas.py``, whose switches are generated into ``unary_rules.py``.
 
 Every switch ends in ``unhandled(sub)`` (NaN compiled; the registry's check
 runs them as Python and refuses a code that reaches it). What each rule
@@ -17,17 +18,11 @@ import numpy as np
 
 from . import codes as C
 from . import optable
-from .special import (d2_i0e, d2_i1e, d2_log_ndtr, d_i0e, d_i1e, d_log_ndtr, digamma,
-                      f_special, tetragamma, trigamma)
 from ._jit import inline
 from .interpret import returns_float64  # the interpreted tier casts as compiled
 from .unhandled import unhandled
-from .vecmath import exp_v, log_v, tanh_v  # vectorised; array forms when interpreted
 
 _LN2 = math.log(2.0)
-_LN10 = math.log(10.0)
-_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
-_HALF_SQRT_PI = 0.5 * math.sqrt(math.pi)
 
 # -- second derivatives, per sub code -----------------------------------------------------
 # Each reads only the values the tape keeps for the op's VJP (optable.READS_*).
@@ -54,235 +49,9 @@ def nary_has_d2(sub):
     return _NARY_D2[sub]
 
 
-# -- one operand: y = f(x) ------------------------------------------------------------
-@returns_float64
-@inline
-def f_unary(sub, x):
-    """``f(x)`` of a K_UNARY sub code at one element."""
-    if sub == C.IDENT or sub >= C.VIEW_FIRST:
-        return x
-    if sub == C.NEG:
-        return -x
-    if sub == C.EXP:
-        return exp_v(x)
-    if sub == C.LOG:
-        return log_v(x)
-    if sub == C.LOG1P:
-        return np.log1p(x)
-    if sub == C.EXPM1:
-        return np.expm1(x)
-    if sub == C.SQRT:
-        return np.sqrt(x)
-    if sub == C.SQUARE:
-        return x * x
-    if sub == C.SIN:
-        return np.sin(x)
-    if sub == C.COS:
-        return np.cos(x)
-    if sub == C.TAN:
-        return np.tan(x)
-    if sub == C.TANH:
-        return tanh_v(x)
-    if sub == C.SINH:
-        return np.sinh(x)
-    if sub == C.COSH:
-        return np.cosh(x)
-    if sub == C.ARCSIN:
-        return np.arcsin(x)
-    if sub == C.ARCCOS:
-        return np.arccos(x)
-    if sub == C.ARCTAN:
-        return np.arctan(x)
-    if sub == C.ABS or sub == C.FABS:
-        return abs(x)
-    if sub == C.RECIPROCAL:
-        return 1.0 / x
-    if sub == C.EXP2:
-        return np.exp2(x)
-    if sub == C.LOG2:
-        return np.log2(x)
-    if sub == C.LOG10:
-        return np.log10(x)
-    if sub == C.CBRT:
-        return np.cbrt(x)
-    if sub == C.ARCSINH:
-        return np.arcsinh(x)
-    if sub == C.ARCCOSH:
-        return np.arccosh(x)
-    if sub == C.ARCTANH:
-        return np.arctanh(x)
-    if sub == C.DEG2RAD:
-        return x * (math.pi / 180.0)
-    if sub == C.RAD2DEG:
-        return x * (180.0 / math.pi)
-    if C.ERF <= sub <= C.LOG_NDTR:  # special functions: kernels/special.py
-        return f_special(sub, np.float64(x))
-    if sub == C.ZERO:
-        return np.sign(x)
-    if sub == C.ZERO_FIRST:
-        return np.floor(x)
-    if sub == C.ZERO_FIRST + 1:
-        return np.ceil(x)
-    if sub == C.ZERO_FIRST + 2:
-        return np.trunc(x)
-    if sub == C.ZERO_FIRST + 3 or sub == C.ZERO_FIRST + 4:
-        # rint, and round with decimals=0 (trace checks that no other was used)
-        return np.rint(x)
-    return unhandled(sub)
-
-
-@returns_float64
-@inline
-def d_unary(sub, x, y):
-    """dy/dx of ``y = f(x)`` at one element."""
-    if sub == C.IDENT or sub >= C.VIEW_FIRST:
-        return 1.0
-    if sub == C.NEG:
-        return -1.0
-    if sub == C.EXP:
-        return y
-    if sub == C.LOG:
-        return 1.0 / x
-    if sub == C.LOG1P:
-        return 1.0 / (1.0 + x)
-    if sub == C.EXPM1:
-        return y + 1.0
-    if sub == C.SQRT:
-        return 0.5 / y
-    if sub == C.SQUARE:
-        return 2.0 * x
-    if sub == C.SIN:
-        return math.cos(x)
-    if sub == C.COS:
-        return -math.sin(x)
-    if sub == C.TAN:
-        return 1.0 + y * y
-    if sub == C.TANH:
-        return 1.0 - y * y
-    if sub == C.SINH:
-        return math.cosh(x)
-    if sub == C.COSH:
-        return math.sinh(x)
-    if sub == C.ARCSIN:
-        return 1.0 / math.sqrt(1.0 - x * x)
-    if sub == C.ARCCOS:
-        return -1.0 / math.sqrt(1.0 - x * x)
-    if sub == C.ARCTAN:
-        return 1.0 / (1.0 + x * x)
-    if sub == C.ABS or sub == C.FABS:
-        return np.sign(x)
-    if sub == C.RECIPROCAL:
-        return -y * y
-    if sub == C.EXP2:
-        return y * _LN2
-    if sub == C.LOG2:
-        return 1.0 / (x * _LN2)
-    if sub == C.LOG10:
-        return 1.0 / (x * _LN10)
-    if sub == C.CBRT:
-        return 1.0 / (3.0 * y * y)
-    if sub == C.ARCSINH:
-        return 1.0 / math.sqrt(x * x + 1.0)
-    if sub == C.ARCCOSH:
-        return 1.0 / math.sqrt(x * x - 1.0)
-    if sub == C.ARCTANH:
-        return 1.0 / (1.0 - x * x)
-    if sub == C.DEG2RAD:
-        return math.pi / 180.0
-    if sub == C.RAD2DEG:
-        return 180.0 / math.pi
-    if sub == C.ERF:
-        return _TWO_OVER_SQRT_PI * math.exp(-x * x)
-    if sub == C.ERFC:
-        return -_TWO_OVER_SQRT_PI * math.exp(-x * x)
-    if sub == C.ERFINV:
-        return _HALF_SQRT_PI * math.exp(y * y)
-    if sub == C.GAMMALN:
-        return digamma(np.float64(x))
-    if sub == C.DIGAMMA:
-        return trigamma(np.float64(x))
-    if sub == C.I0E:
-        return d_i0e(np.float64(x), np.float64(y))
-    if sub == C.I1E:
-        return d_i1e(np.float64(x), np.float64(y))
-    if sub == C.LOG_NDTR:
-        return d_log_ndtr(np.float64(x))
-    if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:  # piecewise constant
-        return 0.0
-    return unhandled(sub)
-
-
-@returns_float64
-@inline
-def d2_unary(sub, x, y):
-    """d^2y/dx^2 of ``y = f(x)`` at one element (0 for the linear subs)."""
-    if not unary_has_d2(sub):
-        return 0.0
-    if sub == C.EXP:
-        return y
-    if sub == C.LOG:
-        return -1.0 / (x * x)
-    if sub == C.LOG1P:
-        return -1.0 / ((1.0 + x) * (1.0 + x))
-    if sub == C.EXPM1:
-        return y + 1.0
-    if sub == C.SQRT:
-        return -0.25 / (y * y * y)
-    if sub == C.SQUARE:
-        return 2.0
-    if sub == C.SIN:
-        return -math.sin(x)
-    if sub == C.COS:
-        return -math.cos(x)
-    if sub == C.TAN:
-        return 2.0 * y * (1.0 + y * y)
-    if sub == C.TANH:
-        return -2.0 * y * (1.0 - y * y)
-    if sub == C.SINH:
-        return math.sinh(x)
-    if sub == C.COSH:
-        return math.cosh(x)
-    if sub == C.ARCSIN:
-        return x / np.power(1.0 - x * x, 1.5)
-    if sub == C.ARCCOS:
-        return -x / np.power(1.0 - x * x, 1.5)
-    if sub == C.ARCTAN:
-        return -2.0 * x / ((1.0 + x * x) * (1.0 + x * x))
-    if sub == C.RECIPROCAL:
-        return 2.0 * y * y * y
-    if sub == C.EXP2:
-        return y * _LN2 * _LN2
-    if sub == C.LOG2:
-        return -1.0 / (x * x * _LN2)
-    if sub == C.LOG10:
-        return -1.0 / (x * x * _LN10)
-    if sub == C.CBRT:
-        y2 = y * y
-        return -2.0 / (9.0 * (y * (y2 * y2)))
-    if sub == C.ARCSINH:
-        return -x / np.power(x * x + 1.0, 1.5)
-    if sub == C.ARCCOSH:
-        return -x / np.power(x * x - 1.0, 1.5)
-    if sub == C.ARCTANH:
-        return 2.0 * x / ((1.0 - x * x) * (1.0 - x * x))
-    if sub == C.ERF:
-        return -2.0 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
-    if sub == C.ERFC:
-        return 2.0 * x * _TWO_OVER_SQRT_PI * math.exp(-x * x)
-    if sub == C.ERFINV:  # y' = sqrt(pi)/2 exp(y^2), y'' = 2 y y'^2
-        d = _HALF_SQRT_PI * math.exp(y * y)
-        return 2.0 * y * d * d
-    if sub == C.GAMMALN:
-        return trigamma(np.float64(x))
-    if sub == C.DIGAMMA:
-        return tetragamma(np.float64(x))
-    if sub == C.I0E:
-        return d2_i0e(np.float64(x), np.float64(y))
-    if sub == C.I1E:
-        return d2_i1e(np.float64(x), np.float64(y))
-    if sub == C.LOG_NDTR:
-        return d2_log_ndtr(np.float64(x))
-    return unhandled(sub)
+# -- one operand: y = f(x) -----------------------------------------------------------------
+# generated from formulas.py's rows
+from .unary_rules import d2_unary, d_unary, f_unary  # noqa: E402,F401
 
 
 # -- with a constant: y = x op c, c op x -----------------------------------------------

@@ -77,8 +77,13 @@ def _special(np_fn):
             return _z(E.where(bad, v[0], out.real), E.where(bad, v[1], out.imag))
         op.__name__, op.__qualname__, op.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
         op.__wrapped__ = fn
+        UFUNCS[np_fn] = op
         return op
     return wrap
+
+
+#: NumPy ufunc -> its complex function, for each function defined with ``_special``
+UFUNCS = {}
 
 
 # -- elementwise -------------------------------------------------------------------------------

@@ -26,12 +26,9 @@ from .complex_core import (_COMPLEX_SCALARS, ComplexTensor, _as_z, _equal,  # no
                            _not_ordered, _real_tensor, _split, _z, complex, is_complex)
 from .complex_linear import (_bilinear, _einsum, _linear, _linear_fn, _multi_dot,  # noqa: F401
                              _part, matmul)
-from .complex_math import (_abs2, _arcsinh_right, _concat_last, _fit, _prod_last,  # noqa: F401
-                           _times_i, _times_minus_i, absolute, add, angle, arccos, arccosh,
-                           arcsin, arcsinh, arctan, arctanh, conj, cos, cosh, divide, exp,
-                           exp2, expm1, imag, log, log1p, log2, log10, multiply, negative,
-                           positive, power, prod, real, reciprocal, sign, sin, sinh, sqrt,
-                           square, subtract, tan, tanh)
+from . import complex_math as CM
+from .complex_math import (absolute, add, angle, conj, divide, imag, multiply, negative, positive,
+                           power, prod, real, sin, subtract)  # noqa: F401
 
 #: numpy function -> handler for calls with a ComplexTensor (fft.py adds its own)
 FUNCTIONS = {}
@@ -40,8 +37,7 @@ FUNCTIONS = {}
 def _unsupported(name):
     raise TypeError(
         f"tapegrad: {name} is not supported on complex tensors. Supported: + - * / **, "
-        "float_power, exp, exp2, expm1, log, log2, log10, log1p, sqrt, square, reciprocal, sin, "
-        "cos, tan, sinh, cosh, tanh, their inverses (arcsin ... arctanh), sinc, sign, abs, conj, "
+        f"float_power, {', '.join(sorted(f.__name__ for f in CM.UFUNCS))}, sinc, abs, conj, "
         "real, imag, angle, sum, mean, prod, var, std, max, min, real_if_close, "
         "matmul/dot/einsum, cross, numpy.linalg (inv, solve, det, slogdet, cholesky, eigh, eig, "
         "svd, qr, pinv, lstsq, norm, tensorinv, tensorsolve), reshape, transpose, split, diag, "
@@ -50,13 +46,9 @@ def _unsupported(name):
 
 # -- the NumPy protocol's tables ---------------------------------------------------------------
 UFUNCS = {
+    **CM.UFUNCS,  # the elementwise functions of complex_math.py, by their ufunc
     np.add: add, np.subtract: subtract, np.multiply: multiply, np.divide: divide,
-    np.power: power, np.negative: negative, np.positive: positive, np.exp: exp, np.log: log,
-    np.sin: sin, np.cos: cos, np.sqrt: sqrt, np.square: square, np.reciprocal: reciprocal,
-    np.tan: tan, np.tanh: tanh, np.sinh: sinh, np.cosh: cosh, np.exp2: exp2, np.expm1: expm1,
-    np.log1p: log1p, np.log2: log2, np.log10: log10, np.arctan: arctan, np.arctanh: arctanh,
-    np.arcsin: arcsin, np.arccos: arccos, np.arcsinh: arcsinh, np.arccosh: arccosh,
-    np.sign: sign,
+    np.power: power, np.negative: negative, np.positive: positive,
     np.conjugate: conj, np.absolute: absolute, np.matmul: matmul,
     np.equal: _equal, np.not_equal: lambda a, b: ~_equal(a, b),
     np.less: _not_ordered, np.less_equal: _not_ordered, np.greater: _not_ordered,

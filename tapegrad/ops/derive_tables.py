@@ -6,6 +6,8 @@ it gives tangents in the generated code.
 import ast
 import math
 
+from ..kernels import formulas
+
 # -- rules -------------------------------------------------------------------------------
 # Each row: the partial derivatives of z = phi(u) or z = phi(u, w) as Python
 # expressions in the step's operands {u}, {w} and result {z}; None is a
@@ -16,42 +18,31 @@ _LN2 = 0.6931471805599453
 _LN10 = 2.302585092994046
 _SQPI2 = 1.1283791670955126   # 2 / sqrt(pi)
 
+#: the deriver's names of the ops of one tensor (``math``'s, where it has one)
+_RULE_NAMES = {"negative": "neg", "absolute": "abs", "square": "square"}
+
+
+def _template(d):
+    """A formula row's expression in x, y as a rule in {u}, {z}."""
+    if d is None:
+        return None
+    names = {"x": "_u_", "y": "_z_", "digamma": "_tg_digamma", "trigamma": "_tg_trigamma",
+             **{k: repr(v) for k, v in formulas.CONSTANTS.items()}}
+    src = formulas.substitute(d, names)
+    return "(" + src.replace("_u_", "{u}").replace("_z_", "{z}") + ")"
+
+
+def _rule(row):
+    return _RULE_NAMES.get(row.name, row.math)
+
+
 UNARY = {
-    "neg": ("-1.0", None),
-    "exp": ("{z}", "{z}"),
-    "expm1": ("({z} + 1.0)", "({z} + 1.0)"),
-    "exp2": (f"({{z}} * {_LN2!r})", f"({{z}} * {_LN2 * _LN2!r})"),
-    "log": ("(1.0 / {u})", "(-1.0 / ({u} * {u}))"),
-    "log2": (f"(1.0 / ({{u}} * {_LN2!r}))", f"(-1.0 / ({{u}} * {{u}} * {_LN2!r}))"),
-    "log10": (f"(1.0 / ({{u}} * {_LN10!r}))", f"(-1.0 / ({{u}} * {{u}} * {_LN10!r}))"),
-    "log1p": ("(1.0 / (1.0 + {u}))", "(-1.0 / ((1.0 + {u}) * (1.0 + {u})))"),
-    "sqrt": ("(0.5 / {z})", "(-0.25 / ({z} * {z} * {z}))"),
-    "cbrt": ("(1.0 / (3.0 * ({z} * {z})))", "(-2.0 / (9.0 * {z} ** 5))"),
-    "sin": ("math.cos({u})", "(-{z})"),
-    "cos": ("(-math.sin({u}))", "(-{z})"),
-    "tan": ("(1.0 + {z} * {z})", "(2.0 * {z} * (1.0 + {z} * {z}))"),
-    "asin": ("(1.0 / math.sqrt(1.0 - {u} * {u}))", "({u} / (1.0 - {u} * {u}) ** 1.5)"),
-    "acos": ("(-1.0 / math.sqrt(1.0 - {u} * {u}))", "(-{u} / (1.0 - {u} * {u}) ** 1.5)"),
-    "atan": ("(1.0 / (1.0 + {u} * {u}))",
-             "(-2.0 * {u} / ((1.0 + {u} * {u}) * (1.0 + {u} * {u})))"),
-    "sinh": ("math.cosh({u})", "{z}"),
-    "cosh": ("math.sinh({u})", "{z}"),
-    "tanh": ("(1.0 - {z} * {z})", "(-2.0 * {z} * (1.0 - {z} * {z}))"),
-    "asinh": ("(1.0 / math.sqrt({u} * {u} + 1.0))", "(-{u} / ({u} * {u} + 1.0) ** 1.5)"),
-    "acosh": ("(1.0 / math.sqrt({u} * {u} - 1.0))", "(-{u} / ({u} * {u} - 1.0) ** 1.5)"),
-    "atanh": ("(1.0 / (1.0 - {u} * {u}))",
-              "(2.0 * {u} / ((1.0 - {u} * {u}) * (1.0 - {u} * {u})))"),
-    "erf": (f"({_SQPI2!r} * math.exp(-{{u}} * {{u}}))",
-            f"({-2 * _SQPI2!r} * {{u}} * math.exp(-{{u}} * {{u}}))"),
-    "erfc": (f"({-_SQPI2!r} * math.exp(-{{u}} * {{u}}))",
-             f"({2 * _SQPI2!r} * {{u}} * math.exp(-{{u}} * {{u}}))"),
-    "lgamma": ("_tg_digamma({u})", "_tg_trigamma({u})"),
+    # the rows of kernels/formulas.py: the same derivatives the kernels use
+    **{_rule(r): (_template(r.d), _template(r.d2)) for r in formulas.ROWS
+       if _rule(r) and r.name != "fabs"},
+    # math.gamma: a function the deriver reads, not an op of tapegrad's
     "gamma": ("({z} * _tg_digamma({u}))",
               "({z} * (_tg_digamma({u}) * _tg_digamma({u}) + _tg_trigamma({u})))"),
-    "abs": ("np.sign({u})", None),
-    "square": ("(2.0 * {u})", "2.0"),
-    "degrees": (repr(180.0 / math.pi), None),
-    "radians": (repr(math.pi / 180.0), None),
 }
 
 _R2 = "({u} * {u} + {w} * {w})"
@@ -89,20 +80,14 @@ BINARY = {
 }
 
 #: functions of ``math`` by the rule they take (1 or 2 operands)
-_MATH = {**{k: k for k in ("exp", "expm1", "log2", "log10", "log1p", "sqrt", "sin", "cos",
-                           "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh",
-                           "acosh", "atanh", "erf", "erfc", "lgamma", "gamma", "degrees",
-                           "radians", "atan2", "hypot", "copysign", "fmod", "pow", "ldexp")},
-         "fabs": "abs", "log": "log"}
+_MATH = {**{r.math: _rule(r) for r in formulas.ROWS if r.math and _rule(r)},
+         **{k: k for k in ("gamma", "atan2", "hypot", "copysign", "fmod", "pow", "ldexp")},
+         "fabs": "abs"}
 #: functions of NumPy (on scalars) by rule
-_NUMPY = {**{k: k for k in ("exp", "expm1", "exp2", "log", "log2", "log10", "log1p", "sqrt",
-                            "cbrt", "sin", "cos", "tan", "sinh", "cosh", "tanh", "hypot",
-                            "copysign", "degrees", "radians", "fmod")},
-          "arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
-          "arccosh": "acosh", "arctanh": "atanh", "arctan2": "atan2", "abs": "abs",
-          "absolute": "abs", "fabs": "abs", "power": "pow", "deg2rad": "radians",
-          "rad2deg": "degrees", "square": "square", "maximum": "max", "minimum": "min",
-          "fmax": "max", "fmin": "min", "float64": "float"}
+_NUMPY = {**{r.name: _rule(r) for r in formulas.ROWS if _rule(r) and not r.scipy},
+          **{k: k for k in ("hypot", "copysign", "degrees", "radians", "fmod")},
+          "arctan2": "atan2", "abs": "abs", "fabs": "abs", "power": "pow", "maximum": "max",
+          "minimum": "min", "fmax": "max", "fmin": "min", "float64": "float"}
 #: piecewise constant or boolean: derivative 0, evaluated as written
 _FLAT_MATH = {"floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "factorial"}
 _FLAT_NUMPY = {"floor", "ceil", "trunc", "rint", "sign", "isnan", "isinf", "isfinite"}

@@ -10,6 +10,7 @@ import operator
 import numpy as np
 
 from ..kernels import codes as C
+from ..kernels import formulas
 from ..kernels._views import SMALL as _SMALL
 from ..kernels.special_arrays import values_into
 from ..core.tape import (NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand,
@@ -80,48 +81,8 @@ def _def_unary(name, sub, fn, doc_name=None, example=0.5, doc_module="numpy"):
     return op
 
 
-negative = _def_unary("Neg", C.NEG, np.negative)
-positive = _def_unary("Positive", C.IDENT, np.positive)
-exp = _def_unary("Exp", C.EXP, np.exp)
-log = _def_unary("Log", C.LOG, np.log)
-log1p = _def_unary("Log1p", C.LOG1P, np.log1p)
-expm1 = _def_unary("Expm1", C.EXPM1, np.expm1)
-sqrt = _def_unary("Sqrt", C.SQRT, np.sqrt)
-square = _def_unary("Square", C.SQUARE, np.square)
-sin = _def_unary("Sin", C.SIN, np.sin)
-cos = _def_unary("Cos", C.COS, np.cos)
-tan = _def_unary("Tan", C.TAN, np.tan)
-tanh = _def_unary("Tanh", C.TANH, np.tanh)
-sinh = _def_unary("Sinh", C.SINH, np.sinh)
-cosh = _def_unary("Cosh", C.COSH, np.cosh)
-arcsin = _def_unary("Asin", C.ARCSIN, np.arcsin)
-arccos = _def_unary("Acos", C.ARCCOS, np.arccos)
-arctan = _def_unary("Atan", C.ARCTAN, np.arctan)
-absolute = _def_unary("Abs", C.ABS, np.absolute)
-abs = absolute  # noqa: A001  (NumPy's alias)
-fabs = _def_unary("Fabs", C.FABS, np.fabs)
-reciprocal = _def_unary("Reciprocal", C.RECIPROCAL, np.reciprocal)
-exp2 = _def_unary("Exp2", C.EXP2, np.exp2)
-log2 = _def_unary("Log2", C.LOG2, np.log2)
-log10 = _def_unary("Log10", C.LOG10, np.log10)
-cbrt = _def_unary("Cbrt", C.CBRT, np.cbrt)
-arcsinh = _def_unary("Asinh", C.ARCSINH, np.arcsinh)
-arccosh = _def_unary("Acosh", C.ARCCOSH, np.arccosh, example=1.5)
-arctanh = _def_unary("Atanh", C.ARCTANH, np.arctanh)
-deg2rad = _def_unary("Deg2rad", C.DEG2RAD, np.deg2rad)
-rad2deg = _def_unary("Rad2deg", C.RAD2DEG, np.rad2deg)
-radians, degrees = deg2rad, rad2deg
-# piecewise constant: recorded (so graphs stay connected), zero gradient
-sign = _def_unary("Sign", C.ZERO, np.sign)
-floor = _def_unary("Floor", C.ZERO_FIRST, np.floor)
-ceil = _def_unary("Ceil", C.ZERO_FIRST + 1, np.ceil)
-trunc = _def_unary("Trunc", C.ZERO_FIRST + 2, np.trunc)
-rint = _def_unary("Rint", C.ZERO_FIRST + 3, np.rint)
-_ROUND = register("Round", C.K_UNARY, C.ZERO_FIRST + 4, np.round)
-
-
 # special functions: scipy.special's names, computed by tapegrad's own kernels
-# (kernels/special.py), first and second derivatives in kernels/rules.py
+# (kernels/special.py)
 def _special_forward(sub, name):
     """The eager forward of a special-function op: its scalar function over
     the array, in a kernel of its own (float32 stays float32, float16 computes in
@@ -140,20 +101,37 @@ def _special_forward(sub, name):
     return fn
 
 
-def _def_special(name, sub, fn_name, example=0.5):
-    return _def_unary(name, sub, _special_forward(sub, fn_name), example=example,
-                      doc_module="scipy.special")
+def _formula_forward(row):
+    """The eager forward of a row that names no NumPy function: its formula
+    ``f`` evaluated on the whole array."""
+    code = compile(row.f, f"<forward of {row.name}>", "eval")
+    env = {"np": np, "math": np, "__builtins__": {"abs": abs}, **formulas.CONSTANTS}
+
+    def fn(x):
+        with np.errstate(all="ignore"):
+            return eval(code, dict(env, x=np.asarray(x, dtype=np.result_type(x, 1.0))))  # noqa: S307
+    fn.__name__ = fn.__qualname__ = row.name
+    return fn
 
 
-erf = _def_special("Erf", C.ERF, "erf")
-erfc = _def_special("Erfc", C.ERFC, "erfc")
-erfinv = _def_special("Erfinv", C.ERFINV, "erfinv")
-gammaln = _def_special("Gammaln", C.GAMMALN, "gammaln")
-digamma = _def_special("Digamma", C.DIGAMMA, "digamma")
-psi = digamma
-i0e = _def_special("I0e", C.I0E, "i0e")
-i1e = _def_special("I1e", C.I1E, "i1e")
-log_ndtr = _def_special("LogNdtr", C.LOG_NDTR, "log_ndtr")
+def _define(row):
+    """The eager function of a formula row (kernels/formulas.py)."""
+    if row.scipy:
+        return _def_unary(row.grad, row.sub, _special_forward(row.sub, row.name),
+                          example=row.example, doc_module="scipy.special")
+    fn = getattr(np, row.name, None)
+    if fn is None:
+        return _def_unary(row.grad, row.sub, _formula_forward(row), example=row.example,
+                          doc_module="tapegrad")
+    return _def_unary(row.grad, row.sub, fn, example=row.example)
+
+
+# every op of one tensor: a row of kernels/formulas.py (round takes decimals: below)
+UNARY = {r.name: _define(r) for r in formulas.ROWS if r.name != "round"}
+globals().update(UNARY)
+abs = UNARY["absolute"]  # noqa: A001  (NumPy's alias)
+radians, degrees, psi = UNARY["deg2rad"], UNARY["rad2deg"], UNARY["digamma"]
+_ROUND = register(formulas.ROWS_BY_NAME["round"].grad, C.K_UNARY, C.ROUND, np.round)
 
 
 def round(a, decimals=0):  # noqa: A001  (NumPy's name)

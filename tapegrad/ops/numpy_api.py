@@ -26,19 +26,13 @@ from . import special as Sp
 from . import statistics as St
 
 UFUNCS = {
+    # the ops of one tensor that are NumPy ufuncs (kernels/formulas.py's rows)
+    **{getattr(np, name): fn for name, fn in E.UNARY.items()
+       if isinstance(getattr(np, name, None), np.ufunc)},
+    np.radians: E.radians, np.degrees: E.degrees,
     np.add: E.add, np.subtract: E.subtract, np.multiply: E.multiply,
-    np.divide: E.divide, np.power: E.power, np.negative: E.negative,
-    np.positive: E.positive, np.exp: E.exp, np.log: E.log, np.log1p: E.log1p,
-    np.expm1: E.expm1, np.sqrt: E.sqrt, np.square: E.square, np.sin: E.sin,
-    np.cos: E.cos, np.tan: E.tan, np.tanh: E.tanh, np.sinh: E.sinh,
-    np.cosh: E.cosh, np.arcsin: E.arcsin, np.arccos: E.arccos,
-    np.arctan: E.arctan, np.absolute: E.absolute, np.maximum: E.maximum,
-    np.minimum: E.minimum, np.sign: E.sign, np.matmul: L.matmul,
-    np.fabs: E.fabs, np.reciprocal: E.reciprocal, np.exp2: E.exp2, np.log2: E.log2,
-    np.log10: E.log10, np.cbrt: E.cbrt, np.arcsinh: E.arcsinh, np.arccosh: E.arccosh,
-    np.arctanh: E.arctanh, np.deg2rad: E.deg2rad, np.radians: E.deg2rad,
-    np.rad2deg: E.rad2deg, np.degrees: E.rad2deg, np.floor: E.floor, np.ceil: E.ceil,
-    np.trunc: E.trunc, np.rint: E.rint, np.fmax: E.fmax, np.fmin: E.fmin,
+    np.divide: E.divide, np.power: E.power, np.maximum: E.maximum,
+    np.minimum: E.minimum, np.matmul: L.matmul, np.fmax: E.fmax, np.fmin: E.fmin,
     np.arctan2: E.arctan2, np.hypot: E.hypot, np.logaddexp: E.logaddexp,
     np.logaddexp2: E.logaddexp2, np.copysign: E.copysign, np.fmod: E.fmod,
     np.remainder: E.remainder, np.float_power: E.float_power,

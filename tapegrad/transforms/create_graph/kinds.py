@@ -9,6 +9,7 @@ cumprod over inputs with zero entries use products of the other elements
 derivative is ``polygamma(1, x)`` (``ops/special.py``), whose own
 derivative is the next polygamma.
 """
+import functools
 import math
 
 import numpy as np
@@ -16,66 +17,73 @@ import numpy as np
 from .index import NoRule, _tg, scatter, take
 from ...core.index_maps import gather_map, operand_maps, reduce_map
 from ...kernels import codes as C
+from ...kernels import formulas
 from ...core.tensor import Tensor
 
 
-_LN2, _LN10 = math.log(2.0), math.log(10.0)
-
-
 def _d_unary(W, r, sub):
-    """dy/dx of record r as a tensor (or a number), from x and y."""
-    tg = _tg()
-    (q,) = W.parents(r)
-    x = (lambda: W.x(q))
-    y = (lambda: W.x(r))
-    if sub == C.IDENT or sub >= C.VIEW_FIRST:
+    """dy/dx of record r as a tensor (or a number): its row's derivative
+    (kernels/formulas.py) evaluated with tapegrad's ops, from x and y; None
+    where the op is piecewise constant."""
+    if sub >= C.VIEW_FIRST:
         return 1.0
-    if sub == C.NEG:
-        return -1.0
-    D = {
-        C.EXP: lambda: y(), C.LOG: lambda: 1.0 / x(), C.LOG1P: lambda: 1.0 / (1.0 + x()),
-        C.EXPM1: lambda: y() + 1.0, C.SQRT: lambda: 0.5 / y(), C.SQUARE: lambda: 2.0 * x(),
-        C.SIN: lambda: tg.cos(x()), C.COS: lambda: -tg.sin(x()),
-        C.TAN: lambda: 1.0 + y() * y(), C.TANH: lambda: 1.0 - y() * y(),
-        C.SINH: lambda: tg.cosh(x()), C.COSH: lambda: tg.sinh(x()),
-        C.ARCSIN: lambda: 1.0 / tg.sqrt(1.0 - x() * x()),
-        C.ARCCOS: lambda: -1.0 / tg.sqrt(1.0 - x() * x()),
-        C.ARCTAN: lambda: 1.0 / (1.0 + x() * x()),
-        C.ABS: lambda: np.sign(W.val(q)), C.FABS: lambda: np.sign(W.val(q)),
-        C.RECIPROCAL: lambda: -y() * y(), C.EXP2: lambda: y() * _LN2,
-        C.LOG2: lambda: 1.0 / (x() * _LN2), C.LOG10: lambda: 1.0 / (x() * _LN10),
-        C.CBRT: lambda: 1.0 / (3.0 * y() * y()),
-        C.ARCSINH: lambda: 1.0 / tg.sqrt(x() * x() + 1.0),
-        C.ARCCOSH: lambda: 1.0 / tg.sqrt(x() * x() - 1.0),
-        C.ARCTANH: lambda: 1.0 / (1.0 - x() * x()),
-        C.DEG2RAD: lambda: math.pi / 180.0, C.RAD2DEG: lambda: 180.0 / math.pi,
-        C.ERF: lambda: (2.0 / math.sqrt(math.pi)) * tg.exp(-x() * x()),
-        C.ERFC: lambda: (-2.0 / math.sqrt(math.pi)) * tg.exp(-x() * x()),
-        C.ERFINV: lambda: (math.sqrt(math.pi) / 2.0) * tg.exp(y() * y()),
-        C.GAMMALN: lambda: tg.digamma(x()),
-        C.DIGAMMA: lambda: _special().polygamma(1, x()),
-        C.I0E: lambda: tg.i1e(x()) - np.sign(W.val(q)) * y(),
-        C.I1E: lambda: _d_i1e(W, q, x, y),
-        C.LOG_NDTR: lambda: tg.exp(-0.5 * x() * x() - tg.log_ndtr(x()))
-        / math.sqrt(2.0 * math.pi),
-    }
-    if sub == C.ZERO or C.ZERO_FIRST <= sub < C.VIEW_FIRST:
+    row = formulas.ROWS_BY_SUB[sub]  # a sub with no row: KeyError, never a zero
+    if row.curve == formulas.CONSTANT:
         return None
-    return D[sub]()  # a sub with no formula: KeyError, never a zero
+    code, names = _compiled(row)
+    (q,) = W.parents(r)
+    env = dict(_namespace(), nonzero=functools.partial(_nonzero, row.grad))
+    if "x" in names:
+        env["x"] = W.x(q)
+    if "y" in names:
+        env["y"] = W.x(r)
+    return eval(code, env)  # noqa: S307  (the row's own formula, compiled once)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(row):
+    src = row.graph or row.d
+    return compile(src, f"<derivative of {row.name}>", "eval"), formulas._names(src)
+
+
+class _Functions:
+    """``math`` or ``np`` as a row's formula sees it in a graph: tapegrad's
+    function of the same name; the sign is a constant of the new graph (its
+    derivative is zero wherever it exists), and ``np.float64`` a no-op."""
+
+    def __init__(self, constants):
+        self.constants = constants
+
+    def __getattr__(self, name):
+        if name in self.constants:
+            return self.constants[name]
+        return getattr(_tg(), name)
+
+
+def _sign(v):
+    return np.sign(v._data if isinstance(v, Tensor) else v)
+
+
+def _nonzero(op, v):
+    """``v``, where a formula divides by it: NoRule if it has zero entries."""
+    if (np.asarray(v._data if isinstance(v, Tensor) else v) == 0).any():
+        raise NoRule(op, "its input has zero entries")
+    return v
+
+
+@functools.lru_cache(maxsize=None)
+def _namespace():
+    tg = _tg()
+    return {"math": _Functions({"pi": math.pi, "e": math.e}),
+            "np": _Functions({"sign": _sign, "float64": lambda v: v}),
+            "digamma": tg.digamma, "trigamma": lambda v: _special().polygamma(1, v),
+            "i0e": tg.i0e, "i1e": tg.i1e, "log_ndtr": tg.log_ndtr,
+            "__builtins__": {"abs": abs}, **formulas.CONSTANTS}
 
 
 def _special():
     from ...ops import special
     return special
-
-
-def _d_i1e(W, q, x, y):
-    # i1e' = i0e - i1e (sign(x) + 1/x); 1/2 at 0
-    tg = _tg()
-    xv = W.val(q)
-    if (xv == 0).any():
-        raise NoRule("I1e", "its input has zero entries")
-    return tg.i0e(x()) - y() * (np.sign(xv) + 1.0 / x())
 
 
 def _unary(W, r, sub, u):
