@@ -122,10 +122,123 @@ FIRST = {
 }
 
 
+_JR = np.random.default_rng(5)   # the cases below: FIRST's draws stay as they were
+
+
+def _jc(*shape):
+    return _JR.normal(size=shape) + 1j * _JR.normal(size=shape)
+
+
+def _svd_parts(a, **kw):
+    u, s, vh = np.linalg.svd(a, **kw)
+    return np.abs(u), s, np.abs(vh)
+
+
+# more decompositions: batched, the other triangle, square and tall shapes (the
+# inputs' eigenvalues and squared singular values are at least 0.5 apart)
+FIRST.update({
+    "eigh_upper": (lambda a: (lambda w, v: (w, np.abs(v)))(*np.linalg.eigh(a, "U")),
+                   _jc(4, 4) + np.diag([0.0, 3.0, 6.0, 9.0])),
+    "eigh_batched": (lambda a: (lambda w, v: (w, np.abs(v)))(*np.linalg.eigh(_herm(a))),
+                     _jc(2, 3, 3) + np.diag([0.0, 3.0, 6.0])),
+    "eig_batched": (lambda a: (lambda w, v: (w, np.abs(v)))(*np.linalg.eig(a)), _jc(3, 4, 4)),
+    "eig_real_input_real_values": (lambda a: (lambda w, v: (w, np.abs(v)))(*np.linalg.eig(a)),
+                                   np.array([[1.0, 0.4, 0.0], [0.3, 2.5, 0.2], [0.1, 0.0, 4.0]])),
+    "svd_square_batched": (lambda a: _svd_parts(a, full_matrices=False), _jc(2, 4, 4)),
+    "svd_tall_batched": (lambda a: _svd_parts(a, full_matrices=False), _jc(2, 5, 3)),
+    "svd_values_batched": (lambda a: np.linalg.svd(a, compute_uv=False), _jc(3, 3, 5)),
+    "svd_full_matrices_product": (lambda a: (lambda u, s, vh: (u[:, :3] * s) @ vh)(
+        *np.linalg.svd(a)), _jc(5, 3)),
+    "norm_nuc_axis": (lambda a: np.linalg.norm(a, "nuc", axis=(0, 1)), _jc(4, 3, 2)),
+})
+
+
 @pytest.mark.parametrize("name", sorted(FIRST))
 def test_first_order(name):
     fn, *args = FIRST[name]
     check(fn, *args)
+
+
+# -- forward mode of the decompositions --------------------------------------------------
+def _reals(out):
+    """An op's outputs (tuples, complex or real; tensors or arrays) as one real vector."""
+    parts = []
+    for o in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(o, ComplexTensor) or np.iscomplexobj(o):
+            parts += [np.ravel(np.real(o)), np.ravel(np.imag(o))]
+        else:
+            parts.append(np.ravel(o))
+    return np.concatenate(parts)
+
+
+JVP = ["eigh_values", "eigh_abs_vectors", "eigh_projector", "eigh_upper", "eigh_batched",
+       "eig_values", "eig_abs_vectors", "eig_real_input", "eig_real_input_real_values",
+       "eig_similarity", "eig_batched", "svd_values", "svd_values_batched", "svd_abs_factors",
+       "svd_wide_products", "svd_square_batched", "svd_tall_batched",
+       "svd_full_matrices_product", "norm_2", "norm_nuc", "norm_nuc_axis",
+       "matrix_norm_nuc_batched"]
+
+
+@pytest.mark.parametrize("name", JVP)
+def test_jvp_of_decompositions(name):
+    """tg.jvp along a random direction (complex: real and imaginary parts
+    together) against central differences, and against the gradient by
+    <vjp(w), d> = <w, jvp(d)> in the real inner product (Re vdot)."""
+    fn, a = FIRST[name]
+    rng = np.random.default_rng(7)
+    f = lambda x: _reals(fn(x))  # noqa: E731
+    for _ in range(2):
+        d = rng.normal(size=a.shape) + (1j * rng.normal(size=a.shape) if np.iscomplexobj(a)
+                                        else 0.0)
+        out, t = tg.jvp(f, (a,), (d,))
+        np.testing.assert_allclose(out, f(a), rtol=1e-12, atol=1e-13)
+        fd = (f(a + H * d) - f(a - H * d)) / (2 * H)
+        np.testing.assert_allclose(t, fd, rtol=1e-6, atol=1e-7 * (1 + np.abs(fd).max()))
+        w = rng.normal(size=t.shape)
+        (g,) = tg.vjp(f, a)[1](w)
+        np.testing.assert_allclose(np.real(np.vdot(g, d)), w @ t, rtol=1e-10,
+                                   atol=1e-12 * np.abs(w).sum() * np.abs(t).max())
+
+
+@pytest.mark.parametrize("a", [A4, _jc(2, 3, 3), np.array([[0.0, -2.0, 0.5], [1.0, 0.3, 0.0],
+                                                             [0.2, 0.0, 1.5]]),
+                               np.array([[1.0, 0.4, 0.0], [0.3, 2.5, 0.2], [0.1, 0.0, 4.0]])],
+                         ids=["complex", "complex_batched", "real_complex_values",
+                              "real_real_values"])
+def test_jvp_of_eig_vectors_follows_numpys_gauge(a):
+    """eig's eigenvectors themselves: unit length with the largest entry real
+    (LAPACK's normalisation), which the forward rule keeps, so its tangent is
+    the central difference of NumPy's own eigenvectors."""
+    rng = np.random.default_rng(8)
+    d = rng.normal(size=a.shape) + (1j * rng.normal(size=a.shape) if np.iscomplexobj(a) else 0)
+    (w, v), (dw, dv) = tg.jvp(lambda x: np.linalg.eig(x), (a,), (d,))
+    np.testing.assert_allclose(v, np.linalg.eig(a)[1], rtol=1e-12, atol=1e-13)
+    up, dn = np.linalg.eig(a + H * d), np.linalg.eig(a - H * d)
+    np.testing.assert_allclose(dw, (up[0] - dn[0]) / (2 * H), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dv, (up[1] - dn[1]) / (2 * H), rtol=1e-6, atol=1e-7)
+    # the gauge: lengths stay 1, the largest entries stay real
+    np.testing.assert_allclose(np.real(np.sum(np.conj(v) * dv, axis=-2)), 0, atol=1e-12)
+    top = np.argmax(np.abs(v), axis=-2)[..., None, :]
+    np.testing.assert_allclose(np.imag(np.take_along_axis(dv, top, -2)), 0, atol=1e-12)
+
+
+def test_jvp_of_svd_and_eigh_vectors_in_the_rules_gauge():
+    """The singular vectors' and eigh's eigenvectors' tangents hold each
+    vector's phase: the diagonals of V^H dV (svd and eigh) are zero, and
+    that of U^H dU is i Im(diag(U^H dA V)) / s (the phase between u_i and v_i)."""
+    rng = np.random.default_rng(9)
+    a, d = _jc(5, 3), rng.normal(size=(5, 3)) + 1j * rng.normal(size=(5, 3))
+    (u, s, vh), (du, ds, dvh) = tg.jvp(lambda x: tuple(np.linalg.svd(x, full_matrices=False)),
+                                       (a,), (d,))
+    v, dv = np.conj(vh).T, np.conj(dvh).T
+    np.testing.assert_allclose(np.diag(np.conj(v).T @ dv), 0, atol=1e-12)
+    dP = np.conj(u).T @ d @ v
+    np.testing.assert_allclose(np.diag(np.conj(u).T @ du), 1j * np.imag(np.diag(dP)) / s,
+                               atol=1e-12)
+    np.testing.assert_allclose(ds, np.real(np.diag(dP)), atol=1e-12)
+    h = _herm(_jc(4, 4)) + np.diag([0.0, 3.0, 6.0, 9.0])
+    (w, v), (dw, dv) = tg.jvp(lambda x: tuple(np.linalg.eigh(x)), (h,), (_herm(_jc(4, 4)),))
+    np.testing.assert_allclose(np.diag(np.conj(v).T @ dv), 0, atol=1e-12)
 
 
 # -- second order: hessian of real losses of the parts ---------------------------------------
@@ -173,16 +286,48 @@ def test_create_graph_through_complex_det():
     np.testing.assert_allclose(gg.numpy(), 2 * Hm @ g.detach().numpy(), rtol=1e-9)
 
 
-@pytest.mark.parametrize("fn", [
-    lambda v: np.linalg.eigvalsh(_m(v) @ np.conj(_m(v)).T)[0],
-    lambda v: np.linalg.svd(_m(v), compute_uv=False).sum(),
-    lambda v: np.linalg.norm(_m(v), 2),
-    lambda v: np.real(np.linalg.eigvals(_m(v))).sum(),
-], ids=["eigh", "svd", "norm_2", "eig"])
-def test_decompositions_have_no_second_order_and_say_so(fn):
-    x0 = RNG.normal(size=18)
-    assert np.isfinite(tg.grad(fn)(x0)).all()
-    with pytest.raises(NotImplementedError, match="first-order derivatives only .its backward, Linalg"):
+DECOMPOSITIONS = {
+    "eigh": lambda v: np.linalg.eigvalsh(_m(v) @ np.conj(_m(v)).T)[0]
+    + (np.abs(np.linalg.eigh(_m(v) @ np.conj(_m(v)).T, "U")[1]) ** 3).sum(),
+    "svd": lambda v: np.linalg.svd(_m(v), compute_uv=False).sum() + (np.abs(
+        np.linalg.svd(_m(v))[0]) ** 3).sum() + (np.abs(np.linalg.svd(_m(v))[2]) ** 3).sum(),
+    "norm_2": lambda v: np.linalg.norm(_m(v), 2),
+    "norm_nuc": lambda v: np.linalg.norm(_m(v), "nuc"),
+    "eig": lambda v: np.real(np.linalg.eigvals(_m(v)) ** 2).sum()
+    + (np.abs(np.linalg.eig(_m(v))[1]) ** 3).sum(),
+    "eig_real": lambda v: np.imag(np.linalg.eigvals(v[:9].reshape(3, 3)) ** 3).sum()
+    + (np.abs(np.linalg.eig(v[:9].reshape(3, 3))[1]) ** 3).sum(),
+    # real eigenvalues (Gershgorin discs apart): real eigenvalues and eigenvectors
+    "eig_real_values": lambda v: (lambda w, u: (w ** 2).sum() + (np.abs(u) ** 3).sum())(
+        *np.linalg.eig(np.diag([0.0, 3.0, 6.0]) + 0.3 * v[:9].reshape(3, 3))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECOMPOSITIONS))
+def test_decompositions_differentiate_again_with_create_graph(name):
+    """The gradient taken with create_graph=True differentiates again (to a
+    third order too) against central differences; tg.hessian has no
+    forward-over-reverse rule for them and says what to use instead."""
+    fn = DECOMPOSITIONS[name]
+    x0 = np.random.default_rng(4).normal(size=18)
+    d, e = np.random.default_rng(6).normal(size=(2, 18))
+    x = tg.tensor(x0, requires_grad=True)
+    (g,) = tg.autograd.grad(fn(x), [x], create_graph=True)
+    (hd,) = tg.autograd.grad((g * d).sum(), [x], create_graph=True)
+    grad = lambda v: np.asarray(tg.grad(fn)(v))  # noqa: E731
+    fd = (grad(x0 + H * d) - grad(x0 - H * d)) / (2 * H)
+    np.testing.assert_allclose(hd.detach().numpy(), fd, rtol=1e-5,
+                               atol=1e-6 * (1 + np.abs(fd).max()))
+    (third,) = tg.autograd.grad((hd * e).sum(), [x])
+
+    def hd_at(v):
+        xv = tg.tensor(v, requires_grad=True)
+        (gv,) = tg.autograd.grad(fn(xv), [xv], create_graph=True)
+        return tg.autograd.grad((gv * e).sum(), [xv])[0].numpy()
+    # T[d, e, :] both ways (the third derivative T is symmetric)
+    fd3 = (hd_at(x0 + H * d) - hd_at(x0 - H * d)) / (2 * H)
+    np.testing.assert_allclose(third.numpy(), fd3, rtol=1e-5, atol=1e-6 * (1 + np.abs(fd3).max()))
+    with pytest.raises(NotImplementedError, match="no forward-over-reverse rule.*create_graph"):
         tg.hessian(fn)(x0)
 
 

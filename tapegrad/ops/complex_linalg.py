@@ -20,12 +20,18 @@ Two kinds of op, chosen by what keeps second derivatives exact:
   - ``norm`` through ``|z|`` for every order but 2, -2 and ``'nuc'``.
 
 * Decompositions whose outputs are fixed only up to a phase (``eigh``,
-  ``svd``, ``eig`` and the norms of singular values) are host records with
-  their complex VJPs (``tg.Function``): first order only, as the embedding
-  would give them exactly repeated eigenvalues (each complex one twice),
-  where the real ops' derivatives divide by zero.  Like PyTorch, their
-  gradient raises when the loss depends on the free phase of the vectors.
-  Their second derivatives raise (``hessian``: "no second-order rule").
+  ``svd``, ``eig`` and the norms of singular values) are host records of
+  their own (``tg.Function``), not real ops on the embedding, which would
+  give them exactly repeated eigenvalues (each complex one twice), where
+  the real ops' derivatives divide by zero.  Each has its complex VJP
+  (``backward``), its forward rule (``jvp``, for ``tg.jvp``; eigenvector
+  tangents in a stated gauge: eig's keeps LAPACK's normalisation, so its
+  tangent is NumPy's derivative) and its VJP on tensors of the graph
+  (``vjp_ops``, in the record's own outputs), so ``create_graph=True``
+  differentiates their gradients again, to any order.  ``tg.hessian`` and
+  ``tg.hvp`` (forward over reverse) have no rule for them and raise.  Like
+  PyTorch, their gradient raises when the loss depends on the free phase
+  of the vectors.
 
 Gradients follow the complex tensors' convention (PyTorch's): for a real
 loss L of ``A = Ar + i Ai``, ``A.grad = dL/dAr + i dL/dAi``.
@@ -358,8 +364,45 @@ def _cz(g_re, g_im):
     return g_re + 1j * g_im
 
 
+def _no_hessian(what):
+    """What tg.hessian / tg.hvp say at a decomposition's record."""
+    return (f"{what} has no forward-over-reverse rule, which tg.hessian and tg.hvp use; "
+            "its second derivatives come from create_graph=True (tg.autograd.grad(..., "
+            "create_graph=True), then differentiate the gradient), and tg.jvp goes through it")
+
+
+def _diag(m):
+    return np.einsum("...ii->...i", m)
+
+
+# the decompositions' VJPs on tensors of the graph (``vjp_ops``, for create_graph=True)
+def _pieces(u, shapes):
+    """The outputs' adjoints, flat and concatenated in ``u``, one per shape."""
+    out, at = [], 0
+    for shape in shapes:
+        n = int(np.prod(shape))
+        out.append(np.reshape(u[at:at + n], shape))
+        at += n
+    return out
+
+
+def _gaps_t(w):
+    """``F[i, j] = 1 / (w[j] - w[i])`` off the diagonal, 0 on it, of a real or
+    complex tensor ``w`` (distinct values: the first order's check)."""
+    n = w.shape[-1]
+    diff = np.expand_dims(w, -2) - np.expand_dims(w, -1)
+    return (1.0 - np.eye(n)) / (diff + np.eye(n))
+
+
+def _diag_t(m):
+    """The diagonal of a real or complex tensor over its last two axes."""
+    if isinstance(m, Z.ComplexTensor):
+        return Z.ComplexTensor(_diag_t(m.real), _diag_t(m.imag))
+    return Rd.sum(m * np.eye(m.shape[-1]), axis=-1)
+
+
 class LinalgEighComplex(Function):
-    first_order_only = "eigh of a complex tensor"
+    no_second_order = _no_hessian("eigh of a complex tensor")
 
     @staticmethod
     def forward(ctx, ar, ai, uplo):
@@ -378,10 +421,38 @@ class LinalgEighComplex(Function):
         g = 0.5 * (g + _Hm(g))   # the Hermitian gradient, as the real op's symmetric one
         return g.real, g.imag, None
 
+    @staticmethod
+    def jvp(ctx, dar, dai, _uplo):
+        # P = V^H herm(dA) V: dw = diag(P) (real), V^H dV = F o P with
+        # F_ij = 1 / (w_j - w_i) and a zero diagonal (each vector's phase held),
+        # the transpose of backward
+        w, v = ctx.w, ctx.v
+        da = _cz(dar, dai)
+        P = _Hm(v) @ (0.5 * (da + _Hm(da))) @ v
+        dv = v @ (_reciprocal_gaps(w) * P)
+        return np.real(_diag(P)), dv.real, dv.imag
+
+    vjp_ops_outputs = True
+
+    @staticmethod
+    def vjp_ops(ctx, u, _inputs, outputs):
+        """backward on tensors of the graph (``create_graph=True``), in the
+        record's own outputs: a further order differentiates through it again."""
+        w = outputs(0, ctx.w)
+        v = Z.ComplexTensor(outputs(1, ctx.v.real), outputs(2, ctx.v.imag))
+        gw, gvr, gvi = _pieces(u, (ctx.w.shape, ctx.v.shape, ctx.v.shape))
+        c = _H(v) @ Z.ComplexTensor(gvr, gvi)
+        inner = (c - _H(c)) * (_gaps_t(w) * 0.5) + \
+            np.expand_dims(gw, -1) * np.eye(ctx.w.shape[-1])
+        g = v @ inner @ _H(v)
+        g = (g + _H(g)) * 0.5
+        return g.real, g.imag, None
+
 
 def eigh(a, UPLO="L"):
     """``numpy.linalg.eigh`` of a complex Hermitian matrix: real eigenvalues and
-    complex eigenvectors, differentiable to first order.  A loss of the
+    complex eigenvectors, differentiable in reverse and forward mode and
+    with ``create_graph=True`` (not by ``tg.hessian``).  A loss of the
     eigenvectors must not depend on their phases (else the gradient
     raises, as PyTorch's); eigenvector gradients need distinct eigenvalues.
     Like NumPy, it reads the triangle ``UPLO`` (and the diagonal's real
@@ -427,21 +498,45 @@ def _svd_backward_complex(u, s, vh, gu, gs, gvh):
     return u @ inner @ vh + extra
 
 
+def _svd_vjp_graph(u, s, vh, gu, gs, gvh):
+    """:func:`_svd_backward_complex` on tensors of the graph: ``(gA.real, gA.imag)``."""
+    m, k, n = u.shape[-2], s.shape[-1], vh.shape[-1]
+    si, sj = np.expand_dims(s, -1), np.expand_dims(s, -2)
+    if gu is None:   # singular values alone
+        g = u @ (np.expand_dims(gs, -1) * vh)
+        return g.real, g.imag
+    F = _gaps_t(s * s)
+    cu, cv = _H(u) @ gu, vh @ _H(gvh)
+    inner = F * (cu - _H(cu)) * sj + si * (F * (cv - _H(cv)))
+    inner = inner + np.expand_dims(gs, -1) * np.eye(k)
+    # the phase of u_i against v_i (cu's imaginary diagonal), on u
+    inner = inner + 1j * np.expand_dims(np.imag(_diag_t(cu)), -1) * (np.eye(k) / si)
+    g = u @ inner @ vh
+    if m > k:
+        g = g + ((gu - u @ cu) / sj) @ vh
+    if n > k:
+        g = g + u @ ((gvh - (gvh @ _H(vh)) @ vh) / si)
+    return g.real, g.imag
+
+
 class LinalgSvdComplex(Function):
-    first_order_only = "svd of a complex tensor"
+    no_second_order = _no_hessian("svd of a complex tensor")
 
     @staticmethod
     def forward(ctx, ar, ai, full, compute_uv):
         a = ar + 1j * ai
+        ctx.full, ctx.only_s = bool(full and compute_uv), not compute_uv
         if not compute_uv:
             u, s, vh = np.linalg.svd(a, full_matrices=False)
             ctx.k = s.shape[-1]
             ctx.f = (u, s, vh)
+            ctx.ar, ctx.ai = np.array(ar), np.array(ai)   # vjp_ops factors them again
             return s
         u, s, vh = np.linalg.svd(a, full_matrices=full)
         k = s.shape[-1]
         ctx.k = k
         ctx.f = (u[..., :k], s, vh[..., :k, :])
+        ctx.outs = (u, vh)   # as returned (full_matrices: more than k columns / rows)
         return (np.ascontiguousarray(u.real), np.ascontiguousarray(u.imag), s,
                 np.ascontiguousarray(vh.real), np.ascontiguousarray(vh.imag))
 
@@ -460,10 +555,73 @@ class LinalgSvdComplex(Function):
         g = _svd_backward_complex(u, s, vh, gu, gs, gvh)
         return g.real, g.imag, None, None
 
+    @staticmethod
+    def jvp(ctx, dar, dai, _full, _compute_uv):
+        # dP = U^H dA V: ds = Re diag(dP); U^H dU = F o (dP S + S dP^H) and
+        # V^H dV = F o (S dP + dP^H S), F_ij = 1 / (s_j^2 - s_i^2), plus the
+        # parts of dA V S^-1 outside U's span and of dA^H U S^-1 outside V's
+        # (non-square A).  The diagonal of U^H dU is i Im(diag dP) / s and that
+        # of V^H dV zero: the phase between u_i and v_i is fixed, each pair's
+        # own phase held, as in backward.  Full matrices: the columns past k
+        # are held fixed, as in backward.
+        u, s, vh = ctx.f
+        k = ctx.k
+        da = _cz(dar, dai)
+        v = _Hm(vh)
+        dP = _Hm(u) @ da @ v
+        ds = np.real(_diag(dP))
+        if ctx.only_s:
+            return ds
+        F = _reciprocal_gaps(s * s)
+        sj, si = s[..., None, :], s[..., :, None]
+        dP_h = _Hm(dP)
+        om_u = F * (dP * sj + si * dP_h) + 1j * np.imag(_diag(dP))[..., None] * np.eye(k) / si
+        du = u @ om_u
+        dv = v @ (F * (si * dP + dP_h * sj))
+        m, n = u.shape[-2], vh.shape[-1]
+        if m > k:
+            du = du + (da @ v - u @ dP) / sj
+        if n > k:
+            dv = dv + (_Hm(da) @ u - v @ dP_h) / sj
+        du_full = np.zeros(u.shape[:-1] + ((m,) if ctx.full else (k,)), complex)
+        du_full[..., :k] = du
+        dvh_full = np.zeros(vh.shape[:-2] + (n if ctx.full else k, n), complex)
+        dvh_full[..., :k, :] = _Hm(dv)
+        return du_full.real, du_full.imag, ds, dvh_full.real, dvh_full.imag
+
+    vjp_ops_outputs = True
+
+    @staticmethod
+    def vjp_ops(ctx, u, inputs, outputs):
+        """backward on tensors of the graph (``create_graph=True``), in the
+        record's own outputs; with ``compute_uv=False``, in the factors of a
+        new record of the same input (the same call to LAPACK: the same
+        factors), whose singular vectors enter as ``u_i v_i^H`` only, free of
+        their phases."""
+        k = ctx.k
+        s0 = ctx.f[1]
+        if ctx.only_s:
+            ur, ui, s, vr, vi = LinalgSvdComplex.apply(inputs(0, ctx.ar), inputs(1, ctx.ai),
+                                                       False, True)
+            U, Vh = Z.ComplexTensor(ur, ui), Z.ComplexTensor(vr, vi)
+            return _svd_vjp_graph(U, s, Vh, None, np.reshape(u, s0.shape), None) + (None, None)
+        u0, vh0 = ctx.outs
+        ur, ui = outputs(0, u0.real), outputs(1, u0.imag)
+        s = outputs(2, s0)
+        vr, vi = outputs(3, vh0.real), outputs(4, vh0.imag)
+        U = Z.ComplexTensor(ur, ui)[..., :k]
+        Vh = Z.ComplexTensor(vr, vi)[..., :k, :]
+        gur, gui, gs, gvr, gvi = _pieces(u, (u0.shape, u0.shape, s0.shape, vh0.shape,
+                                             vh0.shape))
+        gu = Z.ComplexTensor(gur, gui)[..., :k]
+        gvh = Z.ComplexTensor(gvr, gvi)[..., :k, :]
+        return _svd_vjp_graph(U, s, Vh, gu, gs, gvh) + (None, None)
+
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """``numpy.linalg.svd`` of a complex matrix (batched): ``(U, S, Vh)``,
-    differentiable to first order.  A loss of U and Vh must not depend on
+    differentiable in reverse and forward mode and with ``create_graph=True``
+    (not by ``tg.hessian``).  A loss of U and Vh must not depend on
     the phases of the singular-vector pairs (else the gradient raises, as
     PyTorch's); as for real matrices, only the first ``min(m, n)`` columns
     of U and rows of Vh carry gradient."""
@@ -490,7 +648,7 @@ def svdvals(x):
 
 
 class LinalgEig(Function):
-    first_order_only = "eig"
+    no_second_order = _no_hessian("eig")
 
     @staticmethod
     def forward(ctx, ar, ai):
@@ -522,15 +680,63 @@ class LinalgEig(Function):
             return np.real(g), None
         return g.real, g.imag
 
+    @staticmethod
+    def jvp(ctx, dar, dai):
+        # E = V^-1 dA V: dw = diag(E), dV = V (F o E + D), F_ij = 1 / (w_j - w_i)
+        # and D diagonal.  Re D keeps each vector at unit length, Re(v_i^H dv_i)
+        # = 0; Im D keeps LAPACK's phase, the largest entry of each vector
+        # real.  backward (which raises for a loss of the phase) is the
+        # transpose of this for every loss it accepts.
+        w, v = ctx.w.astype(complex), ctx.v.astype(complex)
+        da = dar if dai is None else _cz(dar, dai)
+        E = np.linalg.solve(v, da @ v)
+        X = v @ (_reciprocal_gaps(w) * E)
+        re = -np.real(np.sum(np.conj(v) * X, axis=-2))
+        top = np.argmax(np.abs(v), axis=-2)[..., None, :]
+        vk = np.take_along_axis(v, top, -2)[..., 0, :]
+        xk = np.take_along_axis(X, top, -2)[..., 0, :]
+        im = -(np.imag(xk) + re * np.imag(vk)) / np.real(vk)
+        dw, dv = _diag(E), X + v * (re + 1j * im)[..., None, :]
+        if not ctx.complex_out:
+            return np.real(dw), np.real(dv)
+        return dw.real, dw.imag, dv.real, dv.imag
+
+    vjp_ops_outputs = True
+
+    @staticmethod
+    def vjp_ops(ctx, u, _inputs, outputs):
+        """backward on tensors of the graph (``create_graph=True``), in the
+        record's own outputs: a further order differentiates through it again."""
+        ws, vs = ctx.w.shape, ctx.v.shape
+        if ctx.complex_out:
+            w = Z.ComplexTensor(outputs(0, ctx.w.real), outputs(1, ctx.w.imag))
+            v = Z.ComplexTensor(outputs(2, ctx.v.real), outputs(3, ctx.v.imag))
+            gwr, gwi, gvr, gvi = _pieces(u, (ws, ws, vs, vs))
+            gw, gv = Z.ComplexTensor(gwr, gwi), Z.ComplexTensor(gvr, gvi)
+            vh = _H(v)
+        else:
+            w, v = outputs(0, ctx.w), outputs(1, ctx.v)
+            gw, gv = _pieces(u, (ws, vs))
+            vh = np.swapaxes(v, -1, -2)
+        c = vh @ gv
+        inner = np.conj(_gaps_t(w)) * (c - (vh @ v) * np.expand_dims(np.real(_diag_t(c)), -2))
+        inner = inner + np.expand_dims(gw, -1) * np.eye(ws[-1])
+        g = np.linalg.solve(vh, inner @ vh)
+        if not ctx.complex_in:
+            return np.real(g), None
+        return g.real, g.imag
+
 
 def eig(a):
     """``numpy.linalg.eig`` of a real or complex square matrix (batched):
-    ``(eigenvalues, eigenvectors)``, differentiable to first order.  As in
+    ``(eigenvalues, eigenvectors)``, differentiable in reverse and forward
+    mode and with ``create_graph=True`` (not by ``tg.hessian``).  As in
     NumPy, a real matrix whose eigenvalues are all real gives real results,
-    otherwise complex ones.  Eigenvectors are normalised to unit length (as
-    LAPACK's); a loss of them must not depend on their phases (else the
-    gradient raises, as PyTorch's), and their gradient needs distinct
-    eigenvalues."""
+    otherwise complex ones.  Eigenvectors are normalised as LAPACK's: unit
+    length, the largest entry real, which their forward-mode tangents keep
+    (``tg.jvp`` gives the derivative of NumPy's eigenvectors themselves); a
+    loss of them must not depend on their phases (else the gradient raises,
+    as PyTorch's), and their derivatives need distinct eigenvalues."""
     complex_in = Z.is_complex(a)
     za = _z(a) if complex_in else None
     if np.ndim(za if complex_in else _data(a)) < 2:
@@ -578,11 +784,14 @@ FUNCTIONS = {
 }
 if hasattr(np.linalg, "svdvals"):
     FUNCTIONS[np.linalg.svdvals] = svdvals
-#: differentiable to first order only on complex tensors (docs/make_function_table.py);
-#: the norms only for the orders 2, -2 and 'nuc'
-FIRST_ORDER_ONLY = {np.linalg.eigh, np.linalg.eigvalsh, np.linalg.svd, np.linalg.eig,
-                    np.linalg.eigvals, getattr(np.linalg, "svdvals", np.linalg.svd)}
-PARTLY_FIRST_ORDER = {np.linalg.norm, np.linalg.matrix_norm}
+#: differentiable to first order only on complex tensors (docs/make_function_table.py;
+#: complex_lstsq.py adds qr)
+FIRST_ORDER_ONLY = set()
+#: on complex tensors: reverse and forward mode and create_graph=True to any order, but
+#: no tg.hessian / tg.hvp (forward over reverse); the norms for the orders 2, -2, 'nuc'
+NO_HESSIAN = {np.linalg.eigh, np.linalg.eigvalsh, np.linalg.svd, np.linalg.eig,
+              np.linalg.eigvals, getattr(np.linalg, "svdvals", np.linalg.svd)}
+PARTLY_NO_HESSIAN = {np.linalg.norm, np.linalg.matrix_norm}
 Z.FUNCTIONS.update(FUNCTIONS)
 
 

@@ -397,7 +397,14 @@ def _function(W, r, u):
     where = {position: q for (position, _shape), q in zip(tensor_args, parents)}
     # argument ``position`` as a tensor of the graph, of the given value
     # (the Function keeps its inputs; the tape need not)
-    grads = cls.vjp_ops(ctx, u, lambda position, value: _known(W, where[position], value))
+    inputs = lambda position, value: _known(W, where[position], value)  # noqa: E731
+    if getattr(cls, "vjp_ops_outputs", False):
+        # and its output j (one OUTPUT record each after r), so that a formula
+        # in the outputs (a decomposition's factors) differentiates through
+        # this record again, as the decompositions' rules above do
+        grads = cls.vjp_ops(ctx, u, inputs, lambda j, value: _known(W, r + 1 + j, value))
+    else:
+        grads = cls.vjp_ops(ctx, u, inputs)
     for (position, _shape), q in zip(tensor_args, parents):
         g = grads[position]
         if g is not None:
