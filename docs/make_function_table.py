@@ -1,5 +1,7 @@
 """Write docs/numpy_functions.md: which NumPy functions and ufuncs tapegrad
-differentiates, which run on plain values, and what the others raise.
+differentiates, which run on plain values, and what the others raise; and
+the scipy.linalg, scipy.special and scipy.stats functions that
+tapegrad.scipy provides.
 
 Run ``python docs/make_function_table.py``; ``tests/test_docs.py`` fails when
 the file is out of date.
@@ -11,6 +13,7 @@ import numpy as np
 from tapegrad.ops import complex_linalg as CL
 from tapegrad.ops import complex_tensor as Z
 from tapegrad.ops.numpy_api import HANDLED_FUNCTIONS, PLAIN_UFUNCS, SPECIAL_UFUNCS, UFUNCS
+from tapegrad.scipy import linalg as SL, special as SS, stats as ST
 
 OUT = pathlib.Path(__file__).with_name("numpy_functions.md")
 NAMESPACES = [("numpy", np), ("numpy.linalg", np.linalg), ("numpy.fft", np.fft)]
@@ -47,6 +50,53 @@ def rows():
                 yield full, "plain values", "converts tensors to arrays (no gradient)"
 
 
+def scipy_rows():
+    """``(namespace, SciPy name, tapegrad.scipy name)`` of every function
+    tapegrad.scipy provides: scipy.linalg's and scipy.special's functions,
+    and the methods of scipy.stats' distributions."""
+    for mod in (SL, SS):
+        ns = mod.__name__.removeprefix("tapegrad.")
+        for name in mod.__all__:
+            yield ns, f"{ns}.{name}", f"{mod.__name__}.{name}"
+    for name in ST.__all__:
+        dist = getattr(ST, name)
+        for method in sorted(m for m in dir(dist) if not m.startswith("_")
+                             and callable(getattr(dist, m))):
+            yield "scipy.stats", f"scipy.stats.{name}.{method}", \
+                f"tapegrad.scipy.stats.{name}.{method}"
+
+
+def _scipy_lines():
+    ufuncs = set(SPECIAL_UFUNCS) | {"digamma"}  # psi's other name, as above
+    lines = [
+        "",
+        "## tapegrad.scipy",
+        "",
+        "SciPy's Python functions (`scipy.linalg`'s, `scipy.special.logsumexp`, the",
+        "`scipy.stats` distributions' methods) convert their input with `np.asarray`,",
+        "so on a tensor that requires grad they raise tapegrad's conversion error, and",
+        "the SciPy ufuncs tapegrad does not know raise a TypeError; both errors name",
+        "the counterpart below where there is one. `tapegrad.scipy` has these under",
+        "SciPy's names, with SciPy's arguments and values, as tensors built from",
+        "tapegrad's differentiable ops (each module's docstring says which derivatives",
+        "reach through which function). The last column says what SciPy's own",
+        "function does with a tensor that requires grad.",
+    ]
+    rows = list(scipy_rows())
+    for ns in ("scipy.linalg", "scipy.special", "scipy.stats"):
+        lines += ["", f"### {ns}", "", "| function | tapegrad.scipy | SciPy's own, on a tensor |",
+                  "|---|---|---|"]
+        for n, full, ours in rows:
+            if n != ns:
+                continue
+            if ns == "scipy.special" and full.removeprefix("scipy.special.") in ufuncs:
+                own = "records (a ufunc: the table above)"
+            else:
+                own = "raises, naming this counterpart"
+            lines.append(f"| `{full}` | `{ours}` | {own} |")
+    return lines
+
+
 def _qualname(f):
     for prefix, ns in NAMESPACES:
         if getattr(ns, f.__name__, None) is f:
@@ -62,8 +112,11 @@ def _complex_order(f):
         return "no gradient"
     if f in CL.FIRST_ORDER_ONLY:
         return "first order"
-    if f in CL.PARTLY_FIRST_ORDER:
-        return "first and second order; first order for ord 2, -2, 'nuc'"
+    if f in CL.NO_HESSIAN:
+        return "first order, jvp, create_graph=True (no tg.hessian)"
+    if f in CL.PARTLY_NO_HESSIAN:
+        return ("first and second order; for ord 2, -2, 'nuc': first order, jvp, "
+                "create_graph=True (no tg.hessian)")
     return "first and second order"
 
 
@@ -122,9 +175,11 @@ def render():
         "through the real embedding `[[Ar, -Ai], [Ai, Ar]]`, `det`, `slogdet` and",
         "`cholesky` by block elimination in partial pivoting's row order. The",
         "decompositions whose vectors are fixed only up to a phase (`eigh`, `svd`,",
-        "`eig`) are differentiable to first order, and their gradient raises, as",
-        "PyTorch's, when the loss depends on those phases; a second derivative",
-        "through them raises.",
+        "`eig`) have their own rules: reverse and forward mode (`tg.jvp`; `eig`'s",
+        "eigenvector tangents keep LAPACK's normalisation, unit length and the",
+        "largest entry real) and `create_graph=True` to any order, but no",
+        "`tg.hessian` / `tg.hvp`; their gradient raises, as PyTorch's, when the loss",
+        "depends on those phases.",
         "",
         "| function | derivatives |",
         "|---|---|",
@@ -148,7 +203,7 @@ def render():
         if name in names:
             lines.append(f"| `scipy.special.{names[name]}` | differentiable | "
                          f"{SPECIAL_UFUNCS[name].__name__} |")
-    return "\n".join(lines + lines_after) + "\n"
+    return "\n".join(lines + _scipy_lines() + lines_after) + "\n"
 
 
 if __name__ == "__main__":

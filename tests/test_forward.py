@@ -184,8 +184,8 @@ def test_jacfwd_in_chunks_equals_one_sweep(monkeypatch):
 
 def test_jacobian_uses_forward_mode_for_few_inputs(monkeypatch):
     calls = []
-    real = FW.forward_jacobian
-    monkeypatch.setattr(FW, "forward_jacobian",
+    real = FW.forward_jacobians
+    monkeypatch.setattr(FW, "forward_jacobians",
                         lambda *a: calls.append(1) or real(*a))
     rng = np.random.default_rng(6)
     A = rng.standard_normal((50, 2))

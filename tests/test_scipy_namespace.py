@@ -458,7 +458,8 @@ def test_stats_tables_cover_every_distribution_and_method():
 
 def test_counterpart_list_is_tapegrad_scipy():
     from tapegrad.core.tensor import SCIPY_COUNTERPARTS
-    have = {f"special.{n}" for n in S.__all__}
+    from tapegrad.scipy import linalg as SL
+    have = {f"special.{n}" for n in S.__all__} | {f"linalg.{n}" for n in SL.__all__}
     for d in ST.__all__:
         obj = getattr(ST, d)
         have |= {f"stats.{d}.{m}" for m in ("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf",

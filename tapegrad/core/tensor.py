@@ -64,6 +64,9 @@ SCIPY_COUNTERPARTS = frozenset(
         "betaln digamma entr erf erfc erfcx erfinv expit gamma gammaln i0 i0e i1 i1e "
         "log_expit log_ndtr log_softmax logit logsumexp multigammaln ndtr ndtri polygamma "
         "psi softmax xlog1py xlogy").split()]
+    + [f"linalg.{n}" for n in (
+        "cho_factor cho_solve cholesky det eigh eigvalsh expm inv lu lu_factor lu_solve solve "
+        "solve_triangular").split()]
     + [f"stats.{d}.{m}" for d, ms in _SCIPY_STATS_METHODS.items() for m in ms.split()])
 
 
@@ -72,6 +75,15 @@ def _scipy_name(f):
     frame of a public SciPy function or distribution method, else None;
     and whether it is a method of a frozen distribution."""
     name, mod = f.f_code.co_name, f.f_globals.get("__name__", "")
+    if mod.split(".")[1].startswith("_"):
+        # SciPy's own helpers (scipy._lib): the wrapper that broadcasts most
+        # of scipy.linalg's functions over stacked matrices converts their
+        # input itself; the function it wraps is its ``f``
+        inner = f.f_locals.get("f")
+        mod = getattr(inner, "__module__", None)
+        if not callable(inner) or not isinstance(mod, str) or not mod.startswith("scipy."):
+            return None, False
+        return _scipy_public(mod, getattr(inner, "__name__", "_")), False
     if name.startswith("_"):
         return None, False
     if mod.startswith("scipy.stats."):
@@ -83,7 +95,16 @@ def _scipy_name(f):
         if not isinstance(dist_name, str):
             dist_name = type(obj).__name__.removesuffix("_gen").removesuffix("_frozen")
         return f"scipy.stats.{dist_name}.{name}", dist is not None
-    return ".".join(mod.split(".")[:2] + [name]), False
+    return _scipy_public(mod, name), False
+
+
+def _scipy_public(mod, name):
+    """``scipy.linalg.solve`` for the function ``solve`` of the module
+    ``scipy.linalg._basic``; None for a private function or module."""
+    parts = mod.split(".")
+    if name.startswith("_") or len(parts) < 2 or parts[1].startswith("_"):
+        return None
+    return ".".join(parts[:2] + [name])
 
 
 def _converter_hint():
@@ -127,7 +148,8 @@ class ConcretizationError(RuntimeError):
     a function transform (``tg.grad``, ``tg.jacobian``, ``tg.hessian``,
     ``tg.vjp``, ``tg.jvp``, ...) or while ``tg.trace`` records, as JAX raises
     for its tracers, and by ``np.asarray(t)`` of a tensor that requires grad
-    anywhere.  A RuntimeError, as tapegrad's other refusals to drop a gradient.
+    anywhere (not by NumPy's integer and boolean casts, ``np.int64(t)``,
+    whose derivative is 0).  A RuntimeError, as tapegrad's other refusals to drop a gradient.
     """
 
 
@@ -337,6 +359,8 @@ class Tensor:
         # looks like any other number.  So refuse, as PyTorch and JAX do,
         # while the tensor is part of what is being differentiated.
         if self._requires_grad and getattr(_local.__dict__.get("tape"), "enabled", True):
+            if dtype is not None and np.dtype(dtype).kind in "biu":
+                return self._integer_cast(np.dtype(dtype))
             raise ConcretizationError(
                 f"a tensor that requires grad (shape {self.shape}) was converted to a "
                 "NumPy array, which would drop its gradient -- e.g. by np.asarray(t) or by "
@@ -349,6 +373,20 @@ class Tensor:
         if dtype is not None and a.dtype != dtype:
             return a.astype(dtype)
         return a.copy() if copy else a
+
+    def _integer_cast(self, dtype):
+        """NumPy's cast of this tensor, which requires grad, to an integer
+        or boolean dtype (``np.int64(t)``, ``np.asarray(t, dtype=int)``,
+        ``out[:] = t`` into an integer array): an array of integers is
+        piecewise constant in t, its derivative 0 wherever it has one, so the
+        cast drops no gradient and gives the integer array, a constant (as
+        autograd and JAX's ``x.astype(int)`` do).  While ``tg.trace`` records,
+        the cast is a guard: a replay casts the new values and traces again
+        when the integers change, so they never stay stale constants."""
+        tape = _local.__dict__.get("tape")
+        if tape is not None and tape.tracing:
+            return np.asarray(tape.call(lambda d: np.asarray(d).astype(dtype), (self,), {}))
+        return np.asarray(self._data).astype(dtype)
 
     @property
     def _mask(self):

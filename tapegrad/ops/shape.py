@@ -113,10 +113,12 @@ def astype(a, dtype):
     """Cast to another dtype; the gradient is cast back.
 
     A cast to a non-floating dtype gives a tensor that does not require grad
-    (as PyTorch's ``x.long()``).
+    (as PyTorch's ``x.long()``): integers are piecewise constant, their
+    derivative 0.  While ``tg.trace`` records, the cast is a guard: a replay
+    casts the new values and traces again when the result changes.
     """
     if np.dtype(dtype).kind != "f" and isinstance(a, Tensor):
-        return _plain(np.asarray(a._data).astype(dtype))
+        return _plain(on_values(lambda d: np.asarray(d).astype(dtype), a))
     return _view(_ASTYPE, lambda d, t: np.asarray(d).astype(t), a, dtype)
 
 

@@ -283,17 +283,19 @@ class TracedFunction(_TangentMethods):
         return tuple(res) if rep.multi else res[0]
 
     def _one_jacobian(self, args):
-        """For ``tg.jacobian`` of this function at plain arrays: one Jacobian
-        per input, as :meth:`jacobian` computes them (a vector reverse sweep
-        over the replay, where the traced call recorded as an op on the tape
-        would be swept once per output element); None for a function that
-        returns a tuple (``tg.jacobian``'s general path then raises)."""
+        """For ``tg.jacobian`` of this function at plain arrays: per output,
+        one Jacobian per input, as :meth:`jacobian` computes them (a vector
+        reverse sweep over the replay, where the traced call recorded as an
+        op on the tape would be swept once per output element), and whether
+        the function returns a tuple of outputs."""
         _, rep, gs = self._vector(args, _unit_seeds)
-        if rep.multi:
-            return None
-        shape = rep.out_shapes[0]
-        return [g.reshape(shape + tuple(s)).astype(d, copy=False)
-                for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)]
+        res, at = [], 0
+        for shape in rep.out_shapes:
+            m = math.prod(shape)
+            res.append([g[at:at + m].reshape(shape + tuple(s)).astype(d, copy=False)
+                        for g, s, d in zip(gs, rep.in_shapes, rep.in_dtypes)])
+            at += m
+        return res, rep.multi
 
     def _vector(self, args, seeds):
         """``(value, replay, grads)`` for the p cotangents ``seeds(replay)``

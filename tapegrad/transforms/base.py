@@ -287,19 +287,18 @@ def _connected(args):
         type(a) is ComplexTensor and (a.real._requires_grad or a.imag._requires_grad)))
 
 
-def _call_complex(f, args, nums, who):
+def _call_leaves(f, args, nums, who):
     """Call f with fresh leaves at positions ``nums``; returns (leaves,
-    output, pairs).
+    what f returned, pairs).
 
     Each complex argument gets two real leaves (its real and imaginary
     parts) and f receives their ComplexTensor; ``pairs`` is None when every
     argument is real, else per argument its leaf's index, or the indices
-    ``(re, im)`` of its two (see ``_pair_up``).  The output may be a
-    ComplexTensor.  While f runs, its leaves are on this thread's stack of
-    differentiated inputs: a backward inside f that reaches them cannot
-    carry a derivative out (tapegrad does not record backward passes), so it
-    raises instead of letting the enclosing transform return zeros
-    (``autograd.check_nested``).
+    ``(re, im)`` of its two (see ``_pair_up``).  While f runs, its leaves
+    are on this thread's stack of differentiated inputs: a backward inside
+    f that reaches them cannot carry a derivative out (tapegrad does not
+    record backward passes), so it raises instead of letting the enclosing
+    transform return zeros (``autograd.check_nested``).
     """
     args = list(args)
     connected = _connected(args)
@@ -330,25 +329,148 @@ def _call_complex(f, args, nums, who):
     # out as zeros (a no_grad inside f still holds, as in torch.func)
     with differentiating(leaves), enable_grad():
         out = f(*args)
+    return leaves, out, pairs
+
+
+def _call_complex(f, args, nums, who):
+    """Call f with fresh leaves at positions ``nums`` (see ``_call_leaves``);
+    returns (leaves, output, pairs), the output a Tensor or ComplexTensor.
+    A function that returns a tuple, list or dict raises TypeError: the
+    transforms that take several outputs call ``_call_tree``."""
+    leaves, out, pairs = _call_leaves(f, args, nums, who)
+    if isinstance(out, (tuple, list, dict)) and _tree_has_tensor(out):
+        raise TypeError(
+            f"{who}: the function returned a {type(out).__name__} of outputs, and {who} "
+            "takes a function with one output. tg.jvp, tg.vjp, tg.jacobian and tg.jacfwd "
+            "take tuples (lists, dicts) of outputs; for a gradient, return one number "
+            "(with has_aux=True the function may return a pair (value, aux))")
+    return leaves, _output(out, leaves, who), pairs
+
+
+def _call_tree(f, args, nums, who):
+    """``_call_complex`` for the transforms that take several outputs (jvp,
+    vjp, jacobian, jacfwd): f may return a tree of tuples, lists and dicts
+    (as JAX's pytrees) whose leaves are outputs.  Returns (leaves, outputs,
+    tree, pairs): the outputs in order, each a Tensor or ComplexTensor, and
+    the tree's structure (None when f returned one output), from which
+    ``_tree_build(tree, results)`` builds per output results in f's form."""
+    leaves, out, pairs = _call_leaves(f, args, nums, who)
+    outs = []
+    tree = _tree_flatten(out, outs)
+    if tree is None:
+        return leaves, [_output(out, leaves, who)], None, pairs
+    # arrays beside tensors are constants (outputs of arguments that are not
+    # differentiated); only a function none of whose outputs is a tensor
+    # must have cut its result off the graph
+    cut = leaves if not _tree_has_tensor(out) else ()
+    return leaves, [_output(o, cut, who, i) for i, o in enumerate(outs)], tree, pairs
+
+
+def _tree_has_tensor(x):
+    if isinstance(x, (tuple, list)):
+        return any(_tree_has_tensor(v) for v in x)
+    if isinstance(x, dict):
+        return any(_tree_has_tensor(v) for v in x.values())
+    return isinstance(x, (Tensor, ComplexTensor))
+
+
+def _dict_keys(d):
+    """A dict's keys in the order its tree lists them: sorted where they
+    sort, so two dicts with the same keys have the same structure."""
+    try:
+        return sorted(d)
+    except TypeError:
+        return list(d)
+
+
+def _tree_flatten(x, leaves):
+    """Appends the leaves of the tree x (tuples, lists, namedtuples and
+    dicts, nested; anything else is a leaf) to ``leaves`` and returns its
+    structure: None for a leaf, else ``(type, keys, children)`` with keys
+    None for a sequence."""
+    if isinstance(x, (tuple, list)):
+        return type(x), None, [_tree_flatten(v, leaves) for v in x]
+    if isinstance(x, dict):
+        keys = _dict_keys(x)
+        return type(x), keys, [_tree_flatten(x[k], leaves) for k in keys]
+    leaves.append(x)
+    return None
+
+
+def _tree_build(tree, values):
+    """The tree of structure ``tree`` (``_tree_flatten``'s) with the leaves
+    ``values``, in order."""
+    it = iter(values)
+
+    def build(t):
+        if t is None:
+            return next(it)
+        kind, keys, children = t
+        vals = [build(c) for c in children]
+        if keys is not None:
+            try:
+                return kind(zip(keys, vals))
+            except TypeError:  # a dict subclass built otherwise (defaultdict)
+                return dict(zip(keys, vals))
+        if issubclass(kind, tuple) and hasattr(kind, "_fields"):  # a namedtuple
+            return kind(*vals)
+        return kind(vals)
+    return build(tree)
+
+
+def _tree_str(tree):
+    """A tree's structure as text, each leaf shown as ``*``: ``(*, [*, *])``."""
+    if tree is None:
+        return "*"
+    kind, keys, children = tree
+    if keys is not None:
+        return "{" + ", ".join(f"{k!r}: {_tree_str(c)}" for k, c in zip(keys, children)) + "}"
+    inner = ", ".join(_tree_str(c) for c in children)
+    if issubclass(kind, list):
+        return f"[{inner}]"
+    return f"({inner},)" if len(children) == 1 else f"({inner})"
+
+
+def _tree_match(tree, x, leaves):
+    """Appends x's leaves to ``leaves`` where x has the structure ``tree``
+    (tuples and lists stand for each other; a leaf of the tree takes any
+    value, as an array); returns False where the structures differ."""
+    if tree is None:
+        leaves.append(x)
+        return True
+    kind, keys, children = tree
+    if keys is None:
+        if not isinstance(x, (tuple, list)) or len(x) != len(children):
+            return False
+        return all(_tree_match(c, v, leaves) for c, v in zip(children, x))
+    if not isinstance(x, dict) or set(x) != set(keys):
+        return False
+    return all(_tree_match(c, x[k], leaves) for c, k in zip(children, keys))
+
+
+def _output(out, leaves, who, which=None):
+    """One output of f (output ``which`` of several) as a Tensor or
+    ComplexTensor (an array or number becomes a constant)."""
     if not isinstance(out, Tensor):
         if is_complex(out):
             if type(out) is not ComplexTensor:
                 out = ComplexTensor.constant(out)
-            return leaves, out, pairs
+            return out
         if any(leaf._ltok is not None for leaf in leaves):
             # f computed with its inputs, but its result left the graph
             # (t.numpy(), t.detach(); float(t) and t.item() raise before): the
             # derivative is not 0, and there is no way to compute it
+            where = "" if which is None else f" as output {which}"
             raise TypeError(
-                f"{who}: the function returned a {type(out).__name__} computed from its "
-                "inputs outside the graph (.numpy() or .detach() of a tensor cut it off), "
+                f"{who}: the function returned a {type(out).__name__}{where} computed from "
+                "its inputs outside the graph (.numpy() or .detach() of a tensor cut it off), "
                 "so its derivative cannot be computed; return the tensor itself")
         try:
             out = tensor(np.asarray(out, dtype=np.float64))
         except (TypeError, ValueError):
             raise TypeError(f"{who}: the function must return a tensor or array of real "
                             f"numbers, got {type(out).__name__}") from None
-    return leaves, out, pairs
+    return out
 
 
 def _pair_up(arrays, pairs):

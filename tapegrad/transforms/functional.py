@@ -20,8 +20,9 @@ from ..ops.complex_tensor import ComplexTensor, is_complex
 # reverse: the sweep every transform here runs; autograd_grad, backward_graph and
 # backward_to are part of this module's namespace (tapegrad.transforms.functional)
 from .reverse import _Spec, autograd_grad, backward_graph, backward_to, reverse  # noqa: F401
-from .base import (_Slabs, _argnums, _call_complex, _cast, _connected, _pair_up,
-                             _root_span, _run, _trace_inputs, _value, _vector_bytes,
+from .base import (_Slabs, _argnums, _call_complex, _call_tree, _cast, _connected,
+                             _pair_up, _root_span, _run, _trace_inputs, _tree_build,
+                             _tree_flatten, _tree_match, _tree_str, _value, _vector_bytes,
                              fresh_arenas)
 
 #: adjoint memory a Jacobian may use at once (p vectors of every record);
@@ -413,6 +414,12 @@ def vjp(f, *primals):
     ``sum(Re(c) Re(out) + Im(c) Im(out))``, as ``torch.autograd.grad``
     computes with ``grad_outputs=c``.
 
+    A function may return several outputs: a tuple, list or dict of them,
+    nested (JAX's pytrees).  Then ``f(*primals)`` comes back in that
+    structure and ``vjp_fn`` takes a cotangent of the same structure, one
+    array per output (tuples and lists stand for each other); all go
+    through one reverse sweep.
+
     Examples
     --------
     >>> import numpy as np, tapegrad as tg
@@ -423,53 +430,91 @@ def vjp(f, *primals):
     array([[1., 0., 0.],
            [0., 2., 0.],
            [0., 0., 3.]])
+    >>> (total, doubled), vjp_fn = tg.vjp(lambda x: (x.sum(), 2 * x), np.ones(2))
+    >>> vjp_fn((1.0, np.array([0.0, 1.0])))
+    (array([1., 3.]),)
     """
-    leaves, out, pairs = _call_complex(f, primals, tuple(range(len(primals))), "vjp")
-    cplx = type(out) is ComplexTensor
-    if cplx:
-        value = out.detach().numpy()
-        value = value[()] if value.ndim == 0 else value
-        roots = [out.real, out.imag]
-    else:
-        value = _value(out)
-        roots = [out]
+    leaves, outs, tree, pairs = _call_tree(f, primals, tuple(range(len(primals))), "vjp")
+    values = []
+    for out in outs:
+        if type(out) is ComplexTensor:
+            value = out.detach().numpy()
+            values.append(value[()] if value.ndim == 0 else value)
+        else:
+            values.append(_value(out))
 
     def vjp_fn(cotangent):
-        if cplx:
-            c = cotangent.detach().numpy() if type(cotangent) is ComplexTensor else \
-                cotangent._data if isinstance(cotangent, Tensor) else cotangent
-            c = np.asarray(c, dtype=np.complex128)
+        if tree is None:
+            cts = [cotangent]
         else:
-            if is_complex(cotangent):
-                raise TypeError("vjp: the function's output is real, so the cotangent must be "
-                                "real too; got a complex one")
-            c = np.asarray(cotangent._data if isinstance(cotangent, Tensor) else cotangent,
-                           dtype=np.float64)
-        if c.shape == out.shape:
-            batch = False
-            c = c[None]
-        elif c.shape[1:] == out.shape and c.ndim == out.ndim + 1:
-            batch = True
-        else:
+            cts = []
+            if not _tree_match(tree, cotangent, cts):
+                raise TypeError(
+                    f"vjp: the cotangent must have the structure of the function's output, "
+                    f"{_tree_str(tree)} (one array per *); got {_cotangent_str(cotangent)}")
+        roots, seeds, ps, shapes = [], [], set(), []
+        for i, (out, ct) in enumerate(zip(outs, cts)):
+            c = _cotangent(out, ct, "" if tree is None else f" {i}")
+            shapes.append(c.shape)
+            if c.shape == out.shape:
+                ps.add(None)
+                c = c[None]
+            else:
+                ps.add(c.shape[0])
+            if type(out) is ComplexTensor:
+                # the gradient of the real sum(Re(c) * Re(out) + Im(c) * Im(out))
+                roots += [out.real, out.imag]
+                seeds += [np.ascontiguousarray(c.real), np.ascontiguousarray(c.imag)]
+            else:
+                roots.append(out)
+                seeds.append(c)
+        if len(ps) > 1:
             raise ValueError(
-                f"vjp: the cotangent has shape {c.shape}; it must have the output's shape "
-                f"{out.shape}, or (p,) + {out.shape} for a batch of p cotangents")
+                "vjp: either every cotangent has its output's shape, or every one has a "
+                f"batch axis (p,) in front, with the same p; got shapes {shapes} for outputs "
+                f"of shapes {[out.shape for out in outs]}")
+        batch = ps.pop() is not None if ps else False
+        p = seeds[0].shape[0] if seeds else 1
         if not any(t._requires_grad for t in roots):
             gs = [None] * len(leaves)
-        elif cplx:
-            # the gradient of the real sum(Re(c) * Re(out) + Im(c) * Im(out))
-            gs = reverse(roots, [np.ascontiguousarray(c.real), np.ascontiguousarray(c.imag)],
-                         leaves, retain_graph=True)
         else:
-            gs = reverse([out], [c], leaves, retain_graph=True)
+            gs = reverse(roots, seeds, leaves, retain_graph=True)
         res = []
         for g, x in zip(gs, leaves):
             like = x.numpy()
-            g = np.zeros((c.shape[0],) + like.shape) if g is None else g
+            g = np.zeros((p,) + like.shape) if g is None else g
             g = g.astype(like.dtype, copy=False)
             res.append(g if batch else g[0])
         return tuple(_pair_up(res, pairs))
-    return value, vjp_fn
+    return (values[0] if tree is None else _tree_build(tree, values)), vjp_fn
+
+
+def _cotangent(out, c, which):
+    """The cotangent ``c`` of ``out`` (output ``which`` of several) as an array:
+    complex128 for a complex output, float64 for a real one, of out's shape
+    or with a batch axis in front."""
+    if type(out) is ComplexTensor:
+        c = c.detach().numpy() if type(c) is ComplexTensor else \
+            c._data if isinstance(c, Tensor) else c
+        c = np.asarray(c, dtype=np.complex128)
+    else:
+        if is_complex(c):
+            raise TypeError(f"vjp: the function's output{which} is real, so the cotangent must "
+                            "be real too; got a complex one")
+        c = np.asarray(c._data if isinstance(c, Tensor) else c, dtype=np.float64)
+    if c.shape != out.shape and not (c.ndim == out.ndim + 1 and c.shape[1:] == out.shape):
+        raise ValueError(
+            f"vjp: the cotangent{which} has shape {c.shape}; it must have the output{which}'s "
+            f"shape {out.shape}, or (p,) + {out.shape} for a batch of p cotangents")
+    return c
+
+
+def _cotangent_str(c):
+    """A cotangent's structure for an error message: as ``_tree_str``, with
+    each array leaf shown as ``*``."""
+    if isinstance(c, (tuple, list, dict)):
+        return _tree_str(_tree_flatten(c, []))
+    return f"one {type(c).__name__}"
 
 
 def jacobian(f, argnums=0, *, mode="auto"):
@@ -489,6 +534,11 @@ def jacobian(f, argnums=0, *, mode="auto"):
     each row the gradient ``d out_i/dRe + 1j d out_i/dIm`` as in ``grad``; a
     complex output raises TypeError (there is no single convention).
 
+    A function that returns several outputs (a tuple, list or dict of them,
+    nested) gets one Jacobian per output, in that structure (with a tuple
+    ``argnums``, each of them a tuple with one Jacobian per argument), all
+    from one sweep.
+
     Examples
     --------
     >>> import numpy as np, tapegrad as tg
@@ -507,12 +557,12 @@ def jacobian(f, argnums=0, *, mode="auto"):
         if mode != "forward" and hasattr(f, "_vector") and not _connected(args):
             inputs = _trace_inputs(args, nums)
             if inputs is not None:
-                done = f._one_jacobian(args)
-                if done is not None:
-                    res = tuple(done[inputs.index(n)] for n in nums)
-                    return res[0] if single else res
-        leaves, out, pairs = _call_complex(f, args, nums, "jacobian")
-        if type(out) is ComplexTensor:
+                per_out, multi = f._one_jacobian(args)
+                res = [tuple(js[inputs.index(n)] for n in nums) for js in per_out]
+                res = [r[0] if single else r for r in res]
+                return tuple(res) if multi else res[0]
+        leaves, outs, tree, pairs = _call_tree(f, args, nums, "jacobian")
+        if any(type(out) is ComplexTensor for out in outs):
             raise TypeError(
                 "jacobian: the function returned a complex tensor, and the Jacobian of a "
                 "complex output has no single convention (of a complex argument it is one "
@@ -520,50 +570,83 @@ def jacobian(f, argnums=0, *, mode="auto"):
                 "Jacobians of its real and imaginary parts, tg.jacobian(lambda *a: "
                 "np.real(f(*a))) and the same with np.imag, or use tg.vjp with complex "
                 "cotangents")
-        m = out.size
-        gs = None
-        if mode == "forward" and out._requires_grad:
+        jacs = None  # per output, per leaf: (m,) + leaf.shape, or None for zeros
+        if mode == "forward" and any(out._requires_grad for out in outs):
             from .forward import sweep as forward
-            gs = forward.forward_jacobian(leaves, out)
+            jacs = forward.forward_jacobians(leaves, outs)
         elif mode == "auto":
-            gs = _forward_jacobian(leaves, out)
-        if gs is not None:
-            pass
-        elif not out._requires_grad or m == 0:
-            gs = [None] * len(leaves)
-        else:
-            tape = current()
-            per_vector = _vector_bytes(tape, out._rec + 1) if out._tok else 8
-            chunk = int(max(1, min(m, JACOBIAN_BYTES // per_vector)))
-            eye = np.eye(m)
-            parts = []
-            for lo in range(0, m, chunk):
-                hi = min(m, lo + chunk)
-                parts.append(reverse([out], [eye[lo:hi].reshape((hi - lo,) + out.shape)],
-                                     leaves, retain_graph=hi < m))
-            gs = [None if any(p[i] is None for p in parts) else
-                  np.concatenate([p[i] for p in parts]) for i in range(len(leaves))]
-        res = []
-        for g, x in zip(gs, leaves):
-            like = x.numpy()
-            J = np.zeros(out.shape + like.shape) if g is None else g.reshape(
-                out.shape + like.shape)
-            res.append(J.astype(like.dtype, copy=False))
-        if pairs is not None:
-            res = _pair_up(res, pairs)
-        return res[0] if single else tuple(res)
+            jacs = _forward_jacobian(leaves, outs)
+        if jacs is None:
+            jacs = _reverse_jacobian(leaves, outs)
+        per_out = []
+        for out, gs in zip(outs, jacs):
+            res = []
+            for g, x in zip(gs, leaves):
+                like = x.numpy()
+                J = np.zeros(out.shape + like.shape) if g is None else g.reshape(
+                    out.shape + like.shape)
+                res.append(J.astype(like.dtype, copy=False))
+            if pairs is not None:
+                res = _pair_up(res, pairs)
+            per_out.append(res[0] if single else tuple(res))
+        # several outputs: their Jacobians in the output's structure, as jax.jacrev
+        return per_out[0] if tree is None else _tree_build(tree, per_out)
     jacobian_f.__name__ = f"jacobian({getattr(f, '__name__', 'f')})"
     return jacobian_f
 
 
-def _forward_jacobian(leaves, out):
-    """The Jacobian by forward mode when ``2 n <= m`` (see ``jacobian``), else
+def _reverse_jacobian(leaves, outs):
+    """Per output, per leaf, its ``(m,) + leaf.shape`` Jacobian (None: zero)
+    by vector reverse mode: the unit seeds of all outputs' elements go
+    through one sweep (in chunks of rows when large)."""
+    live = [out for out in outs if out._requires_grad and out.size]
+    m = sum(int(out.size) for out in live)
+    if not m:
+        return [[None] * len(leaves) for _ in outs]
+    recorded = [out._rec + 1 for out in live if out._tok]
+    per_vector = _vector_bytes(current(), max(recorded)) if recorded else 8
+    chunk = int(max(1, min(m, JACOBIAN_BYTES // per_vector)))
+    starts = np.cumsum([0] + [int(out.size) for out in live])
+    parts = []
+    for lo in range(0, m, chunk):
+        hi = min(m, lo + chunk)
+        seeds = []
+        for out, a, b in zip(live, starts[:-1], starts[1:]):
+            s = np.zeros((hi - lo, b - a))
+            j = np.arange(max(lo, a), min(hi, b))
+            s[j - lo, j - a] = 1.0
+            seeds.append(s.reshape((hi - lo,) + out.shape))
+        parts.append(reverse(live, seeds, leaves, retain_graph=hi < m))
+    gs = []
+    for i, x in enumerate(leaves):
+        rows = [p[i] for p in parts]
+        gs.append(None if all(g is None for g in rows) else np.concatenate(
+            [np.zeros((len(r),) + x.shape) if g is None else g
+             for g, r in zip(rows, _chunks(m, chunk))]))
+    res, k = [], 0
+    for out in outs:
+        if any(out is o for o in live):
+            a, b = starts[k], starts[k + 1]
+            res.append([None if g is None else g[a:b] for g in gs])
+            k += 1
+        else:
+            res.append([None] * len(leaves))
+    return res
+
+
+def _chunks(m, chunk):
+    return [range(lo, min(m, lo + chunk)) for lo in range(0, m, chunk)]
+
+
+def _forward_jacobian(leaves, outs):
+    """The Jacobians by forward mode when ``2 n <= m`` (see ``jacobian``), else
     None; None as well when an op on the way has no forward rule."""
-    if not out._requires_grad or 2 * sum(int(x.size) for x in leaves) > out.size:
+    if not any(out._requires_grad for out in outs) or \
+            2 * sum(int(x.size) for x in leaves) > sum(int(out.size) for out in outs):
         return None
     from .forward import sweep as forward  # imports this module
     try:
-        return forward.forward_jacobian(leaves, out)
+        return forward.forward_jacobians(leaves, outs)
     except NotImplementedError:
         return None
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from ...engine.backward import Adjoints
 from ...ops.complex_tensor import ComplexTensor
-from ..base import (_argnums, _call_complex, _connected, _pair_up, _root_span, _scratch,
-                             _trace_inputs, _value)
+from ..base import (_argnums, _call_tree, _connected, _pair_up, _root_span, _scratch,
+                             _trace_inputs, _tree_build, _value)
 from ...kernels._views import SMALL
 from ...kernels.tangents import fwd_layout, sweep_fwd
 from ...kernels.sweep import layout
@@ -129,24 +129,33 @@ def _sweep(tape, tan, T):
 
 
 def push(leaves, seeds, out, p):
-    """The tangents of ``out`` for the leaves' tangent directions.
+    """``push_all`` of one output: its ``(p, out.size)`` tangents."""
+    return push_all(leaves, seeds, [out], p)[0]
+
+
+def push_all(leaves, seeds, outs, p):
+    """The tangents of the tensors ``outs`` for the leaves' tangent directions,
+    by one tangent sweep over the records up to the last of them.
 
     ``leaves`` are the leaf tensors the function was called with, ``seeds``
     their tangents as ``(p, size)`` float64 arrays (or a callable ``(k, lo,
     hi)`` giving leaf k's directions ``lo .. hi-1``, for chunked Jacobians).
-    Returns ``(p, out.size)`` float64.
+    Returns one ``(p, out.size)`` float64 array per output.
     """
-    m = int(out.size)
-    res = np.zeros((p, m))
-    if out._tok is None:  # the output is itself a leaf
-        for k, x in enumerate(leaves):
-            if x is out:
-                res += _seed_rows(seeds, k, 0, p)
-        return res
+    res = [np.zeros((p, int(o.size))) for o in outs]
     tape = current()
-    if not out._requires_grad or not tape.is_live(out._tok):
-        return res  # recorded before the inputs existed: independent of them
-    upto = _root_span(tape, out._rec)
+    swept = []
+    for o, r in zip(outs, res):
+        if o._tok is None:  # the output is itself a leaf
+            for k, x in enumerate(leaves):
+                if x is o:
+                    r += _seed_rows(seeds, k, 0, p)
+        elif o._requires_grad and tape.is_live(o._tok):
+            swept.append((o, r))
+        # else: recorded before the inputs existed, independent of them
+    if not swept:
+        return res
+    upto = max(_root_span(tape, o._rec) for o, _ in swept)
     recs = [x._lrec if x._ltok is tape.lkey and x._lrec < upto else None for x in leaves]
     live = [r for r in recs if r is not None]
     if not live:
@@ -154,13 +163,17 @@ def push(leaves, seeds, out, p):
     # a tg.Function's jvp is user code that may record: no compaction may
     # renumber the records the walk reads
     with tape.walking():
-        return _push(tape, out, recs, live, seeds, upto, res, p)
+        _push(tape, swept, recs, live, seeds, upto, p)
+    return res
 
 
-def _push(tape, out, recs, live, seeds, upto, res, p):
-    tan = _Tangents(tape, upto, np.array(live, np.int64), out._rec)
-    if not tan.reached[out._rec]:
-        return res
+def _push(tape, swept, recs, live, seeds, upto, p):
+    """Fills each ``(out, res)`` of ``swept`` with out's tangents."""
+    # every record from the first output on counts as a root: it covers the others
+    tan = _Tangents(tape, upto, np.array(live, np.int64), min(o._rec for o, _ in swept))
+    swept = [(o, res) for o, res in swept if tan.reached[o._rec]]
+    if not swept:
+        return
     per_dir = max(int(tan.total), 1) * 8
     chunk = int(max(1, min(p, JACFWD_BYTES // per_dir)))
     for lo in range(0, p, chunk):
@@ -171,8 +184,8 @@ def _push(tape, out, recs, live, seeds, upto, res, p):
                 tan.block(r)[...] = _seed_rows(seeds, k, lo, hi).T
         T = tape.arrays(tan) + (tan.reached,)
         _sweep(tape, tan, T)
-        res[lo:hi] = tan.block(out._rec).T
-    return res
+        for o, res in swept:
+            res[lo:hi] = tan.block(o._rec).T
 
 
 def _seed_rows(seeds, k, lo, hi):
@@ -226,6 +239,11 @@ def jvp(f, primals, tangents, batched=None):
     ``tg.Function`` has no forward rule (it only defines ``backward``): a
     function that calls one raises ``NotImplementedError``.
 
+    A function may return several outputs: a tuple, list or dict of them,
+    nested as deep as it likes (JAX's pytrees).  Then ``primal_out`` and
+    ``tangent_out`` have that structure, one array per output, all from
+    one tangent sweep.
+
     Examples
     --------
     >>> import numpy as np, tapegrad as tg
@@ -240,24 +258,37 @@ def jvp(f, primals, tangents, batched=None):
            [0., 4.]])
     >>> tg.jvp(lambda z: z ** 2, (np.array([1.0 + 1.0j]),), (np.array([1.0j]),))[1]
     array([-2.+2.j])
+    >>> (s, c), (ds, dc) = tg.jvp(lambda x: (np.sin(x), np.cos(x)), (np.zeros(2),),
+    ...                           (np.ones(2),))
+    >>> ds, dc
+    (array([1., 1.]), array([-0., -0.]))
     """
     primals, tangents, traced = primals_and_tangents(f, primals, tangents, "jvp", "_tangents")
     if traced:
         return f.jvp(primals, tangents, batched=batched)
-    leaves, out, pairs = _call_complex(f, primals, tuple(range(len(primals))), "jvp")
+    leaves, outs, tree, pairs = _call_tree(f, primals, tuple(range(len(primals))), "jvp")
     ts, p, batch = _check_tangents(leaves, _leaf_tangents(tangents, pairs), batched)
     seeds = [t.reshape(p, -1) for t in ts]
-    if type(out) is ComplexTensor:
+    # one tangent sweep for every output (a complex one: its two parts)
+    roots = [part for out in outs
+             for part in ((out.real, out.imag) if type(out) is ComplexTensor else (out,))]
+    pushed = iter(push_all(leaves, seeds, roots, p))
+    values, tans = [], []
+    for out in outs:
         shape = (p,) + tuple(out.shape)
-        t = push(leaves, seeds, out.real, p).reshape(shape) + \
-            1j * push(leaves, seeds, out.imag, p).reshape(shape)
-        value = out.detach().numpy()
-        return (value[()] if value.ndim == 0 else value), (t if batch else t[0])
-    value = _value(out)
-    t = push(leaves, seeds, out, p).reshape((p,) + out.shape)
-    dtype = out.dtype if out.dtype.kind == "f" else np.float64
-    t = t.astype(dtype, copy=False)
-    return value, (t if batch else t[0])
+        if type(out) is ComplexTensor:
+            t = next(pushed).reshape(shape) + 1j * next(pushed).reshape(shape)
+            value = out.detach().numpy()
+            value = value[()] if value.ndim == 0 else value
+        else:
+            value = _value(out)
+            dtype = out.dtype if out.dtype.kind == "f" else np.float64
+            t = next(pushed).reshape(shape).astype(dtype, copy=False)
+        values.append(value)
+        tans.append(t if batch else t[0])
+    if tree is None:  # one output
+        return values[0], tans[0]
+    return _tree_build(tree, values), _tree_build(tree, tans)
 
 
 def _leaf_tangents(tangents, pairs):
@@ -343,13 +374,17 @@ def unit_directions(leaves):
     return int(starts[-1]), starts, unit
 
 
-def forward_jacobian(leaves, out):
-    """Per leaf, ``(m,) + leaf.shape`` float64: out's Jacobian by one batched
-    tangent sweep with the n unit directions (in chunks when large)."""
+def forward_jacobians(leaves, outs):
+    """Per output, per leaf, ``(m,) + leaf.shape`` float64: the outputs'
+    Jacobians by one batched tangent sweep with the n unit directions (in
+    chunks when large)."""
     n, starts, unit = unit_directions(leaves)
-    J = push(leaves, unit, out, n).T  # (m, n)
-    return [J[:, starts[k]:starts[k + 1]].reshape((J.shape[0],) + x.shape)
-            for k, x in enumerate(leaves)]
+    res = []
+    for J in push_all(leaves, unit, outs, n):
+        J = J.T  # (m, n)
+        res.append([J[:, starts[k]:starts[k + 1]].reshape((J.shape[0],) + x.shape)
+                    for k, x in enumerate(leaves)])
+    return res
 
 
 def jacfwd(f, argnums=0):
@@ -359,7 +394,10 @@ def jacfwd(f, argnums=0):
     tangent sweep (in chunks when their tangents would take more than
     ``tapegrad.transforms.forward.sweep.JACFWD_BYTES``): the cheap direction when f has far
     fewer inputs than outputs.  ``tg.jacobian`` picks this mode by itself
-    then.  Results have the inputs' dtypes, as ``tg.jacobian``'s.
+    then.  Results have the inputs' dtypes, as ``tg.jacobian``'s.  A
+    function that returns several outputs (a tuple, list or dict of them,
+    nested) gets one Jacobian per output, in that structure (with a tuple
+    ``argnums``, each of them a tuple with one Jacobian per argument).
 
     Examples
     --------
@@ -369,18 +407,21 @@ def jacfwd(f, argnums=0):
     """
     def jacfwd_f(*args):
         single, nums = _argnums(argnums, len(args), "jacfwd")
-        leaves, out, pairs = _call_complex(f, args, nums, "jacfwd")
-        if type(out) is ComplexTensor:
+        leaves, outs, tree, pairs = _call_tree(f, args, nums, "jacfwd")
+        if any(type(out) is ComplexTensor for out in outs):
             raise TypeError(
                 "jacfwd: the function returned a complex tensor, and the Jacobian of a "
                 "complex output has no single convention. Take the Jacobians of its real "
                 "and imaginary parts, tg.jacfwd(lambda *a: np.real(f(*a))) and the same "
                 "with np.imag, or use tg.jvp with complex tangents")
-        gs = forward_jacobian(leaves, out)
-        res = [g.reshape(out.shape + x.shape).astype(x.dtype, copy=False)
-               for g, x in zip(gs, leaves)]
-        if pairs is not None:  # a complex argument: d out/dRe + 1j d out/dIm, as tg.jacobian
-            res = _pair_up(res, pairs)
-        return res[0] if single else tuple(res)
+        jacs = []
+        for out, gs in zip(outs, forward_jacobians(leaves, outs)):
+            res = [g.reshape(out.shape + x.shape).astype(x.dtype, copy=False)
+                   for g, x in zip(gs, leaves)]
+            if pairs is not None:  # a complex argument: d out/dRe + 1j d out/dIm, as tg.jacobian
+                res = _pair_up(res, pairs)
+            jacs.append(res[0] if single else tuple(res))
+        # several outputs: their Jacobians in the output's structure, as jax.jacfwd
+        return jacs[0] if tree is None else _tree_build(tree, jacs)
     jacfwd_f.__name__ = f"jacfwd({getattr(f, '__name__', 'f')})"
     return jacfwd_f
