@@ -33,7 +33,7 @@ _FIRST_OP = 1 << C.SHIFT  # op codes below this are K_NONE records (no VJP)
 #: for their consumers only: never freed themselves, they let it go once no
 #: consumer can read it, and a later consumer keeps it anew (Tape._value)
 _HOLDERS = (C.code(C.K_NONE, C.LEAF), C.code(C.K_NONE, C.CONST))
-_FUNCTION = C.code(C.K_HOST, 5)  # a tg.Function's record (ops/function.py, engine/graph.py)
+_FUNCTION = C.code(C.K_HOST, C.FUNCTION)  # a tg.Function's record (ops/function.py, engine/graph.py)
 _getrefcount = sys.getrefcount
 _FRAME = type(sys._getframe())
 

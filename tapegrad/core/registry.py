@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple, Optional
 
 from ..kernels import codes as C
 from ..kernels.coverage import check as _check_handled
+from ..kernels.optable import set_reads
 
 
 class OpDef(NamedTuple):
@@ -21,23 +22,45 @@ class OpDef(NamedTuple):
     #: the same for p adjoint vectors at once (``adjoints[r]`` is (p, size));
     #: without one, vector mode calls ``host_vjp`` once per vector
     batched_vjp: Optional[Callable] = None
+    #: a host op's replay forward in a trace: ``(inputs, host info) -> value``
+    replay: Optional[Callable] = None
+    #: how many leading entries of its host info precede the input shapes
+    host_extra: int = 0
+    #: operands a tape file may give it (``"subscripts"``: one per einsum
+    #: subscript); None: a file cannot hold it
+    file_arity: object = None
+    #: why a trace cannot replay it (None: it can)
+    not_replayable: Optional[str] = None
 
 
 REGISTRY = {}   # code -> OpDef
 BY_NAME = {}    # name -> OpDef
 
 
-def register(name, kind, sub, forward=None, host_vjp=None, batched_vjp=None):
-    """Add one op; returns its code.  Names and codes must be unique."""
+def register(name, kind, sub, forward=None, host_vjp=None, batched_vjp=None, *, reads=None,
+             replay=None, host_extra=0, file_arity=None, not_replayable=None):
+    """Add one op; returns its code.  Names and codes must be unique.
+
+    A host op (``K_HOST``) also says which values its VJP reads (``reads``:
+    ``"x"``, ``"y"``, both or ``""``; what the tape keeps for it), and
+    either how a trace replays it (``replay``, ``host_extra``,
+    ``file_arity``) or why it cannot (``not_replayable``): every table that
+    needs those facts reads them from here."""
     code = C.code(kind, sub)
     if code in REGISTRY or name in BY_NAME:
         raise ValueError(f"op {name!r} (code {code}) is registered twice")
     if (kind == C.K_HOST) != (host_vjp is not None):
         raise ValueError(f"op {name!r}: host_vjp is required exactly for host ops")
+    if kind == C.K_HOST and (reads is None or (replay is None) == (not_replayable is None)):
+        raise ValueError(f"op {name!r}: a host op says what its VJP reads, and either its "
+                         "replay forward or why it has none")
     # a code that some kernel switch lacks would reach its NaN fallback: refuse
     # it now rather than give NaN (or worse) at the first sweep
     _check_handled(code)
-    d = OpDef(name, code, forward, host_vjp, batched_vjp)
+    if reads is not None:
+        set_reads(kind, sub, reads)
+    d = OpDef(name, code, forward, host_vjp, batched_vjp, replay, host_extra, file_arity,
+              not_replayable)
     REGISTRY[code] = d
     BY_NAME[name] = d
     return code

@@ -8,7 +8,7 @@ so the graph it shows stays on the tape while the node is alive.
 from ..kernels import codes as C
 from ..core.registry import CONST, FREED, LEAF, OUTPUT, REGISTRY
 
-FUNCTION = C.code(C.K_HOST, 5)  # see ops/function.py
+FUNCTION = C.code(C.K_HOST, C.FUNCTION)  # see ops/function.py
 
 
 class Node:

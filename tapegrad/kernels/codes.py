@@ -48,6 +48,10 @@ NARY_ZERO_FIRST = 40
 # K_REDUCE subs
 SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP, SOFTMAX, LOG_SOFTMAX = range(8)
 
+# K_HOST subs: each op's registry row (core/registry.py) holds its rules
+(MATMUL, INV, SOLVE, DET, SLOGDET, FUNCTION, CHOLESKY, EIGH, EINSUM, QR, SVD, PINV, LSTSQ,
+ FFT) = range(14)
+
 # K_SCAN subs
 CUMSUM, CUMPROD = range(2)
 

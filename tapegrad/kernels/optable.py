@@ -72,23 +72,12 @@ TABLE = {C.K_UNARY: UNARY, C.K_SCALAR: SCALAR, C.K_NARY: NARY}
 
 # What the VJPs of the other kinds read: their inputs' values (x), their
 # output's (y), both or neither (a code missing here reads neither).  Kept in
-# step with the kernels in structural.py and the host rules of ops/matrix.py.
+# step with the kernels in structural.py; a host op's row says it when it is
+# registered (core/registry.py: ``reads``), which calls set_reads.
 OTHER_READS = {
     (C.K_REDUCE, C.MAX): "xy", (C.K_REDUCE, C.MIN): "xy", (C.K_REDUCE, C.PROD): "xy",
     (C.K_REDUCE, C.LOGSUMEXP): "xy", (C.K_REDUCE, C.SOFTMAX): "y",
     (C.K_REDUCE, C.LOG_SOFTMAX): "y",
-    (C.K_HOST, 0): "x",      # matmul
-    (C.K_HOST, 1): "y",      # inv
-    (C.K_HOST, 2): "xy",     # solve
-    (C.K_HOST, 3): "xy",     # det
-    (C.K_HOST, 4): "x",      # log|det| (slogdet)
-    (C.K_HOST, 6): "y",      # cholesky
-    (C.K_HOST, 7): "",       # eigh keeps its eigenpairs with the host record
-    (C.K_HOST, 8): "x",      # einsum
-    (C.K_HOST, 9): "",       # qr keeps (Q, R) with the host record
-    (C.K_HOST, 10): "",      # svd keeps (U, S, Vh) with the host record
-    (C.K_HOST, 11): "xy",    # pinv
-    (C.K_HOST, 12): "",      # lstsq keeps a, b, x with the host record
     (C.K_SCAN, C.CUMPROD): "xy",
     (C.K_USER, C.USER_UNARY): "xy", (C.K_USER, C.USER_BINARY): "xy",
 }
@@ -138,3 +127,11 @@ def _reads_by_code():
 #: nobody needs are freed as soon as their tensors are: an ADD or a SUM
 #: keeps nothing)
 READS_INPUTS, READS_OUTPUT = _reads_by_code()
+
+
+def set_reads(kind, sub, reads):
+    """Record what the VJP of op ``kind, sub`` (not elementwise) reads."""
+    OTHER_READS[(kind, sub)] = reads
+    code = C.code(kind, sub)
+    READS_INPUTS[code] = any(v in reads for v in "xab")
+    READS_OUTPUT[code] = "y" in reads

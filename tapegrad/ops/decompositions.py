@@ -87,7 +87,8 @@ def _qr_vjp(tape, adj, r):
     adj.add(ra, np.concatenate([gX, gY], axis=-1))
 
 
-_QR = register("LinalgQr", C.K_HOST, 9, np.linalg.qr, host_vjp=_qr_vjp)
+_QR = register("LinalgQr", C.K_HOST, C.QR, np.linalg.qr, host_vjp=_qr_vjp, reads="",
+               not_replayable="multi-output host op")
 
 
 def qr(a, mode="reduced"):
@@ -176,7 +177,8 @@ def _svd_vjp(tape, adj, r):
     adj.add(ra, _sym(g) if hermitian else g)
 
 
-_SVD = register("LinalgSvd", C.K_HOST, 10, np.linalg.svd, host_vjp=_svd_vjp)
+_SVD = register("LinalgSvd", C.K_HOST, C.SVD, np.linalg.svd, host_vjp=_svd_vjp, reads="",
+                not_replayable="multi-output host op")
 
 
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
@@ -256,7 +258,9 @@ def _pinv_vjp(tape, adj, r):
     adj.add(ra, _sym(g) if hermitian else g)
 
 
-_PINV = register("LinalgPinv", C.K_HOST, 11, np.linalg.pinv, host_vjp=_pinv_vjp)
+_PINV = register("LinalgPinv", C.K_HOST, C.PINV, np.linalg.pinv, host_vjp=_pinv_vjp, reads="xy",
+                 replay=lambda xs, h: np.linalg.pinv(xs[0], hermitian=h[0]), host_extra=1,
+                 file_arity=1)
 
 
 def pinv(a, rcond=None, hermitian=False, **kwargs):
@@ -316,7 +320,8 @@ def _lstsq_vjp(tape, adj, r):
         adj.add(rb, gb[:, 0] if vector else gb)
 
 
-_LSTSQ = register("LinalgLstsq", C.K_HOST, 12, np.linalg.lstsq, host_vjp=_lstsq_vjp)
+_LSTSQ = register("LinalgLstsq", C.K_HOST, C.LSTSQ, np.linalg.lstsq, host_vjp=_lstsq_vjp,
+                  reads="", not_replayable="multi-output host op")
 
 
 def lstsq(a, b, rcond=None):

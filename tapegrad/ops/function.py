@@ -132,8 +132,9 @@ def _function_vjp_batched(tape, block, r):
     return None
 
 
-_FUNCTION = register("Function", C.K_HOST, 5, None, host_vjp=_function_vjp,
-                     batched_vjp=_function_vjp_batched)
+_FUNCTION = register("Function", C.K_HOST, C.FUNCTION, None, host_vjp=_function_vjp,
+                     batched_vjp=_function_vjp_batched, reads="",
+                     not_replayable="tg.Function runs user Python")
 
 
 def first_order_message(cls, how=None):

@@ -144,8 +144,9 @@ def _unbroadcast_rows(g, shape):
     return g
 
 
-_MATMUL = register("Mm", C.K_HOST, 0, np.matmul, host_vjp=_matmul_vjp,
-                   batched_vjp=_matmul_vjp_batched)
+_MATMUL = register("Mm", C.K_HOST, C.MATMUL, np.matmul, host_vjp=_matmul_vjp,
+                   batched_vjp=_matmul_vjp_batched, reads="x",
+                   replay=lambda xs, h: np.matmul(*xs), file_arity=2)
 
 
 def matmul(a, b):
@@ -364,18 +365,27 @@ def _einsum_vjp(tape, adj, r):
             adj.add(p, full)
 
 
-_INV = register("LinalgInv", C.K_HOST, 1, np.linalg.inv, host_vjp=_inv_vjp)
-_SOLVE = register("LinalgSolve", C.K_HOST, 2, np.linalg.solve, host_vjp=_solve_vjp)
-_DET = register("LinalgDet", C.K_HOST, 3, np.linalg.det, host_vjp=_det_vjp)
-_LOGABSDET = register("LinalgSlogdet", C.K_HOST, 4, None, host_vjp=_logabsdet_vjp)
+_INV = register("LinalgInv", C.K_HOST, C.INV, np.linalg.inv, host_vjp=_inv_vjp, reads="y",
+                replay=lambda xs, h: np.linalg.inv(*xs), file_arity=1)
+_SOLVE = register("LinalgSolve", C.K_HOST, C.SOLVE, np.linalg.solve, host_vjp=_solve_vjp,
+                  reads="xy", replay=lambda xs, h: np.linalg.solve(*xs), file_arity=2)
+_DET = register("LinalgDet", C.K_HOST, C.DET, np.linalg.det, host_vjp=_det_vjp, reads="xy",
+                replay=lambda xs, h: np.linalg.det(*xs), file_arity=1)
+_LOGABSDET = register("LinalgSlogdet", C.K_HOST, C.SLOGDET, None, host_vjp=_logabsdet_vjp,
+                      reads="x", replay=lambda xs, h: np.linalg.slogdet(*xs)[1], file_arity=1)
 
 
-_CHOLESKY = register("LinalgCholesky", C.K_HOST, 6, np.linalg.cholesky,
-                     host_vjp=_cholesky_vjp)
-_EIGH = register("LinalgEigh", C.K_HOST, 7, np.linalg.eigh, host_vjp=_eigh_vjp)
+_CHOLESKY = register("LinalgCholesky", C.K_HOST, C.CHOLESKY, np.linalg.cholesky,
+                     host_vjp=_cholesky_vjp, reads="y",
+                     replay=lambda xs, h: np.linalg.cholesky(*xs), file_arity=1)
+# the decompositions with several outputs keep them with the host record
+_EIGH = register("LinalgEigh", C.K_HOST, C.EIGH, np.linalg.eigh, host_vjp=_eigh_vjp, reads="",
+                 not_replayable="multi-output host op")
 
 
-_EINSUM = register("Einsum", C.K_HOST, 8, np.einsum, host_vjp=_einsum_vjp)
+_EINSUM = register("Einsum", C.K_HOST, C.EINSUM, np.einsum, host_vjp=_einsum_vjp, reads="x",
+                   replay=lambda xs, h: np.einsum(",".join(h[0]) + "->" + h[1], *xs),
+                   host_extra=2, file_arity="subscripts")
 
 
 def _einsum_sublists(args):

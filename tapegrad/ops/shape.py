@@ -320,7 +320,8 @@ _REPEAT = register("Repeat", C.K_GATHER, 10, np.repeat)
 _DIAGONAL = register("Diagonal", C.K_GATHER, C.DIAGONAL, np.diagonal)
 _TAKE = register("Take", C.K_GATHER, 12, np.take)
 _TAKE_ALONG = register("TakeAlongAxis", C.K_GATHER, 13, np.take_along_axis)
-_SORT = register("Sort", C.K_GATHER, 14, np.sort)
+_SORT = register("Sort", C.K_GATHER, 14, np.sort,
+                 not_replayable="its index map depends on the values")
 _TRIU = register("Triu", C.K_GATHER, 15, np.triu)
 _TRIL = register("Tril", C.K_GATHER, 16, np.tril)
 _DIAG = register("Diag", C.K_GATHER, 17, np.diag)
@@ -457,7 +458,10 @@ def pad(array, pad_width, mode="constant", **kwargs):
 
 
 _SCATTER = register("IndexPut", C.K_GATHER, 19, None)
-_SLICE = register("Slice", C.K_GATHER, C.SLICE, None)
+# a replay reads index maps: it holds the strided gathers of its trace as
+# Index records (tracing/replay.py: _build), so a Slice in one is none tapegrad wrote
+_SLICE = register("Slice", C.K_GATHER, C.SLICE, None,
+                  not_replayable="a strided selection, which only the eager sweep reads")
 
 
 def index_put(a, key, value):

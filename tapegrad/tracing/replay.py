@@ -24,6 +24,7 @@ recomputes the ones its VJPs read (``_reads``).  Segments of at least
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -35,7 +36,6 @@ from ..kernels import optable
 from ..kernels import replay as RK
 from ..kernels._views import SMALL
 from ..kernels.sweep import layout, sweep
-from ..ops.fft import _fft_forward
 from ..core.registry import REGISTRY
 from ..core.tape import _local, _writeable
 from ..core.tensor import Tensor, _node, _plain
@@ -46,30 +46,38 @@ from .tape import TraceTape, _signature
 # adjoint storage, so two calls of one trace must not interleave.
 _LOCK = threading.RLock()
 
+class _FromRows(Mapping):
+    """One field of the ops' registry rows (core/registry.py) by op name,
+    for the ops whose row gives it: read when asked, so that every op
+    registered by then is in it."""
+
+    def __init__(self, field):
+        self.field = field
+        self.rows, self.seen = {}, 0
+
+    def _rows(self):
+        if self.seen != len(REGISTRY):  # rows registered since: read them again
+            self.rows = {d.name: getattr(d, self.field) for d in REGISTRY.values()
+                         if getattr(d, self.field) not in (None, 0)}
+            self.seen = len(REGISTRY)
+        return self.rows
+
+    def __getitem__(self, name):
+        return self._rows()[name]
+
+    def __iter__(self):
+        return iter(self._rows())
+
+    def __len__(self):
+        return len(self._rows())
+
+
 #: host ops the replay computes with NumPy: name -> forward(inputs, host info)
-_HOST_FORWARD = {
-    "Mm": lambda xs, h: np.matmul(*xs),
-    "LinalgInv": lambda xs, h: np.linalg.inv(*xs),
-    "LinalgSolve": lambda xs, h: np.linalg.solve(*xs),
-    "LinalgDet": lambda xs, h: np.linalg.det(*xs),
-    "LinalgSlogdet": lambda xs, h: np.linalg.slogdet(*xs)[1],
-    "LinalgCholesky": lambda xs, h: np.linalg.cholesky(*xs),
-    "LinalgPinv": lambda xs, h: np.linalg.pinv(xs[0], hermitian=h[0]),
-    "Einsum": lambda xs, h: np.einsum(",".join(h[0]) + "->" + h[1], *xs),
-    "FFT": _fft_forward,
-}
+_HOST_FORWARD = _FromRows("replay")
 #: how many leading entries of ``tape.host[r]`` precede the input shapes
-_HOST_EXTRA = {"Mm": 0, "LinalgPinv": 1, "Einsum": 2, "FFT": 3}
-#: records whose replay would silently be wrong at new inputs
-_NOT_REPLAYABLE = {
-    "Sort": "its index map depends on the values",
-    "Function": "tg.Function runs user Python",
-    "LinalgEigh": "multi-output host op", "LinalgQr": "multi-output host op",
-    "LinalgSvd": "multi-output host op", "LinalgLstsq": "multi-output host op",
-    # a replay reads index maps: it holds the strided gathers of its trace
-    # as Index records (_build), so a Slice in one is none tapegrad wrote
-    "Slice": "a strided selection, which only the eager sweep reads",
-}
+_HOST_EXTRA = _FromRows("host_extra")
+#: records whose replay would silently be wrong at new inputs: name -> why
+_NOT_REPLAYABLE = _FromRows("not_replayable")
 
 
 #: fused segments: records of at least this many elements, at least two op records

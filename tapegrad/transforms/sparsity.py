@@ -260,7 +260,7 @@ def _needed(tape, root, upto, first):
 
 
 # -- the graph's structure ---------------------------------------------------------------
-_MATMUL_CODE = C.code(C.K_HOST, 0)
+_MATMUL_CODE = C.code(C.K_HOST, C.MATMUL)
 
 
 def signature(tape, root, recs, starts):

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...kernels import codes as C
 from ...kernels import replay as RK
-from ...core.registry import REGISTRY
+from ...core.registry import BY_NAME, REGISTRY
 from .screen import _OUTPUT, _op_status, _output_slots, _screen
 from ..replay import _HOST_EXTRA
 
@@ -39,9 +39,6 @@ _FIELDS = {
     "const_out": _F8, "guard": _I8, "goff": _I8, "gvals": _F8, "host": np.dtype(np.uint8),
     "sig": np.dtype(np.uint8), "user": np.dtype(np.uint8),
 }
-#: operands of each host op a file may hold (Einsum: as many as subscripts)
-_HOST_ARITY = {"Mm": 2, "LinalgInv": 1, "LinalgSolve": 2, "LinalgDet": 1,
-               "LinalgSlogdet": 1, "LinalgCholesky": 1, "LinalgPinv": 1, "Einsum": None}
 _LEAF = C.code(C.K_NONE, C.LEAF)
 _INDEX = C.code(C.K_GATHER, C.INDEX)
 #: the strided gathers a file may name, each holding an index map
@@ -333,8 +330,11 @@ def _validate_trace(a, k, ops):
             if not isinstance(h, list):
                 _bad(f"record {r} ({what}): no host parameters")
             extra = _HOST_EXTRA.get(what, 0)
-            arity = _HOST_ARITY[what] if what != "Einsum" else (
-                len(h[0]) if len(h) > 2 and isinstance(h[0], list) else -1)
+            arity = BY_NAME[what].file_arity   # operands a file may give it (its row)
+            if arity is None:
+                _bad(f"record {r} ({what}): a tape file cannot hold this op")
+            if arity == "subscripts":
+                arity = len(h[0]) if len(h) > 2 and isinstance(h[0], list) else -1
             if len(pa) != arity:
                 _bad(f"record {r} ({what}): {len(pa)} operands, expected {arity}")
             has_out = what != "Mm"   # the others' VJPs read their output's shape
