@@ -37,6 +37,8 @@ import tempfile
 import threading
 import time
 
+from . import ledger
+
 #: Options every kernel is compiled with.  ``nogil`` lets independent tapes on
 #: different threads sweep at once; ``fastmath`` stays off: gradients must be
 #: IEEE-exact to the same rules NumPy's forward uses.
@@ -383,6 +385,9 @@ def cache_dir():
             _prune(found)
         _DIR.append(found)
     return _DIR[0]
+
+
+ledger.bound["cache_dir"] = cache_dir  # the interpretation ledger lives beside the cache
 
 
 def _locator_class():

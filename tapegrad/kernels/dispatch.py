@@ -123,7 +123,8 @@ class Families:
             k = self.slot.py_func(T, r, code >> C.SHIFT, code & C.MASK)
             # not compiled yet: the rest of the loop as Python, with the
             # Python table, while that family is not worth compiling
-            done, s = run_as_python((id(self), k), lambda: cached_bytes(self.name_of(k)), kernel, args)
+            done, s = run_as_python((id(self), k), lambda: cached_bytes(self.name_of(k)), kernel, args,
+                                    name=self.families[k][0])
             if not done:
                 self.ensure(k)
                 s = kernel(*args)

@@ -18,8 +18,16 @@ that only ever does small work never compiles at all.
 
 A kernel compiled already is always called compiled; one found in the
 cache is loaded by the same rule, with the price of loading it
-(:data:`LOAD_BUDGET`) for the price of compiling it.  Numba itself is
-imported only when the first kernel must run compiled (kernels/_numba.py).
+(:data:`LOAD_BUDGET`) for the price of compiling it.  What interpreting a
+kernel the cache does not hold has cost counts across processes: each
+process starts that kernel's budget with what earlier runs spent on it
+beyond the price of a load -- what the kernel, cached, would have saved
+them (kept beside the cache: kernels/ledger.py) -- so a script whose runs
+each interpret it for most of a second compiles it in the run where the
+sum reaches the budget; a load is paid by every process again, so its
+budget stays per process, and runs of small work add nothing.  Numba
+itself is imported only when the first kernel must run compiled
+(kernels/_numba.py).
 Interpreted kernels hold the GIL: threads that sweep at once run one at a
 time until the kernels are compiled.
 
@@ -61,7 +69,9 @@ cost 70-100 ns an element on every forward).
 
 ``TAPEGRAD_INTERPRET=0`` compiles every kernel on its first call;
 ``TAPEGRAD_INTERPRET=force`` interprets every kernel that is not compiled
-yet, whatever the work (for tests and debugging: slow on large arrays).
+yet, whatever the work (for tests and debugging: slow on large arrays);
+neither reads nor adds to the seconds of earlier processes, and
+``TAPEGRAD_INTERPRET_LEDGER=0`` keeps every process's budget its own.
 """
 import contextlib
 import ctypes
@@ -73,7 +83,7 @@ import types
 import numpy as np
 
 from . import codes as C
-from . import libm
+from . import ledger, libm
 
 #: seconds of interpretation per kernel after which it is compiled: about
 #: what compiling one kernel with the families it reaches costs here
@@ -374,12 +384,18 @@ def load_price(nbytes):
     return min(LOAD_BUDGET, max(LOAD_FLOOR, nbytes * LOAD_PER_BYTE))
 
 
+ledger.bound.update(load_price=load_price, warm=lambda: bool(_warm))
+
+
 class _State:
-    __slots__ = ("spent", "cached")
+    __slots__ = ("spent", "cached", "before", "name")
 
     def __init__(self):
         self.spent = 0.0
         self.cached = None
+        # seconds of earlier processes and the name they are kept under
+        # (kernels/ledger.py), once read
+        self.before = self.name = None
 
 
 _states = {}
@@ -434,25 +450,50 @@ def _tier_args(args):
     return out
 
 
-def run_as_python(key, in_cache, kernel, args):
+def _name(key, name):
+    """The kernel's name in the ledger: ``name`` (a string, or the function
+    that names it), else the function ``key``'s, as ``module.qualname``."""
+    fn = key if name is None else name
+    return fn if isinstance(fn, str) else f"{fn.__module__}.{fn.__qualname__}"
+
+
+def run_as_python(key, in_cache, kernel, args, name=None):
     """Run ``kernel(*args)`` as Python if what ``key`` has cost so far plus
     this call's estimate stays within the budget -- compiling's, or if
     ``in_cache()`` (asked once per key: the bytes of the kernel's cache
-    files, 0 if none) loading's -- ``(True, result)``; else ``(False, None)``."""
+    files, 0 if none) loading's -- ``(True, result)``; else ``(False, None)``.
+
+    What compiling's budget counts includes the seconds earlier processes
+    spent interpreting the kernel past the price of a load
+    (kernels/ledger.py, under ``name``: see :func:`_name`), unless the
+    setting is this thread's (:func:`mode`)."""
     setting = _setting()
     if setting == 0:
         return False, None
     st = _states.get(key)
     if st is None:
         st = _states[key] = _State()
+    counted = False
     if setting != "force":
         if st.cached is None:
             st.cached = int(in_cache())
-        budget = min(setting, load_price(st.cached)) if st.cached else setting
-        if st.spent + _work(args, kernel) > budget:
+        if st.cached:
+            budget, before = min(setting, load_price(st.cached)), 0.0
+        else:
+            counted = getattr(_local, "mode", None) is None and ledger.enabled()
+            if counted and st.before is None:
+                st.name = _name(key, name)
+                st.before = ledger.before(st.name)
+            budget, before = setting, (st.before if counted else 0.0)
+        if before + st.spent + _work(args, kernel) > budget:
+            if counted:
+                ledger.compiled(st.name)
             return False, None
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):
         result = python_copy(kernel)(*_tier_args(args))
-    st.spent += time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    st.spent += dt
+    if counted:
+        ledger.add(st.name, dt)
     return True, result
