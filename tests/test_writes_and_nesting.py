@@ -57,9 +57,12 @@ def test_gradient_penalty_through_backward():
     close(x.grad, 2 * (3 * x.numpy() ** 2) * 6 * x.numpy())
 
 
-def test_third_order_nesting_raises():
-    with pytest.raises(NotImplementedError):
-        tg.grad(tg.grad(tg.grad(lambda x: x ** 3)))(2.0)
+def test_nesting_goes_to_any_order():
+    assert tg.grad(tg.grad(tg.grad(lambda x: x ** 3)))(2.0) == 6.0
+    assert tg.grad(tg.grad(tg.grad(tg.grad(lambda x: x ** 5))))(2.0) == 240.0
+    # d3/dx3 of sin(x) exp(x) = 2 exp(x) (cos x - sin x)
+    g3 = tg.grad(tg.grad(tg.grad(lambda x: np.sin(x) * np.exp(x))))(0.7)
+    assert abs(g3 - 2 * np.exp(0.7) * (np.cos(0.7) - np.sin(0.7))) < 1e-12
 
 
 def test_backward_inside_a_differentiated_function_raises():

@@ -19,6 +19,7 @@ from ..core.tensor import Tensor, tensor
 from ..ops.complex_tensor import ComplexTensor, is_complex
 # reverse: the sweep every transform here runs; autograd_grad, backward_graph and
 # backward_to are part of this module's namespace (tapegrad.transforms.functional)
+from .create_graph.index import NoRule
 from .reverse import _Spec, autograd_grad, backward_graph, backward_to, reverse  # noqa: F401
 from .base import (_Slabs, _argnums, _call_complex, _call_tree, _cast, _connected,
                              _pair_up, _root_span, _run, _trace_inputs, _tree_build,
@@ -122,16 +123,7 @@ def value_and_grad(f, argnums=0, has_aux=False):
             if done is not None:
                 return done[0], (done[1][0] if single else done[1])
         leaves, out, pairs = _call_complex(f, args, nums, "value_and_grad")
-        if type(out) is ComplexTensor:
-            raise TypeError(
-                "grad requires a function with one real output number; this one returned a "
-                "complex tensor: differentiate a real loss of it, such as "
-                "(np.abs(z) ** 2).sum() or np.real(z).sum(), or use tg.vjp with a complex "
-                "cotangent")
-        if out.size != 1:
-            raise TypeError(
-                f"grad requires a function with one output number; this one returned shape "
-                f"{out.shape}: use tg.jacobian, or tg.vjp with a cotangent")
+        out = _one_number(out)
         gs = reverse([out], [np.ones((1, 1))], leaves)
         grads = tuple(_cast(None if g is None else g[0], x.numpy())
                       for g, x in zip(gs, leaves))
@@ -171,15 +163,19 @@ def _traced_value_and_grad(f, args, nums):
 def _nested_value_and_grad(f, args, single, nums, connected):
     """``value_and_grad(f)`` at arguments that are themselves being differentiated.
 
-    The value and gradient are computed at the arguments' values as usual,
-    then recorded as one op whose inputs are the tensors among ``args``, so
-    an enclosing ``grad``, ``jacobian`` or ``backward`` differentiates through
-    them.  Its VJP is a Hessian-vector product: for cotangents ``c`` (of the
-    value) and ``v`` (of the gradients), input ``i`` receives
-    ``c df/dx_i + sum_j H_ij v_j`` -- the Hessian being symmetric -- computed
-    exactly by ``tg.hvp``'s forward-over-reverse pass.  A third level of
-    nesting would need the derivative of that pass and raises
-    NotImplementedError from ``tg.hvp`` (its op has no forward rule).
+    The gradient is recorded on the tape with ``create_graph``
+    (``_recorded_value_and_grad``), so an enclosing ``grad``, ``jacobian``,
+    ``hessian`` or ``backward`` differentiates it as any other ops, to any
+    order of nesting.
+
+    Where ``create_graph`` cannot record through an op of ``f`` (a
+    ``tg.Function`` whose backward works on arrays), the value and gradient
+    are computed at the arguments' values as usual, then recorded as one op
+    whose inputs are the tensors among ``args``.  Its VJP is a
+    Hessian-vector product: for cotangents ``c`` (of the value) and ``v``
+    (of the gradients), input ``i`` receives ``c df/dx_i + sum_j H_ij v_j``
+    -- the Hessian being symmetric -- computed exactly by ``tg.hvp``'s
+    forward-over-reverse pass (that op has no second order of its own).
 
     Complex arguments (differentiated ones, and ComplexTensors that require
     grad) go through ``_nested_complex``: the same, over their real and
@@ -188,6 +184,10 @@ def _nested_value_and_grad(f, args, single, nums, connected):
     split = _complex_split(args, nums)
     if split is not None:
         return _nested_complex(f, args, single, nums, split)
+    try:
+        return _recorded_value_and_grad(f, args, single, nums)
+    except (NoRule, NotImplementedError):
+        pass  # an op that create_graph cannot record through: the one-op form below
     diff = sorted(set(nums) | set(connected))
     fixed = list(args)
     primals = [np.array(args[i]._data if isinstance(args[i], Tensor) else args[i],
@@ -208,6 +208,54 @@ def _nested_value_and_grad(f, args, single, nums, connected):
     outs = _GradOf.apply(spec, *[args[i] for i in connected])
     value_t, grads_t = outs[0], outs[1:]
     return value_t, (grads_t[0] if single else tuple(grads_t))
+
+
+def _one_number(out):
+    """``out``, a tensor of one real number (a number or array of one
+    element becomes one); TypeError naming what to do otherwise."""
+    if type(out) is ComplexTensor:
+        raise TypeError(
+            "grad requires a function with one real output number; this one returned a "
+            "complex tensor: differentiate a real loss of it, such as "
+            "(np.abs(z) ** 2).sum() or np.real(z).sum(), or use tg.vjp with a complex "
+            "cotangent")
+    if not isinstance(out, Tensor):
+        out = tensor(np.asarray(out, dtype=np.float64))
+    if out.size != 1:
+        raise TypeError(
+            f"grad requires a function with one output number; this one returned shape "
+            f"{out.shape}: use tg.jacobian, or tg.vjp with a cotangent")
+    return out
+
+
+def _recorded_value_and_grad(f, args, single, nums):
+    """``value_and_grad(f)`` recorded on the tape: each differentiated
+    argument becomes a new variable of this level (a fresh record of a
+    tensor, so that a closure over the same tensor stays a constant of this
+    level; a new leaf for a number or array), and its gradient is taken with
+    ``create_graph``, as ops that the enclosing levels differentiate again."""
+    xs = list(args)
+    for i in nums:
+        a = args[i]
+        if isinstance(a, Tensor) and a._requires_grad:
+            xs[i] = _fresh(a)
+        else:
+            xs[i] = tensor(np.array(getattr(a, "_data", a), dtype=np.float64),
+                           requires_grad=True)
+    out = _one_number(f(*xs))
+    if not out._requires_grad:  # f does not depend on its arguments
+        grads = tuple(np.zeros_like(xs[i]._data) for i in nums)
+    else:
+        gs = autograd_grad([out], [xs[i] for i in nums], create_graph=True, allow_unused=True)
+        grads = tuple(np.zeros_like(xs[i]._data) if g is None else g
+                      for i, g in zip(nums, gs))
+    return out.reshape(()), (grads[0] if single else grads)
+
+
+def _fresh(t):
+    """A new record holding ``t``'s value, with ``t`` as its parent."""
+    from ..ops.elementwise import positive
+    return positive(t)
 
 
 def _complex_split(args, nums):
