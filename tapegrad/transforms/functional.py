@@ -314,9 +314,10 @@ class _GradOf(Function):
 
     #: what a second-order pass through this record (a third level) says
     no_second_order = (
-        "tg.grad nested three deep (a third derivative) is not supported; two deep is "
-        "(tg.grad(tg.grad(f)), tg.jacobian(tg.grad(f)), tg.hessian, tg.hvp). For higher "
-        "orders, differentiate with tg.autograd.grad(..., create_graph=True) at every level")
+        "a gradient nested inside another goes to any order, except through a tg.Function "
+        "whose backward works on arrays: there tg.grad nests two deep (tg.grad(tg.grad(f)), "
+        "tg.jacobian(tg.grad(f)), tg.hessian, tg.hvp). For higher orders give the Function "
+        "a vjp_ops method (its backward in tapegrad's ops)")
 
     @staticmethod
     def forward(ctx, spec, *xs):
