@@ -672,3 +672,26 @@ def test_an_advanced_index_copies_so_a_write_into_its_base_is_no_error():
         y.backward()
         np.testing.assert_allclose(x.grad.numpy(), [np.cos(0.1), 0.0, np.cos(1.0)], rtol=1e-15)
     in_fresh_thread(run)
+
+
+_SPD = np.array([[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]])
+
+
+@pytest.mark.parametrize("fn", [
+    lambda A: np.linalg.cholesky(A).sum(),
+    lambda A: (np.linalg.eigh(A)[0] ** 3).sum(),
+    lambda A: (np.linalg.svd(A)[1] ** 3).sum(),
+    lambda A: np.linalg.qr(A)[1].sum(),
+    lambda A: np.linalg.slogdet(A)[1],
+], ids=["cholesky", "eigh", "svd", "qr", "slogdet"])
+def test_nested_grad_through_decompositions_to_third_order(fn):
+    def h(a):
+        return tg.grad(lambda b: (tg.grad(fn)(b) ** 2).sum())(a).sum()
+    g3 = tg.grad(h)(_SPD)
+    fd, e = np.zeros_like(_SPD), 1e-5
+    for i in range(3):
+        for j in range(3):
+            E = np.zeros_like(_SPD)
+            E[i, j] = e
+            fd[i, j] = (h(_SPD + E) - h(_SPD - E)) / (2 * e)
+    np.testing.assert_allclose(g3, fd, rtol=1e-6, atol=1e-6 * np.abs(fd).max())
