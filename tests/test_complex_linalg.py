@@ -306,8 +306,9 @@ DECOMPOSITIONS = {
 @pytest.mark.parametrize("name", sorted(DECOMPOSITIONS))
 def test_decompositions_differentiate_again_with_create_graph(name):
     """The gradient taken with create_graph=True differentiates again (to a
-    third order too) against central differences; tg.hessian has no
-    forward-over-reverse rule for them and says what to use instead."""
+    third order too) against central differences; tg.hessian and tg.hvp,
+    which have no forward-over-reverse rule for them, differentiate that
+    recorded gradient."""
     fn = DECOMPOSITIONS[name]
     x0 = np.random.default_rng(4).normal(size=18)
     d, e = np.random.default_rng(6).normal(size=(2, 18))
@@ -327,8 +328,11 @@ def test_decompositions_differentiate_again_with_create_graph(name):
     # T[d, e, :] both ways (the third derivative T is symmetric)
     fd3 = (hd_at(x0 + H * d) - hd_at(x0 - H * d)) / (2 * H)
     np.testing.assert_allclose(third.numpy(), fd3, rtol=1e-5, atol=1e-6 * (1 + np.abs(fd3).max()))
-    with pytest.raises(NotImplementedError, match="no forward-over-reverse rule.*create_graph"):
-        tg.hessian(fn)(x0)
+    Hm = tg.hessian(fn)(x0)
+    np.testing.assert_allclose(Hm @ d, fd, rtol=1e-5, atol=1e-6 * (1 + np.abs(fd).max()))
+    np.testing.assert_allclose(Hm, Hm.T, atol=1e-10 * (1 + np.abs(Hm).max()))
+    _, hv = tg.hvp(fn, (x0,), (d,))
+    np.testing.assert_allclose(hv[0], hd.detach().numpy(), rtol=1e-10, atol=1e-12)
 
 
 # -- the phase of eigenvectors and singular vectors ----------------------------------------

@@ -45,8 +45,9 @@ from ...ops.complex_core import ComplexTensor
 from ...kernels._views import SMALL
 from ...kernels.hvp import hvp_layout, sweep_block
 from .rules import (  # noqa: F401  (HOST_RULES: part of this module's API)
-    HOST_RULES, _CLASS, _MISSING, _RULE, _Pass, _missing_error, _second_order)
+    HOST_RULES, _CLASS, _MISSING, _RULE, NoSecondOrder, _Pass, _missing_error, _second_order)
 from ...core.tape import current
+from ...core.tensor import bound
 
 #: memory one batched pass may use for the tangents and adjoints of all its
 #: directions; a larger Hessian is computed in chunks of directions.  Chunks
@@ -235,7 +236,46 @@ def _drive(leaves, out, p, seeds, fill=None):
     if not tape.is_live(out._tok) or tape.freed[out._rec]:
         raise _freed_error()
     with tape.walking():  # no compaction under the walks (see forward.push)
-        return _drive_walks(tape, leaves, out, p, seeds, fill)
+        try:
+            return _drive_walks(tape, leaves, out, p, seeds, fill)
+        except NoSecondOrder as e:
+            missing = e
+    return _drive_by_create_graph(leaves, out, p, seeds, fill, missing)
+
+
+def _drive_by_create_graph(leaves, out, p, seeds, fill, missing):
+    """``_drive`` where the forward-over-reverse pass met an op without a
+    second-order rule (a tg.Function with ``vjp_ops``, prod over zeros):
+    the gradient recorded with create_graph, and per direction v the
+    gradient of its dot product with v -- reverse over reverse, one pass per
+    direction.  ``missing`` (the pass's error) is raised where create_graph
+    cannot record through the graph either."""
+    try:
+        gs = bound.autograd_grad([out], list(leaves), create_graph=True, allow_unused=True)
+    except NotImplementedError as e:
+        raise missing from e
+    grads = [np.zeros(x.size) if g is None else np.asarray(g._data, np.float64).reshape(-1)
+             for x, g in zip(leaves, gs)]
+    dirs = []
+    for k, x in enumerate(leaves):
+        if fill is not None:
+            blk = np.zeros((x.size, p))
+            fill(k, 0, p, blk)
+            dirs.append(blk.T)
+        else:
+            dirs.append(np.asarray(seeds(k, 0, p), np.float64).reshape(p, x.size))
+    hvs = [np.zeros((p, x.size)) for x in leaves]
+    live = [(k, g.reshape(-1)) for k, g in enumerate(gs) if g is not None and g._requires_grad]
+    for d in range(p if live else 0):
+        dot = None
+        for k, g in live:
+            term = (g * dirs[k][d]).sum()
+            dot = term if dot is None else dot + term
+        hs = bound.autograd_grad([dot], list(leaves), retain_graph=True, allow_unused=True)
+        for k, h in enumerate(hs):
+            if h is not None:
+                hvs[k][d] = np.asarray(h._data, np.float64).reshape(-1)
+    return grads, hvs
 
 
 def _drive_walks(tape, leaves, out, p, seeds, fill):

@@ -155,7 +155,7 @@ def _reduce2(P, r, sub):
         # xbar_i = g_j y_j / x_i; with no zeros its tangent is
         # g_j (ydot_j / x_i - y_j xdot_i / x_i^2)
         if np.any(x == 0.0):
-            raise NotImplementedError(
+            raise NoSecondOrder(
                 "hessian: prod over an array with zero entries has no second-order rule "
                 "yet (the first-order one handles zeros)")
         P.add(q, g[om] * (yd[:, om] / x - y[om] * xd / (x * x)))
@@ -175,7 +175,7 @@ def _scan2(P, r, sub):
     shape = (int(tape.ip[b]), int(tape.ip[b + 1]), int(tape.ip[b + 2]))
     x = P.val(q)
     if np.any(x == 0.0):
-        raise NotImplementedError(
+        raise NoSecondOrder(
             "hessian: cumprod over an array with zero entries has no second-order rule "
             "yet (the first-order one handles zeros)")
     g, y, yd = P.ybar(r), P.val(r), P.dot(r)
@@ -408,6 +408,13 @@ def _second_order(P, r):
 _CLASS = np.array([_classify(c) for c in range(16 << C.SHIFT)], np.int8)
 
 
+class NoSecondOrder(NotImplementedError):
+    """A record the forward-over-reverse pass has no rule for; tg.hessian
+    and tg.hvp then differentiate the gradient recorded with create_graph
+    (``passes._drive``), and raise this only where that cannot be done
+    either."""
+
+
 def _missing_error(code, tape=None, r=None):
     """The error for record r (op ``code``) without a second-order rule; a
     tg.Function says why (its ``no_second_order``) or is named by its class."""
@@ -417,12 +424,12 @@ def _missing_error(code, tape=None, r=None):
         cls = host[0]
         why = getattr(cls, "no_second_order", None)
         if why is not None:
-            return NotImplementedError(f"hessian/hvp: {why}")
+            return NoSecondOrder(f"hessian/hvp: {why}")
         named = first_order_message(cls, "hessian/hvp")
         if named is not None:
-            return NotImplementedError(named)
+            return NoSecondOrder(named)
         name = f"{cls.__name__} (a tg.Function, whose backward works on arrays)"
-    return NotImplementedError(
+    return NoSecondOrder(
         f"hessian/hvp: the op {name} has no second-order (forward-over-reverse) rule; "
         "second derivatives cover elementwise ops, reductions (sum, mean, max, min, prod, "
         "logsumexp, softmax, log_softmax), shape and indexing ops, cumsum, cumprod, matmul, "
