@@ -131,3 +131,18 @@ def test_a_trace_guards_the_cast_and_traces_again_when_it_changes():
             np.testing.assert_allclose(v, ev, rtol=1e-15)
             np.testing.assert_allclose(g, eg, rtol=1e-15)
         assert ft.retraces == 1
+
+
+@pytest.mark.parametrize("dtype,part", [(np.complex128, np.float64), (np.complex64, np.float32)])
+def test_a_complex_cast_keeps_the_gradient(dtype, part):
+    x0 = np.array([1.0, -2.0, 0.5], part)
+
+    def f(x):
+        z = x.astype(dtype) * (1 + 2j)
+        return (np.abs(z) ** 2 + np.real(z * z)).sum()
+    # |x (1 + 2i)|^2 + Re(x^2 (1 + 2i)^2) = 5 x^2 - 3 x^2 = 2 x^2
+    g = tg.grad(f)(x0)
+    assert g.dtype == part
+    np.testing.assert_allclose(g, 4 * x0, rtol=1e-6 if part == np.float32 else 1e-14)
+    z = tg.tensor(x0, requires_grad=True).astype(dtype)
+    assert z.requires_grad  # complex tensors compute in complex128, as tg.tensor's do

@@ -227,4 +227,4 @@ def _from_array(a, requires_grad):
     return z.requires_grad_(True) if requires_grad else z
 
 
-bound.bind(complex_tensor=_from_array)
+bound.bind(complex_tensor=_from_array, complex_tensor_of=ComplexTensor)

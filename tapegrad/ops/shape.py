@@ -14,7 +14,7 @@ from .views import (ViewOf, is_basic, is_full_index, is_scalar, note_read_only, 
 from ..kernels import codes as C
 from ..kernels._views import SMALL as _SMALL
 from ..core.tape import NO_TAPE, Tape as _Tape, _local as _tls, current, masked, masked_operand
-from ..core.tensor import Tensor, _node, _plain, _result
+from ..core.tensor import Tensor, _node, _plain, _result, bound
 from .elementwise import _operand, where as _where
 from .guarded import on_values
 from ..core.registry import register
@@ -112,12 +112,20 @@ def expand_dims(a, axis):
 def astype(a, dtype):
     """Cast to another dtype; the gradient is cast back.
 
-    A cast to a non-floating dtype gives a tensor that does not require grad
+    A cast of a real tensor to a complex dtype gives a complex tensor whose
+    real part is the tensor (differentiable) and imaginary part zero.  A cast
+    to an integer or boolean dtype gives a tensor that does not require grad
     (as PyTorch's ``x.long()``): integers are piecewise constant, their
     derivative 0.  While ``tg.trace`` records, the cast is a guard: a replay
     casts the new values and traces again when the result changes.
     """
-    if np.dtype(dtype).kind != "f" and isinstance(a, Tensor):
+    kind = np.dtype(dtype).kind
+    if kind == "c" and isinstance(a, Tensor) and np.asarray(a._data).dtype.kind != "c":
+        # a real tensor as complex: its real part, with a zero imaginary part
+        part = np.float32 if np.dtype(dtype) == np.complex64 else np.float64
+        re = astype(a, part)
+        return bound.complex_tensor_of(re, np.zeros(np.shape(re._data), part))
+    if kind != "f" and isinstance(a, Tensor):
         return _plain(on_values(lambda d: np.asarray(d).astype(dtype), a))
     return _view(_ASTYPE, lambda d, t: np.asarray(d).astype(t), a, dtype)
 
