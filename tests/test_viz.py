@@ -11,7 +11,8 @@ import tapegrad as tg
 from oracle import leaf
 
 NODE = re.compile(r'^  (r\d+|hidden|leaf\d+) \[label="((?:[^"\\]|\\.)*)"(, [a-z]+="[^"]*")*\];$')
-EDGE = re.compile(r'^  (r\d+|hidden) -> (r\d+|hidden)( \[label="\d+"\])?;$')
+EDGE = re.compile(r'^  (r\d+|hidden) -> (r\d+|hidden)( \[label="(?:\d+|next trip)"[^\]]*\])?;$')
+CLUSTER = re.compile(r'^  subgraph cluster_loop \{ label="loop: ([\d,]+) trips";')
 
 
 def parse(dot):
@@ -20,8 +21,10 @@ def parse(dot):
     assert lines[0] == "digraph tapegrad {" and lines[-1] == "}"
     nodes, edges = {}, []
     for ln in lines[1:-1]:
-        if ln.startswith(("  graph [", "  node [", "  edge [")):
+        if ln.startswith(("  graph [", "  node [", "  edge [")) or CLUSTER.match(ln) or ln == "  }":
             continue
+        if ln.startswith("    "):  # a box inside the loop's frame
+            ln = ln[2:]
         m = NODE.match(ln)
         if m:
             nodes[m.group(1)] = m.group(2)
@@ -131,7 +134,7 @@ def test_big_graph_is_capped_and_keeps_the_leaves():
     y = x
     for _ in range(2000):
         y = y * 0.999 + tg.sin(y) * 0.001
-    nodes, edges = parse(tg.viz.to_dot(y, params={"x": x}, max_nodes=40))
+    nodes, edges = parse(tg.viz.to_dot(y, params={"x": x}, max_nodes=40, roll=False))
     assert len(nodes) <= 40
     assert "more boxes" in nodes["hidden"] and "SinBackward" in nodes["hidden"]
     assert nodes[f"r{x._lrec}"] == "x\\n()"
@@ -182,3 +185,50 @@ def test_debugging_page_examples_run(capsys):
     assert "MulScalarBackward × 99,998" in out
     assert "tape statistics (this thread)" in out
     assert ns["stats"]["records"] == sum(ns["stats"]["by_op"].values())
+
+
+def _rk4_loss(th, steps, dt=0.01):
+    def rhs(u):
+        x, y = u[0], u[1]
+        return tg.stack([th[0] * x - th[1] * x * y, th[2] * x * y - th[3] * y])
+    u, total = tg.tensor([1.0, 0.5]), 0.0
+    for _ in range(steps):
+        k1 = rhs(u)
+        k2 = rhs(u + dt / 2 * k1)
+        k3 = rhs(u + dt / 2 * k2)
+        k4 = rhs(u + dt * k3)
+        u = u + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        total = total + ((u - 1.0) ** 2).sum()
+    return total
+
+
+def test_a_python_loop_is_drawn_once_with_its_trip_count():
+    th = tg.tensor([1.1, 0.4, 0.1, 0.4], requires_grad=True)
+    small, big = _rk4_loss(th, 10), _rk4_loss(th, 60)
+    counts = []
+    for y, steps in ((small, 10), (big, 60)):
+        dot = tg.viz.to_dot(y, params={"th": th})
+        nodes, edges = parse(dot)
+        trips = int(re.search(r'label="loop: ([\d,]+) trips"', dot).group(1).replace(",", ""))
+        # the first step reads the constant start, so it is drawn apart
+        assert trips == steps - 1
+        assert any(e[2] and "next trip" in e[2] for e in edges)
+        framed = dot[dot.index("subgraph cluster_loop"):].split("\n  }")[0]
+        body = len(re.findall(r"^    r\d+ \[label", framed, re.M))
+        counts.append((len(nodes), body))
+        unrolled, _ = parse(tg.viz.to_dot(y, params={"th": th}, roll=False, max_nodes=10**6))
+        assert len(nodes) < len(unrolled) / 3
+    # the picture does not grow with the number of steps
+    assert counts[0] == counts[1]
+    assert counts[0][1] > 50   # an RK4 step: four right-hand sides and the update
+
+
+def test_find_loop_prefers_the_trip_to_its_repeated_stages():
+    from tapegrad.debug.loops import find_loop
+    stage = [1, 2, 3]
+    trip = stage * 4 + [4, 5]          # four alike stages, then the update
+    sig = np.array([0] + trip * 6 + [9])
+    loop = find_loop(sig)
+    assert (loop.start, loop.period, loop.trips) == (1, len(trip), 6)
+    assert find_loop(np.array([1, 2, 3, 4])) is None
+    assert find_loop(np.array([5] * 50), min_period=2) is None   # a chain: folded instead

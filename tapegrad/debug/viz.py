@@ -39,6 +39,55 @@ def _fmt_shape(shape):
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
+_NEXT = "next trip"  # the slot label of an edge from one trip of a loop to the next
+
+
+class _Rolled:
+    """A loop of the picture: ``body_of(box)``, the first trip's box that a
+    box repeats; ``body(box)``, whether a box is drawn inside the frame."""
+
+    def __init__(self, loop, boxes):
+        self.trips = loop.trips
+        at = {b: k for k, b in enumerate(boxes)}
+        self._trip = {b: loop.trip_of(at[b]) for b in boxes}
+        self._body = {b: boxes[loop.body_of(at[b])] for b in boxes}
+        self._drawn = {self._body[b] for b in boxes if self._trip[b] >= 0}
+
+    def body_of(self, box):
+        return self._body.get(box, box)
+
+    def trip(self, box):
+        return self._trip.get(box, -1)
+
+    def body(self, box):
+        return box in self._drawn
+
+
+def _roll(boxes, edges, op, label_name, size):
+    """``boxes`` and ``edges`` with the longest repeated loop drawn once:
+    every trip's boxes become the first trip's, an edge from one trip to a
+    later one becomes a "next trip" edge; the loop (a :class:`_Rolled`), or
+    None when no part of the graph repeats three times."""
+    from .loops import find_loop, signatures
+    ins = {}
+    for s, d, slot in edges:
+        ins.setdefault(d, []).append((s, op[s] == LEAF, slot))
+    # the op and the element count (a shape may be known in one trip only)
+    sig = signatures(boxes, lambda b: (label_name[b], int(size[b])), lambda b: ins.get(b, ()))
+    found = find_loop(sig, min_period=2)  # a chain of one op folds instead (fold=)
+    if found is None:
+        return boxes, edges, None
+    loop = _Rolled(found, boxes)
+    new_edges = []
+    for s, d, slot in edges:
+        ts, td = loop.trip(s), loop.trip(d)
+        if ts >= 0 and td >= 0 and td > ts:
+            slot = _NEXT
+        new_edges.append((loop.body_of(s), loop.body_of(d), slot))
+    kept = [b for b in boxes if loop.trip(b) <= 0]
+    return kept, list(dict.fromkeys(new_edges)), loop
+
+
 def _graph_of(outputs):
     """(tape, root records, leaves that are themselves outputs)."""
     from ..core.tensor import Tensor
@@ -171,7 +220,7 @@ def _summary(names):
     return text
 
 
-def to_dot(output, params=None, max_nodes=300, fold=True):
+def to_dot(output, params=None, max_nodes=300, fold=True, roll=True):
     """Graphviz DOT text of the graph that reaches ``output``.
 
     Parameters
@@ -185,6 +234,10 @@ def to_dot(output, params=None, max_nodes=300, fold=True):
         into one summary box.
     fold : bool, default True
         Fold chains of operations of one kind into ``× k`` boxes.
+    roll : bool, default True
+        Draw the body of a Python loop once (``debug/loops.py`` finds it),
+        framed with its trip count; dashed "next trip" arrows carry the
+        values one trip hands the next.
 
     Returns
     -------
@@ -262,6 +315,9 @@ def to_dot(output, params=None, max_nodes=300, fold=True):
                 continue
             src, slot = box_of(p)
             edges.append((src, r, slot))
+    loop = None
+    if roll:
+        boxes, edges, loop = _roll(boxes, edges, op, label_name, tape.size)
     consumers = {}
     inputs = {}
     for s, d, slot in edges:
@@ -297,7 +353,7 @@ def to_dot(output, params=None, max_nodes=300, fold=True):
     # cap: keep the boxes nearest the outputs (by edges), fold the rest
     hidden = set()
     if len(drawn) > max_nodes:
-        dist = {rep[box_of(r)[0]]: 0 for r in roots}
+        dist = {rep[loop.body_of(box_of(r)[0]) if loop else box_of(r)[0]]: 0 for r in roots}
         for d in sorted(drawn, reverse=True):
             if d not in dist:
                 continue
@@ -312,7 +368,8 @@ def to_dot(output, params=None, max_nodes=300, fold=True):
                                              dist.get(b, 1 << 60), -b))
         hidden = set(order[max(max_nodes - 1, 1):])
 
-    root_boxes = {rep[box_of(r)[0]] for r in roots}
+    root_boxes = {rep[loop.body_of(box_of(r)[0]) if loop else box_of(r)[0]] for r in roots}
+    node_lines, body_lines = [], []
     for d in drawn:
         if d in hidden:
             continue
@@ -336,7 +393,14 @@ def to_dot(output, params=None, max_nodes=300, fold=True):
             attrs = ""
         if d in root_boxes:
             attrs = ', fillcolor="#d1e7dd"'
-        lines.append(f'  r{d} [label="{label}"{attrs}];')
+        (body_lines if loop and loop.body(d) else node_lines).append(
+            f'  r{d} [label="{label}"{attrs}];')
+    lines += node_lines
+    if body_lines:  # the loop's body, once, in a frame that says how often it ran
+        lines.append(f'  subgraph cluster_loop {{ label="loop: {loop.trips:,} trips"; '
+                     'style="rounded,dashed"; color="#6c757d"; fontname="Helvetica";')
+        lines += ["  " + ln for ln in body_lines]
+        lines.append("  }")
     if hidden:
         lines.append(f'  hidden [label="{len(hidden):,} more boxes: '
                      f'{_esc(_summary(label_name[h] for h in hidden))}", '
@@ -351,13 +415,16 @@ def to_dot(output, params=None, max_nodes=300, fold=True):
         if s == d or (s, d, slot) in seen:
             continue
         seen.add((s, d, slot))
-        lab = f' [label="{slot}"]' if slot is not None else ""
+        if slot == _NEXT:  # a value one trip hands the next
+            lab = ' [label="next trip", style=dashed, color="#6c757d", constraint=false]'
+        else:
+            lab = f' [label="{slot}"]' if slot is not None else ""
         lines.append(f"  {s} -> {d}{lab};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def render(output, filename, params=None, max_nodes=300, fold=True):
+def render(output, filename, params=None, max_nodes=300, fold=True, roll=True):
     """Draw the graph that reaches ``output`` into ``filename``.
 
     The format follows the file's extension (``.svg``, ``.png``, ``.pdf``,
@@ -377,7 +444,7 @@ def render(output, filename, params=None, max_nodes=300, fold=True):
         raise ImportError(_INSTALL) from None
     import os
     fmt = os.path.splitext(str(filename))[1].lstrip(".").lower() or "svg"
-    src = graphviz.Source(to_dot(output, params, max_nodes, fold))
+    src = graphviz.Source(to_dot(output, params, max_nodes, fold, roll))
     try:
         data = src.pipe(format=fmt)
     except graphviz.ExecutableNotFound:
