@@ -22,6 +22,12 @@ def test_numpy_function_table_is_up_to_date():
         "docs/numpy_functions.md is stale: run python docs/make_function_table.py"
 
 
+def test_architecture_module_map_is_up_to_date():
+    render = runpy.run_path(str(ROOT / "docs" / "make_architecture.py"))["render"]
+    assert (ROOT / "docs" / "architecture.md").read_text() == render(), \
+        "docs/architecture.md's module map is stale: run python docs/make_architecture.py"
+
+
 def test_readme_derived_derivative_example_runs(tmp_path):
     # derive.py reads the forward's source, so the block runs from a file of its own
     blocks = re.findall(r"```python\n(.*?)\n\s*```", (ROOT / "docs" / "reference.md").read_text(), re.S)

@@ -6,7 +6,8 @@ The registry (:mod:`tapegrad.core.registry`) gives each code its name and its
 forward; this file only fixes the numbers, because compiled kernels freeze
 them.
 """
-from .formulas import VIEW_FIRST, codes as _unary_codes
+from .formulas import NARY_ZERO_FIRST, VIEW_FIRST, WHERE, binary_codes as _binary_codes  # noqa: F401
+from .formulas import codes as _unary_codes
 
 SHIFT = 6
 MASK = (1 << SHIFT) - 1
@@ -39,11 +40,10 @@ ZERO_FIRST = 40
 # K_SCALAR subs: x op c, c op x
 ADDC, MULC, DIVC, RSUBC, RDIVC, POWC, RPOWC = range(7)
 
-# K_NARY subs
-(ADD, SUB, MUL, DIV, POW, MAXIMUM, MINIMUM, WHERE, ARCTAN2, HYPOT, LOGADDEXP,
- LOGADDEXP2, FMAX, FMIN, COPYSIGN, FMOD, REMAINDER, FLOAT_POWER) = range(18)
-#: K_NARY subs from here on have zero gradient (floor_divide, heaviside)
-NARY_ZERO_FIRST = 40
+# K_NARY subs: the binary rows of formulas.py name them (C.ADD, C.SUB, C.MUL, C.DIV,
+# C.POW, C.HYPOT, ...); WHERE (where(cond, a, b)) is written by hand in each
+# kernel; from NARY_ZERO_FIRST on they have zero gradient (floor_divide, heaviside)
+globals().update(_binary_codes())
 
 # K_REDUCE subs
 SUM, MEAN, MAX, MIN, PROD, LOGSUMEXP, SOFTMAX, LOG_SOFTMAX = range(8)

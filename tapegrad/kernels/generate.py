@@ -1,5 +1,5 @@
-"""Writes the kernel sources generated from tables: ``unary_rules.py``
-from the rows of ``formulas.py``.
+"""Writes the kernel sources generated from tables: ``unary_rules.py`` and
+``binary_rules.py`` from the rows of ``formulas.py``.
 
 Run ``python tapegrad/kernels/generate.py`` after changing a row;
 ``tests/test_formulas.py`` fails while a generated file is not current. It
@@ -14,7 +14,7 @@ except ImportError:  # run as a script: formulas.py imports nothing of tapegrad'
     import formulas
 
 #: generated file (in this folder) -> the function that renders its source
-GENERATED = {"unary_rules.py": formulas.render}
+GENERATED = {"unary_rules.py": formulas.render, "binary_rules.py": formulas.render_binary}
 
 
 def path(name):

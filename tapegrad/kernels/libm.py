@@ -206,9 +206,12 @@ logaddexp = _logaddexp_with(LIBM["exp"], LIBM["log1p"], _LOGE2, None)
 logaddexp2 = _logaddexp_with(LIBM["exp2"], LIBM["log1p"], 1.0, _LOG2E)
 
 #: NumPy's names of the functions above: the rows of formulas.py whose
-#: NumPy loop may differ from libm, and three of two operands
-_NUMPY_NAMES = {**{r.name: r.math for r in formulas.ROWS if r.libm},
-                "power": "pow", "arctan2": "atan2", "hypot": "hypot"}
+#: NumPy loop may differ from libm
+_NUMPY_NAMES = {r.name: r.math for r in (*formulas.ROWS, *formulas.BINARY)
+                if r.libm and r.math}
+#: the binary rows of that kind without a ``math`` function: this module's
+#: function of the row's name stands in for NumPy's
+_OWN = {r.name: globals()[r.name] for r in formulas.BINARY if r.libm and not r.math}
 
 
 def _namespace(name, base, funcs):
@@ -221,8 +224,7 @@ def _namespace(name, base, funcs):
 
 
 #: ``numpy`` as interpreted kernels see it
-NUMPY = _namespace("numpy", np, {**{k: LIBM[v] for k, v in _NUMPY_NAMES.items()},
-                                 "logaddexp": logaddexp, "logaddexp2": logaddexp2})
+NUMPY = _namespace("numpy", np, {**{k: LIBM[v] for k, v in _NUMPY_NAMES.items()}, **_OWN})
 #: ``math`` as interpreted kernels see it: libm's functions, which return
 #: inf and NaN as compiled code does rather than raise
 MATH = _namespace("math", math, {

@@ -26,20 +26,16 @@ NaN must not change.
 * ``QUOTIENT``: ``a / b``: the mixed partial and the one in ``b``;
 * ``ALL``: every pair of operands (``power``, ``hypot``, ...).
 
-The rows of the ops of one tensor are derived from ``formulas.py``, where
-such an op is added. Adding an op of two tensors: its sub code in
-codes.py, a row here, its forward, derivative and second derivative
-branches side by side in ``rules.py``, its registration in
-``ops/elementwise.py``, and a row in ``tests/op_cases.py``; the registry
-refuses a code that has no row here or no branch in one of the switches.
+The rows of the ops of one and of two tensors are derived from
+``formulas.py``, where such an op is added; the ops with a constant
+(``SCALAR``) and ``where`` are written here. The registry refuses a code
+that has no row here or no branch in one of the switches.
 """
 import numpy as np
 
 from . import codes as C
 from . import formulas
-from .formulas import CONSTANT, LINEAR, SELF
-
-CROSS, QUOTIENT, ALL = "cross", "quotient", "all"
+from .formulas import ALL, CONSTANT, CROSS, LINEAR, QUOTIENT, SELF
 
 #: one tensor: derived from the formulas' rows (what d and d2 read; whether d2 is given)
 UNARY = {
@@ -55,17 +51,11 @@ SCALAR = {  # x op c, c op x (c: the record's constant)
     C.RPOWC: ("y", SELF),
 }
 
+#: two tensors: derived from the binary rows (what the partials read; which
+#: second partials are given)
 NARY = {
-    C.ADD: ("", LINEAR), C.SUB: ("", LINEAR), C.MUL: ("ab", CROSS),
-    C.DIV: ("by", QUOTIENT), C.POW: ("aby", ALL), C.MAXIMUM: ("ab", LINEAR),
-    C.MINIMUM: ("ab", LINEAR),
+    **{r.sub: (r.reads, r.curve) for r in formulas.BINARY},
     C.WHERE: ("a", LINEAR),  # where(cond, a, b) reads its condition, operand 0
-    C.ARCTAN2: ("ab", ALL), C.HYPOT: ("aby", ALL), C.LOGADDEXP: ("aby", ALL),
-    C.LOGADDEXP2: ("aby", ALL), C.FMAX: ("ab", LINEAR), C.FMIN: ("ab", LINEAR),
-    C.COPYSIGN: ("ab", LINEAR), C.FMOD: ("ab", LINEAR), C.REMAINDER: ("ab", LINEAR),
-    C.FLOAT_POWER: ("aby", ALL),
-    # floor_divide, heaviside: zero gradient
-    C.NARY_ZERO_FIRST: ("", CONSTANT), C.NARY_ZERO_FIRST + 1: ("", CONSTANT),
 }
 
 TABLE = {C.K_UNARY: UNARY, C.K_SCALAR: SCALAR, C.K_NARY: NARY}

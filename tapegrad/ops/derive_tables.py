@@ -14,10 +14,6 @@ from ..kernels import formulas
 # structural zero.  Unary rows: (phi_u, phi_uu).  Binary rows: (phi_u, phi_w,
 # phi_uu, phi_uw, phi_ww).
 
-_LN2 = 0.6931471805599453
-_LN10 = 2.302585092994046
-_SQPI2 = 1.1283791670955126   # 2 / sqrt(pi)
-
 #: the deriver's names of the ops of one tensor (``math``'s, where it has one)
 _RULE_NAMES = {"negative": "neg", "absolute": "abs", "square": "square"}
 
@@ -45,30 +41,35 @@ UNARY = {
               "({z} * (_tg_digamma({u}) * _tg_digamma({u}) + _tg_trigamma({u})))"),
 }
 
-_R2 = "({u} * {u} + {w} * {w})"
+#: the deriver's names of the ops of two tensors: Python's operator's or
+#: ``math``'s, else NumPy's
+_BINARY_RULE_NAMES = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div",
+                      "remainder": "mod"}
+
+
+def _binary_rule(row):
+    return _BINARY_RULE_NAMES.get(row.name) or row.math or row.name
+
+
+def _template2(d):
+    """A binary row's expression in a, b, y as a rule in {u}, {w}, {z} (a
+    name or a number as it is, anything else in parentheses)."""
+    if d is None:
+        return None
+    names = {"a": "_u_", "b": "_w_", "y": "_z_",
+             **{k: repr(v) for k, v in formulas.CONSTANTS.items()}}
+    src = formulas.substitute(d, names)
+    node = ast.parse(src, mode="eval").body
+    atom = isinstance(node, (ast.Name, ast.Constant)) or (
+        isinstance(node, ast.UnaryOp) and isinstance(node.operand, ast.Constant))
+    src = src if atom else f"({src})"
+    return src.replace("_u_", "{u}").replace("_w_", "{w}").replace("_z_", "{z}")
+
+
 BINARY = {
-    "add": ("1.0", "1.0", None, None, None),
-    "sub": ("1.0", "-1.0", None, None, None),
-    "mul": ("{w}", "{u}", None, "1.0", None),
-    "div": ("(1.0 / {w})", "(-{z} / {w})", None, "(-1.0 / ({w} * {w}))",
-            "(2.0 * {z} / ({w} * {w}))"),
-    "mod": ("1.0", "(-math.floor({u} / {w}))", None, None, None),     # u - floor(u/w) w
-    "fmod": ("1.0", "(-float(math.trunc({u} / {w})))", None, None, None),
-    # d/dw u**w = u**w log u; the log terms' limit at u == 0 is 0
-    "pow": ("({w} * {u} ** ({w} - 1.0) if {w} != 0.0 else 0.0)",
-            "({z} * math.log({u}) if {u} != 0.0 else 0.0)",
-            # w == 0 and w == 1 are exact zeros, also at u == 0 (0 * 0 ** -1 would be NaN)
-            "({w} * ({w} - 1.0) * {u} ** ({w} - 2.0) if {w} != 0.0 and {w} != 1.0 else 0.0)",
-            "({u} ** ({w} - 1.0) * (1.0 + {w} * math.log(abs({u}))) if {u} != 0.0 "
-            "else (1.0 if {w} == 1.0 else 0.0))",
-            "({z} * math.log(abs({u})) ** 2 if {u} != 0.0 else 0.0)"),
-    "atan2": (f"({{w}} / {_R2})", f"(-{{u}} / {_R2})", f"(-2.0 * {{u}} * {{w}} / {_R2} ** 2)",
-              f"(({{u}} * {{u}} - {{w}} * {{w}}) / {_R2} ** 2)",
-              f"(2.0 * {{u}} * {{w}} / {_R2} ** 2)"),
-    "hypot": ("({u} / {z})", "({w} / {z})", "({w} * {w} / {z} ** 3)",
-              "(-{u} * {w} / {z} ** 3)", "({u} * {u} / {z} ** 3)"),
-    "copysign": ("(math.copysign(1.0, {u}) * math.copysign(1.0, {w}))", None, None, None,
-                 None),
+    # the binary rows of kernels/formulas.py: the same partials the kernels use
+    **{_binary_rule(r): tuple(_template2(d) for d in (r.da, r.db, *r.second))
+       for r in formulas.BINARY if r.curve != formulas.CONSTANT},
     "ldexp": ("math.ldexp(1.0, {w})", None, None, None, None),
     # Python's max(u, w) is u unless w > u (so u on NaN); a tie splits evenly
     "max": ("(1.0 if {u} > {w} else (0.0 if {u} < {w} else (0.5 if {u} == {w} else 1.0)))",
@@ -81,20 +82,22 @@ BINARY = {
 
 #: functions of ``math`` by the rule they take (1 or 2 operands)
 _MATH = {**{r.math: _rule(r) for r in formulas.ROWS if r.math and _rule(r)},
-         **{k: k for k in ("gamma", "atan2", "hypot", "copysign", "fmod", "pow", "ldexp")},
-         "fabs": "abs"}
+         **{r.math: _binary_rule(r) for r in formulas.BINARY if r.math},
+         **{k: k for k in ("gamma", "ldexp")}, "fabs": "abs"}
 #: functions of NumPy (on scalars) by rule
 _NUMPY = {**{r.name: _rule(r) for r in formulas.ROWS if _rule(r) and not r.scipy},
-          **{k: k for k in ("hypot", "copysign", "degrees", "radians", "fmod")},
-          "arctan2": "atan2", "abs": "abs", "fabs": "abs", "power": "pow", "maximum": "max",
-          "minimum": "min", "fmax": "max", "fmin": "min", "float64": "float"}
+          **{r.name: _binary_rule(r) for r in formulas.BINARY if r.curve != formulas.CONSTANT},
+          **{k: k for k in ("degrees", "radians")},
+          "abs": "abs", "fabs": "abs", "float64": "float"}
 #: piecewise constant or boolean: derivative 0, evaluated as written
 _FLAT_MATH = {"floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "factorial"}
-_FLAT_NUMPY = {"floor", "ceil", "trunc", "rint", "sign", "isnan", "isinf", "isfinite"}
+_FLAT_NUMPY = {"floor", "ceil", "trunc", "rint", "sign", "isnan", "isinf", "isfinite",
+               *(r.name for r in formulas.BINARY if r.curve == formulas.CONSTANT)}
 _MATH_CONSTANTS = {"pi", "e", "tau", "inf", "nan"}
 _BUILTINS = {"abs": "abs", "min": "min", "max": "max", "float": "float", "pow": "pow",
              "int": None, "round": None, "bool": None}
-_TWO = {"atan2", "hypot", "copysign", "fmod", "pow", "ldexp", "max", "min"}
+_TWO = {*(_binary_rule(r) for r in formulas.BINARY if r.curve != formulas.CONSTANT), "ldexp",
+        "max", "min"}
 #: names the generated code itself calls: a local of the same name would hide them
 _RESERVED = {"math", "np", "abs", "float", "range"}
 

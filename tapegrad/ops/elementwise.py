@@ -488,30 +488,43 @@ _RSUBC = _scalar_code("RsubScalar", C.RSUBC)
 _RDIVC = _scalar_code("RdivScalar", C.RDIVC)
 _POWC = _scalar_code("PowScalar", C.POWC)
 _RPOWC = _scalar_code("RpowScalar", C.RPOWC)
-# The forwards are Python's operators: on arrays they are NumPy's ufuncs, and
-# on NumPy scalars (0-d values) they take NumPy's scalar fast path, several
-# times quicker than calling the ufunc.
-add, ADD = _def_binary("Add", C.ADD, operator.add, _ADDC, _ADDC, np.add)
-subtract, SUB = _def_binary("Sub", C.SUB, operator.sub, _ADDC, _RSUBC, np.subtract)
-multiply, MUL = _def_binary("Mul", C.MUL, operator.mul, _MULC, _MULC, np.multiply)
-divide, DIV = _def_binary("Div", C.DIV, operator.truediv, _DIVC, _RDIVC, np.divide)
-power, POW = _def_binary("Pow", C.POW, operator.pow, _POWC, _RPOWC, np.power)
-maximum, _ = _def_binary("Maximum", C.MAXIMUM, np.maximum)
-minimum, _ = _def_binary("Minimum", C.MINIMUM, np.minimum)
-fmax, _ = _def_binary("Fmax", C.FMAX, np.fmax)
-fmin, _ = _def_binary("Fmin", C.FMIN, np.fmin)
-arctan2, _ = _def_binary("Atan2", C.ARCTAN2, np.arctan2)
-hypot, _ = _def_binary("Hypot", C.HYPOT, np.hypot)
-logaddexp, _ = _def_binary("Logaddexp", C.LOGADDEXP, np.logaddexp)
-logaddexp2, _ = _def_binary("Logaddexp2", C.LOGADDEXP2, np.logaddexp2)
-copysign, _ = _def_binary("Copysign", C.COPYSIGN, np.copysign)
-fmod, _ = _def_binary("Fmod", C.FMOD, np.fmod)
-remainder, _ = _def_binary("Remainder", C.REMAINDER, np.remainder)
-mod = remainder
-float_power, _ = _def_binary("FloatPower", C.FLOAT_POWER, np.float_power)
-floor_divide, _ = _def_binary("FloorDivide", C.NARY_ZERO_FIRST, np.floor_divide)
-heaviside, _ = _def_binary("Heaviside", C.NARY_ZERO_FIRST + 1, np.heaviside)
-true_divide = divide
+# The ops with a K_SCALAR form: Python's operator as the eager forward (on
+# arrays it is NumPy's ufunc, and on NumPy scalars (0-d values) it takes
+# NumPy's scalar fast path, several times quicker than calling the ufunc), the
+# scalar codes of (tensor op c) and (c op tensor).
+_SCALAR_FORMS = {
+    "add": (operator.add, _ADDC, _ADDC), "subtract": (operator.sub, _ADDC, _RSUBC),
+    "multiply": (operator.mul, _MULC, _MULC), "divide": (operator.truediv, _DIVC, _RDIVC),
+    "power": (operator.pow, _POWC, _RPOWC),
+}
+
+
+def _binary_formula_forward(row):
+    """The eager forward of a binary row that names no NumPy function: its
+    formula ``f`` evaluated on the whole arrays (conditional expressions as
+    ``np.where``: kernels/formulas.py's array_form)."""
+    code = compile(formulas.array_form(row.f), f"<forward of {row.name}>", "eval")
+    env = {"np": np, "math": np, "__builtins__": {"abs": abs}, **formulas.CONSTANTS}
+
+    def fn(a, b):
+        a, b = (np.asarray(v, dtype=np.result_type(v, 1.0)) for v in (a, b))
+        with np.errstate(all="ignore"):
+            return eval(code, dict(env, a=a, b=b))  # noqa: S307
+    fn.__name__ = fn.__qualname__ = row.name
+    return fn
+
+
+def _define_binary(row):
+    """The eager function of a binary row (kernels/formulas.py)."""
+    ufunc = getattr(np, row.name, None) or _binary_formula_forward(row)
+    fn, left, right = _SCALAR_FORMS.get(row.name, (ufunc, None, None))
+    return _def_binary(row.grad, row.sub, fn, left, right, ufunc)[0]
+
+
+# every op of two tensors: a row of kernels/formulas.py
+BINARY = {r.name: _define_binary(r) for r in formulas.BINARY}
+globals().update(BINARY)
+mod, true_divide = BINARY["remainder"], BINARY["divide"]
 
 _WHERE = register("Where", C.K_NARY, C.WHERE, np.where)
 

@@ -26,17 +26,10 @@ from . import special as Sp
 from . import statistics as St
 
 UFUNCS = {
-    # the ops of one tensor that are NumPy ufuncs (kernels/formulas.py's rows)
-    **{getattr(np, name): fn for name, fn in E.UNARY.items()
+    # the ops of one and of two tensors that are NumPy ufuncs (kernels/formulas.py's rows)
+    **{getattr(np, name): fn for name, fn in (*E.UNARY.items(), *E.BINARY.items())
        if isinstance(getattr(np, name, None), np.ufunc)},
-    np.radians: E.radians, np.degrees: E.degrees,
-    np.add: E.add, np.subtract: E.subtract, np.multiply: E.multiply,
-    np.divide: E.divide, np.power: E.power, np.maximum: E.maximum,
-    np.minimum: E.minimum, np.matmul: L.matmul, np.fmax: E.fmax, np.fmin: E.fmin,
-    np.arctan2: E.arctan2, np.hypot: E.hypot, np.logaddexp: E.logaddexp,
-    np.logaddexp2: E.logaddexp2, np.copysign: E.copysign, np.fmod: E.fmod,
-    np.remainder: E.remainder, np.float_power: E.float_power,
-    np.floor_divide: E.floor_divide, np.heaviside: E.heaviside,
+    np.radians: E.radians, np.degrees: E.degrees, np.matmul: L.matmul,
     np.less: E.less, np.less_equal: E.less_equal, np.greater: E.greater,
     np.greater_equal: E.greater_equal, np.equal: E.equal,
     np.not_equal: E.not_equal, np.conjugate: N.conjugate,

@@ -117,7 +117,9 @@ def _scalar(W, r, sub, u):
 
 
 def _nary(W, r, sub, u):
-    tg = _tg()
+    """where's rule, or the binary row's partials (kernels/formulas.py)
+    evaluated with tapegrad's ops: each comparison and piecewise-constant
+    part a constant of the new graph, computed from the values."""
     ps = W.parents(r)
     m = W.size(r)
     if sub == C.WHERE:
@@ -128,70 +130,64 @@ def _nary(W, r, sub, u):
         W.add(qa, _back(u * cond.astype(np.float64), ia, W.size(qa)))
         W.add(qb, _back(u * (~cond).astype(np.float64), ib, W.size(qb)))
         return
-    if sub >= C.NARY_ZERO_FIRST:
+    row = formulas.BINARY_BY_SUB[sub]  # a sub with no row: KeyError, never a zero
+    if row.curve == formulas.CONSTANT:
         return
     qa, qb = ps
     ia, ib = _maps(W, r, m, ps)
-    A = lambda: _at(W.x(qa), ia, m)  # noqa: E731
-    B = lambda: _at(W.x(qb), ib, m)  # noqa: E731
-    av = lambda: _atv(W.val(qa), ia, m)  # noqa: E731
-    bv = lambda: _atv(W.val(qb), ib, m)  # noqa: E731
-    Y = lambda: W.x(r)  # noqa: E731
-    need_a, need_b = W.dep[qa], W.dep[qb]
-    if sub == C.ADD:
-        da, db = 1.0, 1.0
-    elif sub == C.SUB:
-        da, db = 1.0, -1.0
-    elif sub == C.MUL:
-        da = B() if need_a else None
-        db = A() if need_b else None
-    elif sub == C.DIV:
-        da = 1.0 / B() if need_a else None
-        db = -Y() / B() if need_b else None
-    elif sub in (C.POW, C.FLOAT_POWER):
-        a_, b_ = av(), bv()
-        da = (B() * A() ** (B() - 1.0)) * (b_ != 0).astype(np.float64) if need_a else None
-        if need_b:
-            safe = np.where(a_ != 0, a_, 1.0)
-            a_t = A()
-            la = tg.log(tg.where(a_ != 0, a_t, safe)) if isinstance(a_t, Tensor) \
-                else np.log(safe)
-            db = Y() * la * (a_ != 0)
-        else:
-            db = None
-    elif sub == C.ARCTAN2:
-        r2 = A() * A() + B() * B()
-        da, db = B() / r2, -A() / r2
-    elif sub == C.HYPOT:
-        da, db = A() / Y(), B() / Y()
-    elif sub == C.LOGADDEXP:
-        da, db = tg.exp(A() - Y()), tg.exp(B() - Y())
-    elif sub == C.LOGADDEXP2:
-        da, db = tg.exp2(A() - Y()), tg.exp2(B() - Y())
-    elif sub == C.COPYSIGN:
-        da, db = np.copysign(1.0, av()) * np.copysign(1.0, bv()), None
-    elif sub == C.FMOD:
-        da, db = 1.0, -np.trunc(av() / bv())
-    elif sub == C.REMAINDER:
-        da, db = 1.0, -np.floor(av() / bv())
-    elif sub in (C.MAXIMUM, C.MINIMUM, C.FMAX, C.FMIN):
-        a_, b_ = av(), bv()
-        big = sub in (C.MAXIMUM, C.FMAX)
-        wins = (a_ > b_) if big else (a_ < b_)
-        tie = a_ == b_
-        da = np.where(tie, 0.5, wins.astype(np.float64))
-        nan_a, nan_b = a_ != a_, b_ != b_
-        if sub in (C.MAXIMUM, C.MINIMUM):  # NaN wins
-            da = np.where(nan_a, 1.0, np.where(nan_b, 0.0, da))
-        else:  # NaN loses
-            da = np.where(nan_a, 0.0, np.where(nan_b, 1.0, da))
-        db = 1.0 - da
-    else:
-        raise KeyError(sub)
-    if need_a and da is not None:
-        W.add(qa, _back(u * da, ia, W.size(qa)))
-    if need_b and db is not None:
-        W.add(qb, _back(u * db, ib, W.size(qb)))
+    graphs = {"a": lambda: _at(W.x(qa), ia, m), "b": lambda: _at(W.x(qb), ib, m),
+              "y": lambda: W.x(r)}
+    values = {"a": lambda: _atv(W.val(qa), ia, m), "b": lambda: _atv(W.val(qb), ib, m),
+              "y": lambda: W.val(r)}
+    seen = {}
+
+    def at(kind, name):  # each operand gathered once for both partials
+        if (kind, name) not in seen:
+            seen[kind, name] = (graphs if kind == "graph" else values)[name]()
+        return seen[kind, name]
+    for q, idx, side in ((qa, ia, "a"), (qb, ib, "b")):
+        rule = _d_binary(row, side)
+        if not W.dep[q] or rule is None:
+            continue
+        code, graph_names, flats = rule
+        env = dict(_namespace(), _where=_where)
+        env.update((v, at("graph", v)) for v in graph_names)
+        with np.errstate(all="ignore"):
+            for k, (fc, names) in enumerate(flats):
+                values_env = dict(_VALUES, **{v: at("value", v) for v in names})
+                env[f"_c{k}"] = eval(fc, values_env)  # noqa: S307
+        d = eval(code, env)  # noqa: S307  (the row's own formula, compiled once)
+        W.add(q, _back(u * d, idx, W.size(q)))
+
+
+@functools.lru_cache(maxsize=None)
+def _d_binary(row, side):
+    """dy/da or dy/db of a binary row as ``create_graph`` evaluates it
+    (kernels/formulas.py: graph_form): the compiled expression, the operands
+    it reads as graph tensors, and its constants' compiled sources with the
+    values they read; None where the partial is zero."""
+    src = getattr(row, "graph_d" + side) or getattr(row, "d" + side)
+    if src is None:
+        return None
+    graph, flats = formulas.graph_form(src)
+    code = compile(graph, f"<d{side} of {row.name}>", "eval")
+
+    def reads(src):
+        return sorted(formulas._names(src) & set("aby"))
+    return (code, reads(graph),
+            [(compile(f, f"<d{side} of {row.name}>", "eval"), reads(f)) for f in flats])
+
+
+def _where(mask, u, v):
+    """``u`` where ``mask``, else ``v``: a recorded op where either is a tensor."""
+    if isinstance(u, Tensor) or isinstance(v, Tensor):
+        return _tg().where(mask, u, v)
+    return np.where(mask, u, v)
+
+
+#: the namespace of a formula's piecewise-constant parts, computed from the values
+_VALUES = {"np": np, "math": np, "abs": np.abs, "float": np.asarray, "__builtins__": {},
+           **formulas.CONSTANTS}
 
 
 def _maps(W, r, m, ps, at=0):
