@@ -147,7 +147,7 @@ class Tape(_Liveness, _Writes):
                  "ptrs", "nptrs", "graph", "wstale", "w_op", "w_arg0", "w_args", "w_ip0", "w_ip",
                  "w_v1", "w_fp", "w_size", "w_voff", "saved", "ref_rec", "nheld", "zeroed",
                  "kept_bytes", "check_bytes", "f32", "held32", "scratch32", "max_size", "exp_memo",
-                 "__weakref__")
+                 "quick", "__weakref__")
 
     #: anomaly mode (tapegrad.engine.anomaly.AnomalyTape) checks every adjoint
     check_nan = False
@@ -188,6 +188,7 @@ class Tape(_Liveness, _Writes):
         self.scratch = None        # adjoint arena, reused across backwards
         self.scratch32 = None      # the same for float32 sweeps
         self.graph = None          # the last graph search's key and result (autograd.Adjoints)
+        self.quick = None          # the addresses a small backward reads (engine/backward.py)
         self.zeroed = {}           # dtype -> an all-zero scratch array (Tape.zeros)
         self.kept_bytes = 0        # bytes of the values in refs (Tape.keep)
         self.held32 = 0            # float32 values in refs (see arrays)
@@ -422,6 +423,7 @@ class Tape(_Liveness, _Writes):
     def _unpublish(self):
         self.room = -1
         self.wstale = True
+        self.quick = None  # its addresses are those of the arrays being replaced
 
     def _writers(self):
         for k in _WRITTEN:
@@ -493,6 +495,28 @@ class Tape(_Liveness, _Writes):
             raise
         if op < _FIRST_OP:
             self.n_none += 1
+        return r
+
+    def record_leaf(self, value):
+        """``record(LEAF, (), value)``: a leaf's record, written as the ops'
+        fast paths write theirs while ``room`` allows (see ``_binary_op`` in
+        ops/elementwise.py)."""
+        r = self.n
+        if r >= self.room or type(value) is not np.ndarray:
+            return self.record(_LEAF, (), value)
+        na = self.na
+        try:  # free of cost unless raised (Ctrl-C): see abandon
+            self.w_op[r] = _LEAF
+            self.w_arg0[r] = na
+            if value.ndim:
+                self.put(r, value, None)
+            else:
+                self.w_v1[r] = value  # size is 1 by default
+            self.n = r + 1
+        except BaseException:
+            self.abandon(r, na)
+            raise
+        self.n_none += 1
         return r
 
     def abandon(self, r, na):
@@ -654,8 +678,18 @@ class Tape(_Liveness, _Writes):
         (``adj.float32``); every other loop reads float64, and gets the
         addresses of float64 copies of them, which ``adj`` holds."""
         self.arg0[self.n] = self.na  # closes the last record's parents
-        # the addresses of the kept values, found once per value: a backward
-        # costs what its graph costs, not what every kept value does
+        m = self.addresses()
+        ptrs = self.ptrs[:m]
+        if self.held32 and not getattr(adj, "float32", False):
+            ptrs = _float64_ptrs(self.refs, ptrs, adj)
+        return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
+                self.v1, self.vals, adj.voff, self.rix, ptrs, adj.aptr)
+
+
+    def addresses(self):
+        """Fill ``ptrs`` with the addresses of the kept values (found once per
+        value: a backward costs what its graph costs, not what every kept
+        value does); returns how many it holds, ``len(refs)``."""
         m, k = len(self.refs), self.nptrs
         if m > k:
             if m > self.ptrs.size:
@@ -663,11 +697,29 @@ class Tape(_Liveness, _Writes):
             self.ptrs[k:m] = np.fromiter((0 if a is None else a.ctypes.data
                                           for a in self.refs[k:m]), _INT, m - k)
             self.nptrs = m
-        ptrs = self.ptrs[:m]
-        if self.held32 and not getattr(adj, "float32", False):
-            ptrs = _float64_ptrs(self.refs, ptrs, adj)
-        return (self.op, self.arg0, self.size, self.ip0, self.args, self.ip, self.fp,
-                self.v1, self.vals, adj.voff, self.rix, ptrs, adj.aptr)
+        return m
+
+    def settled(self):
+        """What :meth:`after_backward` does once every op record of the tape
+        is freed or spent (``all_freed``): no record that is still
+        differentiable reads a held array, so users get their arrays' write
+        permission back now, not at the reset, and the kept values go, as
+        PyTorch frees a graph's saved tensors in its backward.  (The small
+        backward of engine/backward.py frees its records in its compiled call
+        and ends here.)"""
+        self.all_freed = True
+        for a in self.flipped:
+            _writeable(a)
+        self.flipped.clear()
+        if not self.keeps_freed_values:
+            refs = self.refs
+            for k in range(len(refs)):
+                refs[k] = None
+            self.nheld.clear()
+            self.kept_bytes = 0
+            self.held32 = 0
+            if self.nptrs:
+                self.ptrs[:self.nptrs] = 0
 
 
 def _float64_ptrs(refs, ptrs, holder):
@@ -685,6 +737,7 @@ def _float64_ptrs(refs, ptrs, holder):
 
 
 _CONST = C.code(C.K_NONE, C.CONST)
+_LEAF = C.code(C.K_NONE, C.LEAF)
 #: the record arrays the fast paths write through memoryviews (Tape._writers)
 _WRITTEN = ("op", "arg0", "args", "ip0", "ip", "v1", "fp", "size", "voff")
 

@@ -642,7 +642,7 @@ def _node(tape, t):
         if t._ltok is tape.lkey:
             return t._lrec
         d = t._data
-        r = tape.record(R.LEAF, (), d)
+        r = tape.record_leaf(d)
         if type(d) is np.ndarray and d.flags.writeable:
             # the record saved this value (a copy, or the array itself): a
             # NumPy write into it now would give this graph's gradient a

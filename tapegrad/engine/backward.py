@@ -22,8 +22,10 @@ from . import fused as _fused
 from .fused import run as fused_run
 from ..kernels._views import SMALL, V1, VALS
 from .graph import origin, view_codes
+from ..kernels import sweep as _sw
 from ..kernels.sweep import (graph_addresses, graph_of, layout, sweep, whole_addresses,
                              whole_layout)
+from ..core.liveness import SAVES
 from ..core.registry import OUTPUT, REGISTRY
 from ..core.tape import Tape, current
 from ..core.tensor import Tensor, _plain, bound
@@ -593,6 +595,8 @@ def backward(t, gradient=None, retain_graph=False):
             "element 0 of tensors does not require grad and does not have a grad_fn: "
             "create the inputs with requires_grad=True and compute the output with "
             "grad enabled (not under tg.no_grad())")
+    if gradient is None and t._tok is not None and _quick(t, retain_graph):
+        return
     # (a scalar root's implicit seed is a shared one: every use below copies it)
     seed = _ONE if gradient is None and t.size == 1 else _seed(t, gradient)
     if t._tok is None:  # a leaf: d t / d t = identity (never keep the caller's array)
@@ -614,6 +618,122 @@ def backward(t, gradient=None, retain_graph=False):
         eng = Sweep(tape, upto, root, t.dtype == np.float32)
         eng.adj.add(root, seed)
         walk(tape, eng, upto, None, retain_graph=retain_graph)
+
+
+# -- a small backward in one call ---------------------------------------------------------
+# The common backward -- ``loss.backward()`` of a one-element float64 loss in
+# a training loop, on a tape without hooks, host records, in-place writes or
+# freed records -- has nothing for Python to do between the layout and the
+# gradients: :func:`~tapegrad.kernels.sweep.quick_backward` lays the
+# adjoints out, seeds, sweeps and, when the backward ran every op record,
+# frees them, in one compiled call that reads the tape through an array of
+# addresses the tape keeps (``Tape.quick``).  Every other backward, and
+# this one wherever that call declines, is the walk below; the two run the
+# same sweep over the same layout, so their gradients are the same bits.
+
+class _Quick:
+    """The addresses ``quick_backward`` reads for one tape (``Q``) and the
+    arrays behind them: the tape's, which the tape holds (the addresses are
+    good while it holds these very arrays: ``fits``), and buffers of its own
+    for the value offsets, adjoint addresses, reached marks and reached
+    leaves it writes."""
+
+    __slots__ = ("Q", "op", "args", "ip", "vals", "ptrs", "A", "voff", "aptr", "reached", "out",
+                 "outer", "declined")
+
+    def __init__(self, tape):
+        # (the call runs graphs of at most _DOWN.size records: no buffer needs more)
+        cap = min(len(tape.op), _sw._DOWN.size)
+        self.op, self.args, self.ip, self.vals = tape.op, tape.args, tape.ip, tape.vals
+        self.ptrs, self.A = tape.ptrs, tape.scratch
+        self.voff, self.aptr = np.empty(cap, np.int64), np.empty(cap, np.int64)
+        self.reached = np.zeros(cap, np.bool_)
+        self.out = np.empty(3 * cap, np.int64)
+        arrays = (tape.op, tape.arg0, tape.size, tape.ip0, tape.args, tape.ip, tape.fp, tape.v1,
+                  tape.vals, self.voff, tape.rix, tape.ptrs, self.aptr, self.reached, tape.freed,
+                  SAVES, _sw.TABLE, _sw._DOWN, self.A, self.out)
+        assert len(arrays) == _sw.Q_N
+        self.Q = np.array([a.ctypes.data for a in arrays] + [a.size for a in arrays], np.int64)
+        self.outer = 0      # the last leaf arena's size
+        self.declined = None  # the epoch (Tape.lkey) in which the call last declined
+
+    def fits(self, tape):
+        return (self.op is tape.op and self.args is tape.args and self.ip is tape.ip
+                and self.vals is tape.vals and self.ptrs is tape.ptrs and self.A is tape.scratch)
+
+
+class _Laid:
+    """What ``Tape.arrays`` reads of a layout (:class:`Adjoints`'s
+    ``voff``/``aptr``), for the quick backward's ``after_backward``."""
+
+    __slots__ = ("voff", "aptr")
+    float32 = False
+
+    def __init__(self, voff, aptr):
+        self.voff, self.aptr = voff, aptr
+
+
+_QUICK = []   # quick_backward, once it may run (kernels/sweep.py: quick_runner)
+
+
+def _quick(t, retain_graph):
+    """``backward()`` of ``t`` (a non-leaf, seed 1) in one compiled call, if
+    it is the common case; False (nothing done) where :func:`walk` must run.
+    (No local holds the epoch token: a traceback that keeps a frame would
+    keep the token, which stops compaction: core/liveness.py.)"""
+    tape = t._tok.tape
+    if type(tape) is not Tape or tape is not current() or t._tok.tape is not tape:
+        return False  # (anomaly mode and traces have tapes of their own classes)
+    if (tape.hooks or tape.stale or tape.host or tape.n_freed or tape.held32 or H.LEAF_HOOKS
+            or tape.max_size >= _fused.FUSE_MIN or tape.scratch is None
+            or _nesting.__dict__.get("stack")):
+        return False
+    data = t._data
+    root = t._rec
+    upto = root + 1
+    if (data.size != 1 or upto > GRAPH_SEARCH_FROM
+            or tape.max_size > SMALL and data.dtype != np.float64):
+        return False
+    if not _QUICK:
+        run = _sw.quick_runner()
+        if run is None:
+            return False
+        _QUICK.append(run)
+    run = _QUICK[0]
+    if len(tape.refs) > tape.nptrs:
+        tape.addresses()
+    q = tape.quick
+    if q is None or not q.fits(tape):
+        q = tape.quick = _Quick(tape)
+    elif q.declined is tape.lkey:
+        return False
+    L = np.empty(q.outer)
+    status, count, k = run(q.Q, L, upto, root, tape.n, tape.na, tape.n_none, retain_graph)
+    if status == _sw.Q_LEAF_ARENA:
+        q.outer = count
+        L = np.empty(count)
+        status, count, k = run(q.Q, L, upto, root, tape.n, tape.na, tape.n_none, retain_graph)
+    if status == _sw.Q_GENERAL:
+        q.declined = tape.lkey
+        return False
+    if k:
+        out = q.out[:3 * k].tolist()
+        leaves = tape.leaves
+        for i in range(0, 3 * k, 3):
+            leaf = leaves.get(out[i])
+            if leaf is not None:
+                o = out[i + 1]
+                _accumulate(leaf, L[o:o + out[i + 2]].reshape(leaf.shape))
+    if not retain_graph:
+        if status == _sw.Q_ALL_FREED:
+            tape.n_freed += count
+            tape.n_spent = tape.n - tape.n_none - tape.n_freed
+            tape.settled()
+        else:
+            laid = _Laid(q.voff[:upto], q.aptr[:upto])
+            reached = q.reached[:upto]
+            tape.after_backward(reached, tape.arrays(laid) + (reached,))
+    return True
 
 
 def walk(tape, eng, upto, targets=None, direct=(), *, accumulate=True, retain_graph=False,

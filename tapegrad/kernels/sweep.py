@@ -8,9 +8,10 @@ import numpy as np
 
 from . import codes as C
 from ._jit import inline, kernel
-from ._views import OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1, RIX, PTRS, REACHED  # tape fields
-from ._views import (SMALL, adjoint, adjoint_span, alias, borrowed_tape, claim, claim_zeroed,
-                     fparam, parent, value)
+from ._views import (OP, ARG0, SIZE, IP0, ARGS, IP, FP, V1, VALS, VOFF, RIX, PTRS, APTR,  # tape fields
+                     REACHED)
+from ._views import (SMALL, _voidptr, adjoint, adjoint_span, alias, borrowed_tape, carray, claim,
+                     claim_zeroed, fparam, parent, value)
 from .dispatch import FAILED, MISSING, TABLE, VJP, VJP32, call_entry, slot
 from .dtypes import float_dtype
 from .interpret import estimate_as
@@ -631,3 +632,139 @@ def free_reached(op, freed, reached, n):
         else:
             all_freed = False
     return all_freed, n_freed
+
+
+# -- a small backward in one call ----------------------------------------------------
+# ``quick_backward`` reads the tape through one array of addresses (``Q``):
+# a tuple of 14 arrays costs Numba about a microsecond to unpack at every
+# call from Python, more than the whole sweep of a small graph.  Slots
+# ``OP .. REACHED`` are the tape tuple's (kernels/_views.py; ``VOFF``,
+# ``APTR`` and ``REACHED`` are buffers of the tape's own, filled by each
+# call), then these; each slot's element count is at ``Q_N + slot``.
+Q_FREED, Q_SAVES, Q_TABLE, Q_DOWN, Q_ARENA, Q_OUT = range(14, 20)
+Q_N = 20
+#: ``quick_backward``'s first return: swept and nothing freed (Python frees
+#: what the backward ran, as after any sweep); swept, and every op record of
+#: the tape is now freed or spent; the leaf arena must have another size
+#: (the second return); not swept (the general path runs the backward)
+Q_SWEPT, Q_ALL_FREED, Q_LEAF_ARENA, Q_GENERAL = 0, 1, 2, 3
+_FIRST_OP = 1 << C.SHIFT
+
+
+@kernel
+def quick_backward(Q, L, upto, root, n, na, n_none, retain):
+    """The backward of a float64 one-element root ``root`` over records
+    ``0 .. upto-1``, laid out whole, in one call from Python: the layout of
+    :func:`whole_layout` (leaf adjoints in ``L``, the others in the tape's
+    scratch arena), the seed 1, :func:`_sweep` in the order :func:`sweep`
+    gives it, then -- unless ``retain`` -- the freeing of
+    ``Tape.after_backward`` when the backward ran every op record of the tape
+    (a training loop's step; any other case is left to it).
+
+    Returns ``(status, count, leaves)``: ``Q_GENERAL`` when this path does
+    not apply (the root is an output slot or freed, record ``count`` below
+    it is one whose VJP Python runs, the scratch arena is smaller than
+    ``count`` adjoint elements, the sweep stopped at record ``count``'s code
+    -- a family not compiled yet, a freed record --, or the tape has more
+    than 4,096 records below ``upto``: nothing observable has changed then),
+    ``Q_LEAF_ARENA`` when ``L`` must have ``count`` elements; else the op
+    records freed (``count``) and the reached leaf records (``leaves`` of
+    them: record, offset in ``L``, size, three entries each in ``Q_OUT``)."""
+    N = Q_N
+    T = (carray(_voidptr(Q[OP]), (Q[N + OP],), np.int64),
+         carray(_voidptr(Q[ARG0]), (Q[N + ARG0],), np.int64),
+         carray(_voidptr(Q[SIZE]), (Q[N + SIZE],), np.int64),
+         carray(_voidptr(Q[IP0]), (Q[N + IP0],), np.int64),
+         carray(_voidptr(Q[ARGS]), (Q[N + ARGS],), np.int64),
+         carray(_voidptr(Q[IP]), (Q[N + IP],), np.int64),
+         carray(_voidptr(Q[FP]), (Q[N + FP],), np.float64),
+         carray(_voidptr(Q[V1]), (Q[N + V1],), np.float64),
+         carray(_voidptr(Q[VALS]), (Q[N + VALS],), np.float64),
+         carray(_voidptr(Q[VOFF]), (upto,), np.int64),
+         carray(_voidptr(Q[RIX]), (Q[N + RIX],), np.int64),
+         carray(_voidptr(Q[PTRS]), (Q[N + PTRS],), np.int64),
+         carray(_voidptr(Q[APTR]), (upto,), np.int64),
+         carray(_voidptr(Q[REACHED]), (upto,), np.bool_))
+    freed = carray(_voidptr(Q[Q_FREED]), (Q[N + Q_FREED],), np.bool_)
+    op, size, arg0 = T[OP], T[SIZE], T[ARG0]
+    voff, aptr, reached = T[VOFF], T[APTR], T[REACHED]
+    if upto > Q[N + Q_DOWN] or op[root] == _OUTPUT or freed[root]:
+        return Q_GENERAL, 0, 0  # (its order is a view of _DOWN's 4,096 record ids)
+    arg0[n] = na  # closes the last record's parents
+    v = 0
+    inner = 0
+    outer = 0
+    for r in range(upto):  # _lay_out's offsets
+        kind = op[r] >> C.SHIFT
+        if kind == C.K_HOST or kind > C.K_USER:
+            # Python runs its VJP (_sweep hands it back): the walk, before
+            # anything is swept twice
+            return Q_GENERAL, r, 0
+        s = size[r]
+        voff[r] = v
+        if 1 < s <= SMALL:
+            v += s
+        if op[r] == _LEAF:
+            aptr[r] = outer
+            outer += s
+        else:
+            aptr[r] = inner
+            inner += s
+        reached[r] = False
+    if outer != L.size:
+        return Q_LEAF_ARENA, outer, 0
+    if inner > Q[N + Q_ARENA]:
+        return Q_GENERAL, inner, 0
+    lbase, abase = L.ctypes.data, Q[Q_ARENA]
+    for r in range(upto):
+        aptr[r] = aptr[r] * 8 + (lbase if op[r] == _LEAF else abase)
+    adjoint_span(T, root, 1)[0] = 1.0
+    reached[root] = True
+    down = Q[N + Q_DOWN]
+    order = carray(_voidptr(Q[Q_DOWN] + 8 * (down - upto)), (upto,), np.int64)
+    mmk = carray(_voidptr(Q[Q_DOWN]), (0,), np.int64)
+    table = carray(_voidptr(Q[Q_TABLE]), (Q[N + Q_TABLE],), np.int64)
+    s = _sweep(T, freed, order, upto - 1, -1, mmk, table)
+    if s != -1:
+        return Q_GENERAL, s, 0
+    out = carray(_voidptr(Q[Q_OUT]), (Q[N + Q_OUT],), np.int64)
+    k = 0
+    for r in range(upto):
+        if reached[r] and op[r] == _LEAF:
+            out[3 * k] = r
+            out[3 * k + 1] = (aptr[r] - lbase) // 8
+            out[3 * k + 2] = size[r]
+            k += 1
+    if retain:
+        return Q_SWEPT, 0, k
+    saves = carray(_voidptr(Q[Q_SAVES]), (Q[N + Q_SAVES],), np.bool_)
+    hits = 0
+    new = 0
+    for r in range(upto):
+        if reached[r] and op[r] >= _FIRST_OP:
+            hits += 1
+            if saves[op[r]]:
+                new += 1
+    if new == 0 or hits != n - n_none:
+        return Q_SWEPT, 0, k
+    # it ran every op record of the tape (Tape.after_backward's ``ran_all``):
+    # those that saved values are freed, the rest spent
+    for r in range(upto):
+        if reached[r] and op[r] >= _FIRST_OP and saves[op[r]]:
+            freed[r] = True
+    return Q_ALL_FREED, new, k
+
+
+def quick_runner():
+    """:func:`quick_backward`, called as a plain compiled function, once the
+    sweep it calls is compiled; None before (the interpreted tier runs
+    backwards record by record: kernels/interpret.py)."""
+    if not getattr(_sweep, "overloads", None):
+        return None
+    from ._numba import CPUDispatcher
+    run = quick_backward
+    if type(run) is not CPUDispatcher:
+        # compiled on its first call (or loaded from the cache), never
+        # interpreted: it is only called once the process compiles its sweeps
+        run.__class__ = CPUDispatcher
+    return run

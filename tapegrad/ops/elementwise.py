@@ -306,6 +306,10 @@ def _binary_op(code, fn, left, negate, slow):
                     t._tok = tok
                     t._rec = r
                     return t
+                if tok is None or b._tok is None:
+                    out = _with_leaves(code, fn, a, b)
+                    if out is not None:
+                        return out
             elif (tb is float or tb is int) and left:
                 try:
                     tape = _tls.tape
@@ -351,6 +355,43 @@ def _binary_op(code, fn, left, negate, slow):
 
 
 _CONST = C.code(C.K_NONE, C.CONST)
+
+
+def _with_leaves(code, fn, a, b):
+    """``a op b`` for two tensors of one shape that require grad, one or both
+    of them leaves (``w * x`` of parameters, ``x * x``): their LEAF records
+    as ``_node`` writes them, then the op's record as the fast path writes
+    it -- what ``_binary`` records, without its general case's steps -- or
+    None where ``_binary`` must run (grad mode off, a tape of another class,
+    operands that broadcast or are not plain ndarrays)."""
+    ad, bd = a._data, b._data
+    if (not (a._requires_grad and b._requires_grad) or type(ad) is not _ND
+            or type(bd) is not _ND or ad.shape != bd.shape):
+        return None
+    tape = current()
+    if type(tape) is not _Tape or tape.n + 3 > tape.room:  # room is -1 under no_grad
+        return None
+    data = fn(ad, bd)
+    ra = _node(tape, a)
+    rb = _node(tape, b)
+    r = tape.n
+    na = tape.na
+    try:  # free of cost unless raised (Ctrl-C): see Tape.abandon
+        tape.w_op[r] = code
+        tape.w_arg0[r] = na
+        args = tape.w_args
+        args[na] = ra
+        args[na + 1] = rb
+        tape.na = na + 2
+        if type(data) is _F64 or not data.ndim:
+            tape.w_v1[r] = data  # size is 1 by default
+        else:
+            tape.put(r, data, (ad, bd))
+        tape.n = r + 1
+    except BaseException:
+        tape.abandon(r, na)
+        raise
+    return _result(tape, r, data)
 
 
 def _with_array(code, fn, t, c, swapped):
