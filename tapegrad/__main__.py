@@ -22,6 +22,15 @@ def _steps():
 
     yield "reverse sweep", backward
 
+    def small_backward():
+        # a small hook-free backward runs as one compiled call once the sweep
+        # is compiled (kernels/sweep.py: quick_backward); the second step takes it
+        for _ in range(2):
+            t = tg.tensor(x, requires_grad=True)
+            (t * t).sum().backward()
+
+    yield "one-call backward of small graphs", small_backward
+
     def fused():
         from tapegrad.engine.fused import FUSE_MIN
         t = tg.tensor(np.linspace(0.1, 0.9, FUSE_MIN), requires_grad=True)
