@@ -6,8 +6,17 @@ and says how its forward is computed.  A code that some kernel switch has
 no branch for is refused here (``kernels/coverage.py``).  Host ops (VJP in Python with NumPy,
 for BLAS-bound work) carry their VJP function here as well.  The test suite
 checks that every entry has a gradient test.
+
+A host op's row is also the one place its other rules live, as a
+primitive's rules sit beside it: its forward-mode tangent rule (``jvp``),
+its second-order rule (``second``) and its ``create_graph`` VJP in
+tapegrad's own ops (``graph_vjp``), each a function of the transform's
+context object, or a string saying why the op has none, which the
+transform reports.  The transforms read them from here
+(:class:`RuleView`).
 """
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Mapping
+from typing import Callable, NamedTuple, Optional, Union
 
 from ..kernels import codes as C
 from ..kernels.coverage import check as _check_handled
@@ -31,6 +40,15 @@ class OpDef(NamedTuple):
     file_arity: object = None
     #: why a trace cannot replay it (None: it can)
     not_replayable: Optional[str] = None
+    #: forward mode: ``(tape, tan, r) -> None`` writes the outputs' tangents
+    #: through the tangent store ``tan``; or why there is none
+    jvp: Union[Callable, str, None] = None
+    #: second order (forward over reverse): ``(P, r) -> None`` adds the tangent
+    #: of the VJP (outputs' gradients fixed) through the pass ``P``; or why none
+    second: Union[Callable, str, None] = None
+    #: create_graph: ``(W, r, u) -> None`` adds the VJP of the adjoint ``u``
+    #: written in tapegrad's ops through the walk ``W``; or why there is none
+    graph_vjp: Union[Callable, str, None] = None
 
 
 REGISTRY = {}   # code -> OpDef
@@ -38,14 +56,17 @@ BY_NAME = {}    # name -> OpDef
 
 
 def register(name, kind, sub, forward=None, host_vjp=None, batched_vjp=None, *, reads=None,
-             replay=None, host_extra=0, file_arity=None, not_replayable=None):
+             replay=None, host_extra=0, file_arity=None, not_replayable=None, jvp=None,
+             second=None, graph_vjp=None):
     """Add one op; returns its code.  Names and codes must be unique.
 
     A host op (``K_HOST``) also says which values its VJP reads (``reads``:
     ``"x"``, ``"y"``, both or ``""``; what the tape keeps for it), and
     either how a trace replays it (``replay``, ``host_extra``,
     ``file_arity``) or why it cannot (``not_replayable``): every table that
-    needs those facts reads them from here."""
+    needs those facts reads them from here.  It gives its other rules too,
+    each a function or the reason it has none: ``jvp`` (forward mode),
+    ``second`` (second order) and ``graph_vjp`` (``create_graph``)."""
     code = C.code(kind, sub)
     if code in REGISTRY or name in BY_NAME:
         raise ValueError(f"op {name!r} (code {code}) is registered twice")
@@ -54,16 +75,49 @@ def register(name, kind, sub, forward=None, host_vjp=None, batched_vjp=None, *, 
     if kind == C.K_HOST and (reads is None or (replay is None) == (not_replayable is None)):
         raise ValueError(f"op {name!r}: a host op says what its VJP reads, and either its "
                          "replay forward or why it has none")
+    rules = {"jvp": jvp, "second": second, "graph_vjp": graph_vjp}
+    for field, rule in rules.items():
+        if kind == C.K_HOST and not (callable(rule) or isinstance(rule, str)):
+            raise ValueError(f"op {name!r}: a host op gives its {field} rule, or a string "
+                             "saying why it has none")
+        if kind != C.K_HOST and rule is not None:
+            raise ValueError(f"op {name!r}: only host ops carry a {field} rule")
     # a code that some kernel switch lacks would reach its NaN fallback: refuse
     # it now rather than give NaN (or worse) at the first sweep
     _check_handled(code)
     if reads is not None:
         set_reads(kind, sub, reads)
     d = OpDef(name, code, forward, host_vjp, batched_vjp, replay, host_extra, file_arity,
-              not_replayable)
+              not_replayable, jvp, second, graph_vjp)
     REGISTRY[code] = d
     BY_NAME[name] = d
     return code
+
+
+class RuleView(Mapping):
+    """op code -> the rule ``field`` (``"jvp"``, ``"second"``, ``"graph_vjp"``)
+    of every op whose row gives one: a live view of the registry, for the
+    transforms that look a host op's rule up by code."""
+
+    def __init__(self, field):
+        self.field = field
+
+    def __getitem__(self, code):
+        rule = getattr(REGISTRY.get(code), self.field, None)
+        if not callable(rule):
+            raise KeyError(code)
+        return rule
+
+    def __iter__(self):
+        return iter([c for c, d in REGISTRY.items() if callable(getattr(d, self.field))])
+
+    def __len__(self):
+        return sum(1 for _ in self)
+
+    def missing(self, code):
+        """Why op ``code`` has no such rule (its row's string), or ""."""
+        rule = getattr(REGISTRY.get(code), self.field, None)
+        return rule if isinstance(rule, str) else ""
 
 
 def differentiable_ops():

@@ -160,10 +160,6 @@ def _fft_vjp_batched(tape, adj, r):
     _fft_vjp(tape, adj, r, lead=1)
 
 
-_FFT = register("FFT", C.K_HOST, C.FFT, None, host_vjp=_fft_vjp, batched_vjp=_fft_vjp_batched,
-                reads="", replay=lambda xs, h: _fft_forward(xs, h), host_extra=3)
-
-
 def _fft_forward(xs, h):
     """The record's value from its parents' values ``xs`` (the replay's forward)."""
     plan, in_complex, out_complex = h[:3]
@@ -188,6 +184,12 @@ def _fft_jvp(tape, tan, r):
 
 def _fft_second(P, r):
     """Second order: a linear map has no curvature term."""
+
+
+_FFT = register("FFT", C.K_HOST, C.FFT, None, host_vjp=_fft_vjp, batched_vjp=_fft_vjp_batched,
+                reads="", replay=lambda xs, h: _fft_forward(xs, h), host_extra=3,
+                jvp=_fft_jvp, second=_fft_second,
+                graph_vjp="its backward runs the FFT on arrays, not as recorded ops")
 
 
 def apply(plan, x, in_complex):

@@ -57,6 +57,7 @@ from .elementwise import _operand
 from ..core.registry import CONST, OUTPUT, register
 from ..core.tape import current
 from ..core.tensor import Tensor, _plain, _result
+from .linalg._common import _flat, _known, _parents
 
 
 class FunctionCtx:
@@ -132,9 +133,83 @@ def _function_vjp_batched(tape, block, r):
     return None
 
 
+def _function_jvp(tape, tan, r):
+    """A tg.Function's tangents from its ``jvp(ctx, *tangents)``: one tangent
+    per input of forward (the input's shape; zeros where the input carries
+    none, None for arguments that are not tensors), one per output back (None:
+    zero), called once per direction."""
+    cls, ctx, tensor_args, out_shapes, nargs = tape.host[r]
+    why = getattr(cls, "no_jvp", None)
+    if why is not None:
+        raise NotImplementedError(why(ctx))
+    if getattr(cls, "jvp", None) is None:
+        named = first_order_message(cls, "jvp")
+        if named is not None:
+            raise NotImplementedError(named)
+        raise NotImplementedError(
+            f"jvp: {cls.__name__} is a tg.Function, which defines backward() but no "
+            "forward-mode rule; define a static jvp(ctx, *tangents) on it (one tangent per "
+            "input of forward, one per output returned), or use reverse mode (tg.vjp, "
+            "tg.jacobian, tg.grad) for functions that call it")
+    ins = [tan.lead(q, shape) for q, (_, shape) in zip(_parents(tape, r), tensor_args)]
+    # several outputs (or a tuple of one): OUTPUT records right after r read it
+    single = not (r + 1 < tape.n and tape.op[r + 1] == OUTPUT
+                  and int(tape.args[tape.arg0[r + 1]]) == r)
+    outs = [np.zeros((tan.p,) + tuple(s)) for s in out_shapes]
+    for k in range(tan.p):
+        args = [None] * nargs
+        for (position, shape), t in zip(tensor_args, ins):
+            args[position] = np.zeros(shape) if t is None else np.array(t[k])
+        res = cls.jvp(ctx, *args)
+        res = res if isinstance(res, tuple) else (res,)
+        if len(res) != len(out_shapes):
+            raise RuntimeError(
+                f"{cls.__name__}.jvp returned {len(res)} tangents, expected {len(out_shapes)}: "
+                "one per output of forward (None for a zero tangent)")
+        for j, (o, shape) in enumerate(zip(res, out_shapes)):
+            if o is None:
+                continue
+            o = np.asarray(o, dtype=np.float64)
+            if o.shape != tuple(shape):
+                raise RuntimeError(
+                    f"{cls.__name__}.jvp returned a tangent of shape {o.shape} for output "
+                    f"{j}, whose shape is {tuple(shape)}")
+            outs[j][k] = o
+    if single:
+        tan.put(r, outs[0])
+    else:
+        for j, o in enumerate(outs):
+            tan.put(r + 1 + j, o)
+
+
+def _function_graph(W, r, u):
+    """create_graph: the gradients from the class's ``vjp_ops`` (a VJP written
+    in tapegrad's ops), added through the walk ``W``."""
+    tape = W.tape
+    cls, ctx, tensor_args, out_shapes, nargs = tape.host[r]
+    parents = W.parents(r)
+    where = {position: q for (position, _shape), q in zip(tensor_args, parents)}
+    # argument ``position`` as a tensor of the graph, of the given value
+    # (the Function keeps its inputs; the tape need not)
+    inputs = lambda position, value: _known(W, where[position], value)  # noqa: E731
+    if getattr(cls, "vjp_ops_outputs", False):
+        # and its output j (one OUTPUT record each after r), so that a formula
+        # in the outputs (a decomposition's factors) differentiates through
+        # this record again, as the decompositions' rules (ops/linalg/) do
+        grads = cls.vjp_ops(ctx, u, inputs, lambda j, value: _known(W, r + 1 + j, value))
+    else:
+        grads = cls.vjp_ops(ctx, u, inputs)
+    for (position, _shape), q in zip(tensor_args, parents):
+        g = grads[position]
+        if g is not None:
+            W.add(q, _flat(g))
+
+
 _FUNCTION = register("Function", C.K_HOST, C.FUNCTION, None, host_vjp=_function_vjp,
                      batched_vjp=_function_vjp_batched, reads="",
-                     not_replayable="tg.Function runs user Python")
+                     not_replayable="tg.Function runs user Python", jvp=_function_jvp,
+                     second="a tg.Function's backward works on arrays",
+                     graph_vjp=_function_graph)
 
 
 def first_order_message(cls, how=None):

@@ -16,9 +16,9 @@ the engine ``autograd.walk`` drives it through (``Recorded``: hooks,
 ``retain_grad`` and the inputs' gradients are the walk's, as on every
 other path) are here; the formulas by kind are in
 ``transforms/create_graph/kinds.py``, those of the host ops (matmul, einsum, the
-decompositions, ``tg.Function``) in ``transforms/create_graph/linalg.py``, and the
-index ops they record with (``take``, ``scatter``) and ``NoRule`` in
-``transforms/create_graph/index.py``.  Where eigen- or singular-vector gradients would
+decompositions, ``tg.Function``) are the ``graph_vjp=`` of their registry rows,
+beside the ops in ``ops/``, and the index ops they record with (``take``,
+``scatter``) and ``NoRule`` are in ``transforms/create_graph/index.py``.  Where eigen- or singular-vector gradients would
 divide by a zero gap (or a zero singular value of a non-square matrix) the
 walk raises instead of recording inf/NaN.
 
@@ -34,13 +34,17 @@ import numpy as np
 from .index import NoRule, _tg
 from .kinds import (_CUMPROD_ZERO_MAX, _concat, _gather, _nary, _reduce,
                                  _scalar, _scan, _unary, _user)
-from .linalg import HOST
 from ...ops.function import _FUNCTION
 from ...kernels import codes as C
 from ...kernels._views import SMALL
 from ...ops import matrix as L
-from ...core.registry import REGISTRY
+from ...core.registry import REGISTRY, RuleView
 from ...core.tensor import _result
+
+#: op code -> create_graph rule ``(walk, r, adjoint)`` of the host ops: the
+#: ``graph_vjp`` of their registry rows (a row may give instead why it has
+#: none, which NoRule carries)
+HOST = RuleView("graph_vjp")
 
 
 # -- the walk --------------------------------------------------------------------------------
@@ -196,7 +200,7 @@ def _check(tape, _vals, r, reached):
                 raise NoRule(f"{cls.__name__} (a tg.Function)",
                              "a tg.Function's backward works on arrays")
         elif code not in HOST:
-            raise NoRule(name)
+            raise NoRule(name, HOST.missing(code))
         elif code in (L._EIGH, L._SVD):
             _check_gaps(tape, r, reached, name)
     if kind == C.K_USER:
@@ -258,7 +262,7 @@ class _Vals:
 
 
 def _host(W, r, sub, u):
-    HOST[C.code(C.K_HOST, sub)](W, r, u)
+    REGISTRY[C.code(C.K_HOST, sub)].graph_vjp(W, r, u)
 
 
 def _missing(W, r, sub, u):

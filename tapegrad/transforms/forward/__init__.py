@@ -1,2 +1,2 @@
-"""Forward mode (``tg.jvp``, ``tg.jacfwd``): the tangent sweep (``sweep.py``)
-and the host records' rules (``host_rules.py``)."""
+"""Forward mode (``tg.jvp``, ``tg.jacfwd``): the tangent sweep (``sweep.py``),
+which runs the host records' rules given by their registry rows (``jvp=``)."""

@@ -4,8 +4,8 @@ The function is recorded on the tape as for reverse mode; then one compiled
 sweep walks the records upwards from the inputs' leaves and applies each
 op's tangent rule (``kernels/tangents.py``), carrying p tangent directions
 per element at once.  Host records (matmul, LAPACK ops) stop the sweep and
-their rules (``transforms/forward/host_rules.py``) run with NumPy on ``(p,) + shape``
-tangent arrays, then the sweep resumes.  Nothing extra is recorded: each tangent rule uses the same
+their rules (``jvp=`` of their registry rows, beside the ops in ``ops/``)
+run with NumPy on ``(p,) + shape`` tangent arrays, then the sweep resumes.  Nothing extra is recorded: each tangent rule uses the same
 local partial derivatives as the op's VJP, so it reads exactly the values
 the tape already keeps for the VJP (``kernels/optable.py: READS_*``).  A
 forward sweep frees nothing, so several sweeps (chunks of a Jacobian) may
@@ -20,14 +20,14 @@ from ..base import (_argnums, _call_tree, _connected, _pair_up, _root_span, _scr
 from ...kernels._views import SMALL
 from ...kernels.tangents import fwd_layout, sweep_fwd
 from ...kernels.sweep import layout
-from ...core.registry import REGISTRY
+from ...core.registry import REGISTRY, RuleView
 from ...core.tape import current
 from ...core.tensor import Tensor
-# the host records' rules (transforms/forward/host_rules.py); this module's namespace includes them
-from .host_rules import (HOST_JVP, _cholesky_jvp, _det_jvp, _eigh_jvp,  # noqa: F401
-                           _einsum_jvp, _function_jvp, _inv_jvp, _logabsdet_jvp, _lstsq_jvp,
-                           _matmul_jvp, _pad, _parents, _pinv_jvp, _qr_jvp, _qr_tall,
-                           _solve_jvp, _sum_terms, _svd_jvp, _sym, _T, _trace_inv)
+
+#: op code -> forward-mode rule ``(tape, tangents, r)`` of every host op: the
+#: ``jvp`` of its registry row (a row may give instead why it has none, which
+#: the sweep reports)
+HOST_JVP = RuleView("jvp")
 
 #: tangent memory one forward sweep may use (p directions of every reached
 #: record); a forward Jacobian with more is computed in chunks of columns
@@ -118,11 +118,12 @@ def _sweep(tape, tan, T):
                 "inside the function; call backward(retain_graph=True) there, or use "
                 "tg.grad / tg.vjp, which free nothing of the caller's graph")
         code = int(tape.op[s])
-        rule = HOST_JVP.get(code)
-        if rule is None:
+        rule = getattr(REGISTRY.get(code), "jvp", None)
+        if not callable(rule):
             name = REGISTRY[code].name if code in REGISTRY else f"with code {code}"
+            why = f" ({rule})" if isinstance(rule, str) else ""
             raise NotImplementedError(
-                f"jvp: the op {name} has no forward-mode rule; use "
+                f"jvp: the op {name} has no forward-mode rule{why}; use "
                 "reverse mode (tg.vjp, tg.jacobian) for functions that use it")
         rule(tape, tan, s)
         start = s + 1

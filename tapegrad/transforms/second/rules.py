@@ -5,14 +5,12 @@ records it has no second-order step for; ``_CLASS`` (from ``_classify``)
 says per op code what Python adds there: nothing (``_LINEAR``: the
 first-order VJP is the whole rule), a NumPy rule (``_RULE``), or an error
 (``_MISSING``, :func:`_missing_error`).  ``_second_order(P, r)`` applies
-the rule -- ``HOST_RULES`` by op code for host ops, ``_FAMILY`` by kind for
+the rule -- a host op's ``second=`` (its registry row's, beside the op in
+``ops/``; ``HOST_RULES`` views them by op code), ``_FAMILY`` by kind for
 reductions, scans and ``tg.elementwise`` ops -- adding the term
 ``(phi''(x)[xdot])^T ybar`` to the parents' tangent adjoints for all p
 directions at once, through the pass state :class:`_Pass` (recorded
 values, tangents, the p + 1 adjoint blocks).
-
-The decompositions' rules (cholesky, eigh, qr, svd, pinv, lstsq) are in
-:mod:`tapegrad.transforms.second.decompositions`.
 """
 import numpy as np
 
@@ -20,11 +18,10 @@ from ...ops.function import _FUNCTION, first_order_message
 from ...core.index_maps import operand_maps, reduce_map
 from ...kernels import codes as C
 from ...kernels._views import SMALL
-from ...ops import fft as FF
-from ...ops import matrix as L
+# every host op is registered before ``_CLASS`` below classifies the codes
+from ...ops import fft, matrix  # noqa: F401
 from ...ops.custom import USER_OPS
-from ...core.registry import REGISTRY
-from .decompositions import _cholesky2, _eigh2, _lstsq2, _pinv2, _qr2, _svd2
+from ...core.registry import REGISTRY, RuleView
 
 
 # -- which records need a second-order step ----------------------------------------------
@@ -187,150 +184,6 @@ def _scan2(P, r, sub):
     P.add(q, rcumsum(g * yd) / x - rcumsum(g * y) * xd / (x * x))
 
 
-# -- host rules ----------------------------------------------------------------------------
-def _sum_rows(t, shape):
-    """Sum (p,) + broadcast shape ``t`` back to (p,) + shape."""
-    extra = t.ndim - 1 - len(shape)
-    if extra:
-        t = t.sum(axis=tuple(range(1, 1 + extra)))
-    axes = tuple(i + 1 for i, s in enumerate(shape) if s == 1 and t.shape[i + 1] != 1)
-    return t.sum(axis=axes, keepdims=True) if axes else t
-
-
-def _matmul2(P, r):
-    # y = A B: Abar_dot += ybar Bdot^T, Bbar_dot += Adot^T ybar
-    qa, qb = P.parents(r)
-    shape_a, shape_b = P.tape.host[r]
-    ad, bd = P.dot(qa), P.dot(qb)
-    if ad is None or bd is None:
-        # bilinear: with one operand constant in the inputs there is no
-        # second-order term (and the other operand's would be thrown away)
-        return
-    p = P.p
-    g = P.ybar(r)
-    a1, b1 = len(shape_a) == 1, len(shape_b) == 1
-    sa = (1,) + tuple(shape_a) if a1 else tuple(shape_a)
-    sb = tuple(shape_b) + (1,) if b1 else tuple(shape_b)
-    batch = np.broadcast_shapes(sa[:-2], sb[:-2])
-    nb = len(batch)
-    # the p directions lead; every operand's batch axes are padded to nb so
-    # that they line up behind p when they broadcast
-    g2 = g.reshape((1,) + batch + (sa[-2], sb[-1]))
-    # with A = B the two terms land on one record and together are right
-    B2 = bd.reshape((p,) + (1,) * (nb + 2 - len(sb)) + sb)
-    P.add(qa, _sum_rows(g2 @ np.swapaxes(B2, -1, -2), sa))
-    A2 = ad.reshape((p,) + (1,) * (nb + 2 - len(sa)) + sa)
-    P.add(qb, _sum_rows(np.swapaxes(A2, -1, -2) @ g2, sb))
-
-
-def _T(m):
-    return np.swapaxes(m, -1, -2)
-
-
-def _inv2(P, r):
-    # Abar = -Y^T G Y^T, Y = A^-1: its tangent with G fixed
-    (qa,) = P.parents(r)
-    shape_a, shape_y = P.tape.host[r]
-    Yd = P.dot(r)
-    if Yd is None:
-        return
-    Y = P.val(r).reshape(shape_y)
-    G = P.ybar(r).reshape(shape_y)
-    Yd = Yd.reshape((P.p,) + tuple(shape_y))
-    P.add(qa, -(_T(Yd) @ G @ _T(Y) + _T(Y) @ G @ _T(Yd)))
-
-
-def _det_like2(P, r, det):
-    # det: Abar = g d A^-T; log|det|: Abar = g A^-T; d(A^-1) = -A^-1 Adot A^-1
-    (qa,) = P.parents(r)
-    shape_a, shape_d = P.tape.host[r]
-    Ad = P.dot(qa)
-    if Ad is None:
-        return
-    A = P.val(qa).reshape(shape_a)
-    Ai = np.linalg.inv(A)
-    g = P.ybar(r).reshape(shape_d)[..., None, None]
-    dAiT = -_T(Ai @ Ad.reshape((P.p,) + tuple(shape_a)) @ Ai)
-    if det:
-        d = P.val(r).reshape(shape_d)[..., None, None]
-        dd = P.dot(r).reshape((P.p,) + tuple(shape_d))[..., None, None]
-        P.add(qa, g * (dd * _T(Ai) + d * dAiT))
-    else:
-        P.add(qa, g * dAiT)
-
-
-def _solve2(P, r):
-    # X = A^-1 B: Bbar = A^-T G, Abar = -Bbar X^T; their tangents with G
-    # fixed: dBbar = -A^-T Adot^T Bbar, dAbar = -dBbar X^T - Bbar Xdot^T
-    qa, qb = P.parents(r)
-    shape_a, shape_b, shape_x = P.tape.host[r]
-    Ad, Xd = P.dot(qa), P.dot(r)
-    if Xd is None:
-        return
-    p = P.p
-    vector = len(shape_b) == 1
-    A = P.val(qa).reshape(shape_a)
-    X = P.val(r).reshape(shape_x)
-    G = P.ybar(r).reshape(shape_x)
-    Xm, Gm = (X[..., None], G[..., None]) if vector else (X, G)
-    Xdm = Xd.reshape((p,) + tuple(shape_x))
-    Xdm = Xdm[..., None] if vector else Xdm
-    GB = np.linalg.solve(_T(A), Gm)  # Bbar
-    dA = -(GB[None] @ _T(Xdm))
-    if Ad is not None:
-        dGB = -np.linalg.solve(_T(A)[None], _T(Ad.reshape((p,) + tuple(shape_a))) @ GB[None])
-        dA = dA - dGB @ _T(Xm)[None]
-        P.add(qb, _sum_rows(dGB[..., 0] if vector else dGB, tuple(shape_b)))
-    P.add(qa, _sum_rows(dA, tuple(shape_a)))
-
-
-class _Probe:
-    """A stand-in for the adjoints a host VJP writes: it reads one record's
-    value as a given array, the output's adjoint as ``ybar``, and collects
-    what the VJP adds to each record."""
-
-    def __init__(self, P, r, swap, with_value):
-        self.P, self.r, self.swap, self.with_value = P, r, swap, with_value
-        self.got = {}
-
-    def value(self, tape, q, shape):
-        if q == self.swap:
-            return self.with_value.reshape(shape)
-        return self.P.adj.value(tape, q, shape)
-
-    def __getitem__(self, q):
-        assert q == self.r
-        return self.P.ybar(q)
-
-    def add(self, q, g):
-        g = np.asarray(g, np.float64).reshape(-1)
-        self.got[q] = self.got.get(q, 0.0) + g
-
-
-def _einsum2(P, r):
-    # multilinear: the term for operand i is its VJP with operand j's value
-    # replaced by j's tangent, for every j != i, one direction at a time
-    parents = P.parents(r)
-    if len(set(parents)) != len(parents):
-        raise NotImplementedError(
-            "hessian: einsum with one tensor as several operands has no second-order "
-            "rule yet")
-    vjp = REGISTRY[int(P.tape.op[r])].host_vjp
-    for j in parents:
-        dj = P.dot(j)
-        if dj is None:
-            continue
-        acc = {}
-        for k in range(P.p):
-            probe = _Probe(P, r, j, dj[k])
-            vjp(P.tape, probe, r)
-            for q, t in probe.got.items():
-                if q != j:
-                    acc.setdefault(q, np.zeros((P.p, t.size)))[k] += t
-        for q, t in acc.items():
-            P.add(q, t)
-
-
 # -- user elementwise ops (tg.elementwise with second_derivative=) -------------------------
 def _user_maps(tape, r, n, ma, mb):
     """The element of each operand that each of the n output elements reads
@@ -386,12 +239,9 @@ def _user2(P, r, sub):
         P.add(qb, _scatter(hab * ta + hbb * tb, ib, xb.size))
 
 
-#: op code -> second-order rule(pass, r) for host ops
-HOST_RULES = {L._MATMUL: _matmul2, L._EINSUM: _einsum2, L._INV: _inv2, L._SOLVE: _solve2,
-              L._DET: lambda P, r: _det_like2(P, r, True),
-              L._LOGABSDET: lambda P, r: _det_like2(P, r, False),
-              L._CHOLESKY: _cholesky2, L._EIGH: _eigh2, L._QR: _qr2, L._SVD: _svd2,
-              L._PINV: _pinv2, L._LSTSQ: _lstsq2, FF._FFT: FF._fft_second}
+#: op code -> second-order rule(pass, r) for host ops: the ``second`` of their
+#: registry rows (a row may give instead why it has none: ``_missing_error``)
+HOST_RULES = RuleView("second")
 
 _FAMILY = {C.K_REDUCE: _reduce2, C.K_SCAN: _scan2, C.K_USER: _user2}
 
@@ -400,7 +250,7 @@ def _second_order(P, r):
     code = int(P.tape.op[r])
     kind = code >> C.SHIFT
     if kind == C.K_HOST:
-        HOST_RULES[code](P, r)
+        REGISTRY[code].second(P, r)
     else:
         _FAMILY[kind](P, r, code & C.MASK)
 
@@ -419,6 +269,9 @@ def _missing_error(code, tape=None, r=None):
     """The error for record r (op ``code``) without a second-order rule; a
     tg.Function says why (its ``no_second_order``) or is named by its class."""
     name = REGISTRY[code].name if code in REGISTRY else str(code)
+    why = HOST_RULES.missing(code)  # the reason its registry row gives
+    if why:
+        name = f"{name} ({why})"
     host = tape.host.get(r) if tape is not None else None
     if host is not None and isinstance(host[0], type) and code == _FUNCTION:
         cls = host[0]
@@ -429,10 +282,11 @@ def _missing_error(code, tape=None, r=None):
         if named is not None:
             return NoSecondOrder(named)
         name = f"{cls.__name__} (a tg.Function, whose backward works on arrays)"
+    # the host ops that have one, as their registry rows say
+    hosts = ", ".join(sorted(REGISTRY[c].name for c in HOST_RULES))
     return NoSecondOrder(
         f"hessian/hvp: the op {name} has no second-order (forward-over-reverse) rule; "
         "second derivatives cover elementwise ops, reductions (sum, mean, max, min, prod, "
-        "logsumexp, softmax, log_softmax), shape and indexing ops, cumsum, cumprod, matmul, "
-        "einsum, linalg.inv, solve, det, slogdet, cholesky, eigh, qr, svd, pinv and lstsq, "
-        "and tg.elementwise ops defined with second_derivative=")
+        "logsumexp, softmax, log_softmax), shape and indexing ops, cumsum, cumprod, the "
+        f"host ops {hosts}, and tg.elementwise ops defined with second_derivative=")
 
