@@ -26,7 +26,25 @@ def _warm():
 
 @pytest.fixture
 def quick_calls(monkeypatch):
-    """How many backwards the quick path ran (it declines by returning False)."""
+    """How many backwards the quick path ran (it declines by returning False).
+
+    The test gets a tape of its own and no leaf hooks from elsewhere: what
+    earlier tests of the run left alive on this thread's tape (a large
+    value, a freed record, a hook) would make the quick path decline, as it
+    must, and these tests are about the path itself."""
+    from tapegrad.core import tape as tape_module
+    from tapegrad.engine import hooks as H
+    old = getattr(tape_module._local, "tape", None)
+    tape_module._local.tape = tape_module.Tape()
+    monkeypatch.setattr(H, "LEAF_HOOKS", {})
+    yield _quick_spy(monkeypatch)
+    if old is None:
+        del tape_module._local.tape
+    else:
+        tape_module._local.tape = old
+
+
+def _quick_spy(monkeypatch):
     _warm()
     seen = {"ran": 0, "declined": 0}
     real = B._quick
@@ -116,7 +134,7 @@ def test_freed_after_backward_and_kept_with_retain_graph(quick_calls):
     np.testing.assert_array_equal(y.grad.numpy(), [-2.0, -2.0])
 
 
-def test_the_leaf_is_writable_again_after_backward():
+def test_the_leaf_is_writable_again_after_backward(quick_calls):
     x = tg.tensor([1.0, 2.0, 3.0], requires_grad=True)
     loss = (x * x).sum()
     tape = current()

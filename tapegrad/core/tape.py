@@ -500,9 +500,10 @@ class Tape(_Liveness, _Writes):
     def record_leaf(self, value):
         """``record(LEAF, (), value)``: a leaf's record, written as the ops'
         fast paths write theirs while ``room`` allows (see ``_binary_op`` in
-        ops/elementwise.py)."""
+        ops/elementwise.py), on a plain tape only."""
         r = self.n
-        if r >= self.room or type(value) is not np.ndarray:
+        # a subclass's record (a trace's: guards, leaf bookkeeping) must see it
+        if r >= self.room or type(value) is not np.ndarray or type(self) is not Tape:
             return self.record(_LEAF, (), value)
         na = self.na
         try:  # free of cost unless raised (Ctrl-C): see abandon

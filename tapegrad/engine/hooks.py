@@ -134,7 +134,7 @@ def _hooks_of(t, create):
         key = id(t)
         h = Hooks(t.shape, t.dtype, key)
         # drop the entry with the leaf (ids are reused after that)
-        LEAF_HOOKS[key] = (weakref.ref(t, lambda _: LEAF_HOOKS.pop(key, None)), h)
+        LEAF_HOOKS[key] = (weakref.ref(t, lambda _, hooks=LEAF_HOOKS: hooks.pop(key, None)), h)
         return h
     tape = t._tok.tape
     if tape is None or not tape.is_live(t._tok):

@@ -724,7 +724,8 @@ def quick_backward(Q, L, upto, root, n, na, n_none, retain):
     order = carray(_voidptr(Q[Q_DOWN] + 8 * (down - upto)), (upto,), np.int64)
     mmk = carray(_voidptr(Q[Q_DOWN]), (0,), np.int64)
     table = carray(_voidptr(Q[Q_TABLE]), (Q[N + Q_TABLE],), np.int64)
-    s = _sweep(T, freed, order, upto - 1, -1, mmk, table)
+    # np.int64(-1), not the literal: Numba would compile _sweep again for it
+    s = _sweep(T, freed, order, upto - 1, np.int64(-1), mmk, table)
     if s != -1:
         return Q_GENERAL, s, 0
     out = carray(_voidptr(Q[Q_OUT]), (Q[N + Q_OUT],), np.int64)
