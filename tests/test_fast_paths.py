@@ -16,8 +16,23 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.ops import elementwise as E
-from tapegrad.core.tape import _local, current
+from tapegrad.core.tape import Tape, _local, current
 from tapegrad.core.tensor import Tensor
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _a_tape_of_its_own():
+    """The records of the two paths are compared from a fresh epoch: this
+    module records on a tape of its own, so that what earlier tests left
+    alive on the thread's tape (until the garbage collector frees a cycle
+    holding it) cannot shift them."""
+    old = _local.__dict__.get("tape")
+    _local.tape = Tape()
+    yield
+    if old is None:
+        del _local.tape
+    else:
+        _local.tape = old
 
 
 def general(f, *args):

@@ -189,26 +189,31 @@ class _Liveness:
         if self.host and not self.keeps_freed_values and mine:
             self._drop_host(mine)
         if all_freed:
-            self.all_freed = True
-            # no record that is still differentiable reads a held array: give
-            # users their arrays' write permission back now, not at the reset
-            for a in self.flipped:
-                _writeable(a)
-            self.flipped.clear()
-            if not self.keeps_freed_values:
-                # nothing can read a kept value again (every record is
-                # freed): let them go now, as PyTorch frees a graph's saved
-                # tensors in its backward, not at the next op's reset
-                for k in range(len(self.refs)):
-                    self.refs[k] = None
-                self.nheld.clear()
-                self.kept_bytes = 0
-                self.held32 = 0
-                if self.nptrs:
-                    self.ptrs[:self.nptrs] = 0
+            self.settled()
         elif mine and (order is None or bool(np.any(self.rix[order] >= 0))):
             # only the graph's records can have lost their last reader now
             self._release_freed(T, order)
+
+    def settled(self):
+        """Every op record of the tape is freed or spent (``all_freed``): no
+        record that is still differentiable reads a held array, so users get
+        their arrays' write permission back now, not at the reset, and the
+        kept values go, as PyTorch frees a graph's saved tensors in its
+        backward.  (The small backward of engine/backward.py frees its
+        records in its compiled call and ends here too.)"""
+        self.all_freed = True
+        for a in self.flipped:
+            _writeable(a)
+        self.flipped.clear()
+        if not self.keeps_freed_values:
+            refs = self.refs
+            for k in range(len(refs)):
+                refs[k] = None
+            self.nheld.clear()
+            self.kept_bytes = 0
+            self.held32 = 0
+            if self.nptrs:
+                self.ptrs[:self.nptrs] = 0
 
     def _drop_host(self, records):
         """What the freed host records among ``records`` kept for their VJPs

@@ -13,7 +13,7 @@ its second-order rule (``second``) and its ``create_graph`` VJP in
 tapegrad's own ops (``graph_vjp``), each a function of the transform's
 context object, or a string saying why the op has none, which the
 transform reports.  The transforms read them from here
-(:class:`RuleView`).
+(:func:`rules`, a :class:`RowView`).
 """
 from collections.abc import Mapping
 from typing import Callable, NamedTuple, Optional, Union
@@ -94,30 +94,46 @@ def register(name, kind, sub, forward=None, host_vjp=None, batched_vjp=None, *, 
     return code
 
 
-class RuleView(Mapping):
-    """op code -> the rule ``field`` (``"jvp"``, ``"second"``, ``"graph_vjp"``)
-    of every op whose row gives one: a live view of the registry, for the
-    transforms that look a host op's rule up by code."""
+def _given(value):
+    return value is not None and value != 0
 
-    def __init__(self, field):
-        self.field = field
 
-    def __getitem__(self, code):
-        rule = getattr(REGISTRY.get(code), self.field, None)
-        if not callable(rule):
-            raise KeyError(code)
-        return rule
+class RowView(Mapping):
+    """One field of the registry's rows, for the rows that give it: by op
+    code, or by op name (``by_name``). A rule field (``"jvp"``, ``"second"``,
+    ``"graph_vjp"``: ``given=callable``) holds a function, or a string that
+    :meth:`missing` returns, the reason the op has none. A live view, read
+    again when rows were registered since."""
+
+    def __init__(self, field, by_name=False, given=_given):
+        self.field, self.by_name, self.given = field, by_name, given
+        self.rows, self.seen = {}, -1
+
+    def _rows(self):
+        if self.seen != len(REGISTRY):
+            self.rows = {(d.name if self.by_name else c): getattr(d, self.field)
+                         for c, d in REGISTRY.items() if self.given(getattr(d, self.field))}
+            self.seen = len(REGISTRY)
+        return self.rows
+
+    def __getitem__(self, key):
+        return self._rows()[key]
 
     def __iter__(self):
-        return iter([c for c, d in REGISTRY.items() if callable(getattr(d, self.field))])
+        return iter(self._rows())
 
     def __len__(self):
-        return sum(1 for _ in self)
+        return len(self._rows())
 
     def missing(self, code):
         """Why op ``code`` has no such rule (its row's string), or ""."""
-        rule = getattr(REGISTRY.get(code), self.field, None)
-        return rule if isinstance(rule, str) else ""
+        value = getattr(REGISTRY.get(code), self.field, None)
+        return value if isinstance(value, str) else ""
+
+
+def rules(field):
+    """The view of rule ``field`` by op code (see :class:`RowView`)."""
+    return RowView(field, given=callable)
 
 
 def differentiable_ops():

@@ -700,28 +700,6 @@ class Tape(_Liveness, _Writes):
             self.nptrs = m
         return m
 
-    def settled(self):
-        """What :meth:`after_backward` does once every op record of the tape
-        is freed or spent (``all_freed``): no record that is still
-        differentiable reads a held array, so users get their arrays' write
-        permission back now, not at the reset, and the kept values go, as
-        PyTorch frees a graph's saved tensors in its backward.  (The small
-        backward of engine/backward.py frees its records in its compiled call
-        and ends here.)"""
-        self.all_freed = True
-        for a in self.flipped:
-            _writeable(a)
-        self.flipped.clear()
-        if not self.keeps_freed_values:
-            refs = self.refs
-            for k in range(len(refs)):
-                refs[k] = None
-            self.nheld.clear()
-            self.kept_bytes = 0
-            self.held32 = 0
-            if self.nptrs:
-                self.ptrs[:self.nptrs] = 0
-
 
 def _float64_ptrs(refs, ptrs, holder):
     """``ptrs`` with each float32 value's address replaced by a float64

@@ -101,15 +101,18 @@ def _special_forward(sub, name):
     return fn
 
 
-def _formula_forward(row):
-    """The eager forward of a row that names no NumPy function: its formula
-    ``f`` evaluated on the whole array."""
-    code = compile(row.f, f"<forward of {row.name}>", "eval")
+def _formula_forward(row, operands):
+    """The eager forward of a row (of one operand, ``"x"``, or two, ``"ab"``)
+    that names no NumPy function: its formula ``f`` evaluated on the whole
+    arrays (conditional expressions as ``np.where``: kernels/formulas.py's
+    array_form)."""
+    code = compile(formulas.array_form(row.f), f"<forward of {row.name}>", "eval")
     env = {"np": np, "math": np, "__builtins__": {"abs": abs}, **formulas.CONSTANTS}
 
-    def fn(x):
+    def fn(*values):
         with np.errstate(all="ignore"):
-            return eval(code, dict(env, x=np.asarray(x, dtype=np.result_type(x, 1.0))))  # noqa: S307
+            return eval(code, dict(env, **{  # noqa: S307
+                k: np.asarray(v, dtype=np.result_type(v, 1.0)) for k, v in zip(operands, values)}))
     fn.__name__ = fn.__qualname__ = row.name
     return fn
 
@@ -121,7 +124,7 @@ def _define(row):
                           example=row.example, doc_module="scipy.special")
     fn = getattr(np, row.name, None)
     if fn is None:
-        return _def_unary(row.grad, row.sub, _formula_forward(row), example=row.example,
+        return _def_unary(row.grad, row.sub, _formula_forward(row, "x"), example=row.example,
                           doc_module="tapegrad")
     return _def_unary(row.grad, row.sub, fn, example=row.example)
 
@@ -540,24 +543,9 @@ _SCALAR_FORMS = {
 }
 
 
-def _binary_formula_forward(row):
-    """The eager forward of a binary row that names no NumPy function: its
-    formula ``f`` evaluated on the whole arrays (conditional expressions as
-    ``np.where``: kernels/formulas.py's array_form)."""
-    code = compile(formulas.array_form(row.f), f"<forward of {row.name}>", "eval")
-    env = {"np": np, "math": np, "__builtins__": {"abs": abs}, **formulas.CONSTANTS}
-
-    def fn(a, b):
-        a, b = (np.asarray(v, dtype=np.result_type(v, 1.0)) for v in (a, b))
-        with np.errstate(all="ignore"):
-            return eval(code, dict(env, a=a, b=b))  # noqa: S307
-    fn.__name__ = fn.__qualname__ = row.name
-    return fn
-
-
 def _define_binary(row):
     """The eager function of a binary row (kernels/formulas.py)."""
-    ufunc = getattr(np, row.name, None) or _binary_formula_forward(row)
+    ufunc = getattr(np, row.name, None) or _formula_forward(row, "ab")
     fn, left, right = _SCALAR_FORMS.get(row.name, (ufunc, None, None))
     return _def_binary(row.grad, row.sub, fn, left, right, ufunc)[0]
 

@@ -24,7 +24,6 @@ recomputes the ones its VJPs read (``_reads``).  Segments of at least
 import os
 import sys
 import threading
-from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -36,7 +35,7 @@ from ..kernels import optable
 from ..kernels import replay as RK
 from ..kernels._views import SMALL
 from ..kernels.sweep import layout, sweep
-from ..core.registry import REGISTRY
+from ..core.registry import REGISTRY, RowView
 from ..core.tape import _local, _writeable
 from ..core.tensor import Tensor, _node, _plain
 from .batch import _BatchMethods
@@ -46,38 +45,12 @@ from .tape import TraceTape, _signature
 # adjoint storage, so two calls of one trace must not interleave.
 _LOCK = threading.RLock()
 
-class _FromRows(Mapping):
-    """One field of the ops' registry rows (core/registry.py) by op name,
-    for the ops whose row gives it: read when asked, so that every op
-    registered by then is in it."""
-
-    def __init__(self, field):
-        self.field = field
-        self.rows, self.seen = {}, 0
-
-    def _rows(self):
-        if self.seen != len(REGISTRY):  # rows registered since: read them again
-            self.rows = {d.name: getattr(d, self.field) for d in REGISTRY.values()
-                         if getattr(d, self.field) not in (None, 0)}
-            self.seen = len(REGISTRY)
-        return self.rows
-
-    def __getitem__(self, name):
-        return self._rows()[name]
-
-    def __iter__(self):
-        return iter(self._rows())
-
-    def __len__(self):
-        return len(self._rows())
-
-
 #: host ops the replay computes with NumPy: name -> forward(inputs, host info)
-_HOST_FORWARD = _FromRows("replay")
+_HOST_FORWARD = RowView("replay", by_name=True)
 #: how many leading entries of ``tape.host[r]`` precede the input shapes
-_HOST_EXTRA = _FromRows("host_extra")
+_HOST_EXTRA = RowView("host_extra", by_name=True)
 #: records whose replay would silently be wrong at new inputs: name -> why
-_NOT_REPLAYABLE = _FromRows("not_replayable")
+_NOT_REPLAYABLE = RowView("not_replayable", by_name=True)
 
 
 #: fused segments: records of at least this many elements, at least two op records

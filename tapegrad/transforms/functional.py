@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ..engine.backward import differentiating
+from ..ops.elementwise import positive
 from ..ops.function import Function
 from ..core.tape import current
 from ..core.tensor import Tensor, tensor
@@ -238,7 +239,7 @@ def _recorded_value_and_grad(f, args, single, nums):
     for i in nums:
         a = args[i]
         if isinstance(a, Tensor) and a._requires_grad:
-            xs[i] = _fresh(a)
+            xs[i] = positive(a)  # a new record of a's value, with a as its parent
         else:
             xs[i] = tensor(np.array(getattr(a, "_data", a), dtype=np.float64),
                            requires_grad=True)
@@ -250,12 +251,6 @@ def _recorded_value_and_grad(f, args, single, nums):
         grads = tuple(np.zeros_like(xs[i]._data) if g is None else g
                       for i, g in zip(nums, gs))
     return out.reshape(()), (grads[0] if single else grads)
-
-
-def _fresh(t):
-    """A new record holding ``t``'s value, with ``t`` as its parent."""
-    from ..ops.elementwise import positive
-    return positive(t)
 
 
 def _complex_split(args, nums):

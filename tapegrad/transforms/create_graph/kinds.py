@@ -30,26 +30,45 @@ def _d_unary(W, r, sub):
     row = formulas.ROWS_BY_SUB[sub]  # a sub with no row: KeyError, never a zero
     if row.curve == formulas.CONSTANT:
         return None
-    code, names = _compiled(row)
     (q,) = W.parents(r)
-    env = dict(_namespace(), nonzero=functools.partial(_nonzero, row.grad))
-    if "x" in names:
-        env["x"] = W.x(q)
-    if "y" in names:
-        env["y"] = W.x(r)
-    return eval(code, env)  # noqa: S307  (the row's own formula, compiled once)
+    graphs = {"x": lambda: W.x(q), "y": lambda: W.x(r)}
+    values = {"x": lambda: W.val(q), "y": lambda: W.val(r)}
+    return _evaluate(_rule(row.graph or row.d, f"derivative of {row.name}"),
+                     lambda v: graphs[v](), lambda v: values[v](),
+                     nonzero=functools.partial(_nonzero, row.grad))
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(row):
-    src = row.graph or row.d
-    return compile(src, f"<derivative of {row.name}>", "eval"), formulas._names(src)
+def _rule(src, label):
+    """A row's derivative as ``create_graph`` evaluates it
+    (kernels/formulas.py: graph_form): the compiled expression, the operands
+    it reads as graph tensors, and its constants' compiled sources with the
+    values they read."""
+    graph, flats = formulas.graph_form(src)
+
+    def reads(s):
+        return sorted(formulas._names(s) & set("abxy"))
+    return (compile(graph, f"<{label}>", "eval"), reads(graph),
+            [(compile(f, f"<{label}>", "eval"), reads(f)) for f in flats])
+
+
+def _evaluate(rule, graph_of, value_of, **extra):
+    """A rule of :func:`_rule` with tapegrad's ops: the operands it reads as
+    graph tensors (``graph_of(name)``), each comparison and piecewise-constant
+    part a constant of the new graph computed from the values
+    (``value_of(name)``; its derivative is zero wherever it exists)."""
+    code, graph_names, flats = rule
+    env = dict(_namespace(), _where=_where, **extra)
+    env.update((v, graph_of(v)) for v in graph_names)
+    with np.errstate(all="ignore"):
+        for k, (fc, names) in enumerate(flats):
+            env[f"_c{k}"] = eval(fc, dict(_VALUES, **{v: value_of(v) for v in names}))  # noqa: S307
+    return eval(code, env)  # noqa: S307  (the row's own formula, compiled once)
 
 
 class _Functions:
     """``math`` or ``np`` as a row's formula sees it in a graph: tapegrad's
-    function of the same name; the sign is a constant of the new graph (its
-    derivative is zero wherever it exists), and ``np.float64`` a no-op."""
+    function of the same name (``np.float64`` a no-op)."""
 
     def __init__(self, constants):
         self.constants = constants
@@ -58,10 +77,6 @@ class _Functions:
         if name in self.constants:
             return self.constants[name]
         return getattr(_tg(), name)
-
-
-def _sign(v):
-    return np.sign(v._data if isinstance(v, Tensor) else v)
 
 
 def _nonzero(op, v):
@@ -75,7 +90,7 @@ def _nonzero(op, v):
 def _namespace():
     tg = _tg()
     return {"math": _Functions({"pi": math.pi, "e": math.e}),
-            "np": _Functions({"sign": _sign, "float64": lambda v: v}),
+            "np": _Functions({"float64": lambda v: v}),
             "digamma": tg.digamma, "trigamma": lambda v: _special().polygamma(1, v),
             "i0e": tg.i0e, "i1e": tg.i1e, "log_ndtr": tg.log_ndtr,
             "__builtins__": {"abs": abs}, **formulas.CONSTANTS}
@@ -141,41 +156,17 @@ def _nary(W, r, sub, u):
               "y": lambda: W.val(r)}
     seen = {}
 
-    def at(kind, name):  # each operand gathered once for both partials
-        if (kind, name) not in seen:
-            seen[kind, name] = (graphs if kind == "graph" else values)[name]()
-        return seen[kind, name]
+    def at(table, name):  # each operand gathered once for both partials
+        if (id(table), name) not in seen:
+            seen[id(table), name] = table[name]()
+        return seen[id(table), name]
     for q, idx, side in ((qa, ia, "a"), (qb, ib, "b")):
-        rule = _d_binary(row, side)
-        if not W.dep[q] or rule is None:
+        src = getattr(row, "graph_d" + side) or getattr(row, "d" + side)
+        if not W.dep[q] or src is None:  # None: the partial is zero
             continue
-        code, graph_names, flats = rule
-        env = dict(_namespace(), _where=_where)
-        env.update((v, at("graph", v)) for v in graph_names)
-        with np.errstate(all="ignore"):
-            for k, (fc, names) in enumerate(flats):
-                values_env = dict(_VALUES, **{v: at("value", v) for v in names})
-                env[f"_c{k}"] = eval(fc, values_env)  # noqa: S307
-        d = eval(code, env)  # noqa: S307  (the row's own formula, compiled once)
+        d = _evaluate(_rule(src, f"d{side} of {row.name}"), lambda v: at(graphs, v),
+                      lambda v: at(values, v))
         W.add(q, _back(u * d, idx, W.size(q)))
-
-
-@functools.lru_cache(maxsize=None)
-def _d_binary(row, side):
-    """dy/da or dy/db of a binary row as ``create_graph`` evaluates it
-    (kernels/formulas.py: graph_form): the compiled expression, the operands
-    it reads as graph tensors, and its constants' compiled sources with the
-    values they read; None where the partial is zero."""
-    src = getattr(row, "graph_d" + side) or getattr(row, "d" + side)
-    if src is None:
-        return None
-    graph, flats = formulas.graph_form(src)
-    code = compile(graph, f"<d{side} of {row.name}>", "eval")
-
-    def reads(src):
-        return sorted(formulas._names(src) & set("aby"))
-    return (code, reads(graph),
-            [(compile(f, f"<d{side} of {row.name}>", "eval"), reads(f)) for f in flats])
 
 
 def _where(mask, u, v):

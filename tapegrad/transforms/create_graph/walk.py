@@ -38,13 +38,13 @@ from ...ops.function import _FUNCTION
 from ...kernels import codes as C
 from ...kernels._views import SMALL
 from ...ops import matrix as L
-from ...core.registry import REGISTRY, RuleView
+from ...core.registry import REGISTRY, rules
 from ...core.tensor import _result
 
 #: op code -> create_graph rule ``(walk, r, adjoint)`` of the host ops: the
 #: ``graph_vjp`` of their registry rows (a row may give instead why it has
 #: none, which NoRule carries)
-HOST = RuleView("graph_vjp")
+HOST = rules("graph_vjp")
 
 
 # -- the walk --------------------------------------------------------------------------------

@@ -20,14 +20,14 @@ from ..base import (_argnums, _call_tree, _connected, _pair_up, _root_span, _scr
 from ...kernels._views import SMALL
 from ...kernels.tangents import fwd_layout, sweep_fwd
 from ...kernels.sweep import layout
-from ...core.registry import REGISTRY, RuleView
+from ...core.registry import REGISTRY, rules
 from ...core.tape import current
 from ...core.tensor import Tensor
 
 #: op code -> forward-mode rule ``(tape, tangents, r)`` of every host op: the
 #: ``jvp`` of its registry row (a row may give instead why it has none, which
 #: the sweep reports)
-HOST_JVP = RuleView("jvp")
+HOST_JVP = rules("jvp")
 
 #: tangent memory one forward sweep may use (p directions of every reached
 #: record); a forward Jacobian with more is computed in chunks of columns

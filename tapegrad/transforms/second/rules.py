@@ -21,7 +21,7 @@ from ...kernels._views import SMALL
 # every host op is registered before ``_CLASS`` below classifies the codes
 from ...ops import fft, matrix  # noqa: F401
 from ...ops.custom import USER_OPS
-from ...core.registry import REGISTRY, RuleView
+from ...core.registry import REGISTRY, rules
 
 
 # -- which records need a second-order step ----------------------------------------------
@@ -241,7 +241,7 @@ def _user2(P, r, sub):
 
 #: op code -> second-order rule(pass, r) for host ops: the ``second`` of their
 #: registry rows (a row may give instead why it has none: ``_missing_error``)
-HOST_RULES = RuleView("second")
+HOST_RULES = rules("second")
 
 _FAMILY = {C.K_REDUCE: _reduce2, C.K_SCAN: _scan2, C.K_USER: _user2}
 
