@@ -309,10 +309,11 @@ class _GradOf(Function):
 
     #: what a second-order pass through this record (a third level) says
     no_second_order = (
-        "a gradient nested inside another goes to any order, except through a tg.Function "
-        "whose backward works on arrays: there tg.grad nests two deep (tg.grad(tg.grad(f)), "
-        "tg.jacobian(tg.grad(f)), tg.hessian, tg.hvp). For higher orders give the Function "
-        "a vjp_ops method (its backward in tapegrad's ops)")
+        "a gradient nested inside another goes to any order, except through an op whose "
+        "backward works on arrays (the FFTs, a tg.Function without vjp_ops): there tg.grad "
+        "nests two deep (tg.grad(tg.grad(f)), tg.jacobian(tg.grad(f)), tg.hessian, tg.hvp). "
+        "For higher orders through a tg.Function, give it a vjp_ops method (its backward in "
+        "tapegrad's ops)")
 
     @staticmethod
     def forward(ctx, spec, *xs):
